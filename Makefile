@@ -1,0 +1,56 @@
+# mmlab: `make demo` sets up a fresh machine and runs the tour; `make test` runs the tests.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+MMLAB := $(VENV)/bin/mmlab
+# Debian packages mmlab uses: the C build (static glibc), perf for attribution,
+# QEMU/busybox/cpio for guest kernels, stress-ng as the peer stressor, util-linux
+# for mkswap/swapon.
+DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
+	stress-ng util-linux git
+
+.PHONY: setup system venv build demo test test-slow bench clean
+
+setup: system venv build
+
+system:
+	@missing=$$(for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages: $$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+build:
+	$(MAKE) -s -C workloads
+
+demo: setup
+	$(MMLAB) probe
+	$(MMLAB) workloads
+	$(MMLAB) run pageout-refault --reps 3 --thp hugepage
+	$(MMLAB) run pageout-refault --reps 3 --thp nohugepage
+	$(MMLAB) run mremap-churn --reps 3 --workers 2 --seconds 1
+	$(MMLAB) run populate-unmap --reps 3 --workers 2 --seconds 0.5
+	$(MMLAB) run unmap-young --reps 3 --backing shmem
+	$(MMLAB) run unmap-young --reps 3 --backing shmem --sequential
+	$(MMLAB) run ksm-rmap --reps 3 --vmas 1000 --allow-host-changes
+	$(MMLAB) run ksm-rmap --reps 3 --vmas 4000 --allow-host-changes
+
+test: setup
+	$(PY) -m pytest -q
+
+test-slow: setup
+	$(PY) -m pytest -q -m slow
+
+bench: setup
+	$(PY) -m mmlab.bench
+
+clean:
+	rm -rf build $(VENV)

@@ -1,0 +1,112 @@
+"""Rich tables for the terminal."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from ..probe import Fact
+from ..samples import Sample
+from ..stats import summarize
+from ..workloads import HARNESS_PARAMS, Workload
+
+
+def fmt(value: float | None, digits: int = 4) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    mag = abs(value)
+    if mag >= 1e5:
+        return f"{value:,.0f}"
+    if mag >= 10 ** (digits - 1):
+        return f"{value:,.0f}"
+    return f"{value:.{max(0, digits - 1 - int(math.floor(math.log10(mag))))}f}"
+
+
+def pct(value: float) -> str:
+    return "-" if not math.isfinite(value) else f"{value * 100:.1f}%"
+
+
+def samples_table(workload: Workload, samples: list[Sample]) -> Table:
+    """One row per metric: each sample, then the median and the CV."""
+    names = [m.name for m in workload.metrics if any(m.name in s.metrics for s in samples)]
+    table = Table(title=f"{workload.name}: {len(samples)} samples")
+    table.add_column("metric", no_wrap=True)
+    for i in range(len(samples)):
+        table.add_column(str(i + 1), justify="right")
+    table.add_column("median", justify="right", style="bold")
+    table.add_column("CV", justify="right")
+    for name in names:
+        arrow = "↑" if workload.metric(name).higher_is_better else "↓"
+        summary = summarize([s.metrics.get(name) for s in samples])
+        table.add_row(f"{name} {arrow}", *(fmt(s.metrics.get(name)) for s in samples),
+                      fmt(summary.median), pct(summary.cv))
+    return table
+
+
+def state_table(samples: list[Sample]) -> Table:
+    """The page state the samples ran in; differing values are all listed."""
+    table = Table(title="page state (measured)", show_header=True)
+    table.add_column("state")
+    table.add_column("value(s)")
+    for key in samples[0].state:
+        values = []
+        for s in samples:
+            v = s.state.get(key)
+            text = fmt(v) if isinstance(v, float | int) else str(v)
+            if text not in values:
+                values.append(text)
+        table.add_row(key, escape(", ".join(values)), style="yellow" if len(values) > 1 else None)
+    return table
+
+
+def vmstat_table(samples: list[Sample]) -> Table:
+    table = Table(title="/proc/vmstat deltas per sample (median) and errors")
+    table.add_column("counter")
+    table.add_column("median", justify="right")
+    for key in samples[0].vmstat_delta:
+        table.add_row(key, fmt(summarize([s.vmstat_delta.get(key, 0) for s in samples]).median))
+    errors: dict[str, float] = {}
+    for s in samples:
+        for k, v in s.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    for k, v in errors.items():
+        table.add_row(f"[red]error {k}[/red]", fmt(v))
+    return table
+
+
+def workloads_table(workloads: list[Workload]) -> Table:
+    table = Table(title="mmlab workloads", show_lines=True)
+    for col in ("workload", "seed", "parameters (default)", "metrics", "mm paths"):
+        table.add_column(col)
+    for w in workloads:
+        params = "\n".join(f"--{p.name} ({p.default})" for p in w.params
+                           if p.name not in HARNESS_PARAMS)
+        metrics = "\n".join(f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in w.metrics)
+        table.add_row(f"[bold]{w.name}[/bold]\n{w.summary}", w.seed, params, metrics,
+                      "\n".join(w.mm_paths))
+    return table
+
+
+def probe_table(facts: list[Fact]) -> Table:
+    table = Table(title="mmlab probe: this machine, measured now")
+    table.add_column("")
+    table.add_column("what")
+    table.add_column("measured")
+    table.add_column("what follows")
+    for f in facts:
+        table.add_row("[green]ok[/green]" if f.ok else "[yellow]--[/yellow]", f.what,
+                      escape(f.value), escape(f.note))
+    return table
+
+
+def console() -> Console:
+    """Stdout; when it is not a terminal (logs, CI), wide enough for the tables."""
+    import os
+    import sys
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
+    return Console(highlight=False, width=width)

@@ -1,0 +1,1 @@
+"""Where a trial runs: `host` (this kernel) and, later, `qemu` (a kernel in a VM)."""

@@ -1,0 +1,66 @@
+"""Run a workload on the running kernel.
+
+mmwork is started as a child; its stdout is read line by line so that each
+sample reaches the caller (and the store) as soon as it is printed.  The
+global settings the workload itself touches (KSM for ksm-rmap) are journaled
+first, so that a SIGKILLed mmwork cannot leave them changed.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from .. import knobs
+from ..build import mmwork_path
+from ..errors import MmlabError
+from ..samples import Sample, parse_line
+from ..workloads import Workload
+
+
+class TrialFailed(MmlabError):
+    """mmwork exited non-zero or was killed; carries its stderr tail."""
+
+
+@contextmanager
+def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iterator[None]:
+    files = [path for path in workload.host_settings if path.startswith("/") and " " not in path]
+    with journal.session():
+        for path in files:
+            journal.record_file(path)
+        yield
+
+
+def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
+        journal: knobs.Journal | None = None,
+        on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
+    """Run `samples` measured samples in one mmwork process and return them."""
+    journal = journal or knobs.Journal()
+    argv = [str(mmwork_path()), workload.name, *workload.args(params), "--samples", str(samples)]
+    if warmups is not None:
+        argv += ["--warmups", str(warmups)]
+    got: list[Sample] = []
+    with _guard_workload_settings(workload, journal):
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sample = parse_line(line)
+                got.append(sample)
+                if on_sample:
+                    on_sample(sample)
+            stderr = proc.stderr.read() if proc.stderr else ""
+            rc = proc.wait()
+        except BaseException:
+            # Ctrl-C or an error of ours: let mmwork restore its settings first.
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            raise
+    if rc:
+        tail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
+        raise TrialFailed(tail if rc == 2 else f"{workload.name} failed: {tail}")
+    if len(got) != samples:
+        raise TrialFailed(f"{workload.name}: expected {samples} samples, got {len(got)}")
+    return got

@@ -1,0 +1,143 @@
+"""The workload registry: names, parameters, metrics and the mm paths they drive.
+
+The C side is the single source of truth: `mmwork describe` prints the table
+each workload declares, and this module turns it into typed records, checks
+parameters against it and turns them into mmwork arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass
+from functools import cache
+
+from .build import mmwork_path
+from .errors import MmlabError
+
+# Parameters the harness owns; runners set them, profiles do not.
+HARNESS_PARAMS = ("samples", "warmups", "check")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str          # int, size_kb, bytes, float, choice, flag, path
+    default: str
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: str     # "higher" or "lower" is better
+    help: str
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.direction == "higher"
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    seed: str
+    summary: str
+    params: tuple[Param, ...]
+    metrics: tuple[Metric, ...]
+    mm_paths: tuple[str, ...]
+    vmstat: tuple[str, ...]
+    host_settings: tuple[str, ...]
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.params if p.name not in HARNESS_PARAMS)
+        raise MmlabError(f"{self.name}: unknown parameter '{name}' (known: {known})")
+
+    def metric(self, name: str) -> Metric:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.metrics)
+        raise MmlabError(f"{self.name}: unknown metric '{name}' (known: {known})")
+
+    def args(self, params: dict[str, object]) -> list[str]:
+        """mmwork arguments for `params`, each name checked against the table."""
+        out: list[str] = []
+        for name, value in params.items():
+            p = self.param(name)
+            if p.type == "flag":
+                if not isinstance(value, bool):
+                    raise MmlabError(f"{self.name}: parameter '{name}' is a flag: "
+                                     f"true or false, not {value!r}")
+                if value:
+                    out.append(f"--{name}")
+                continue
+            out += [f"--{name}", str(value)]
+        return out
+
+
+    def parse_cli(self, argv: list[str]) -> dict[str, object]:
+        """`--vmas 4000 --thp=hugepage --sequential` -> {"vmas": "4000", ...}."""
+        params: dict[str, object] = {}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            if not arg.startswith("--"):
+                raise MmlabError(f"{self.name}: unexpected argument '{arg}'")
+            name, eq, value = arg[2:].partition("=")
+            p = self.param(name)
+            if name in HARNESS_PARAMS:
+                raise MmlabError(f"--{name} is set by mmlab (use --reps)")
+            if p.type == "flag":
+                params[name] = True
+            elif eq:
+                params[name] = value
+            elif i + 1 < len(argv):
+                i += 1
+                params[name] = argv[i]
+            else:
+                raise MmlabError(f"{self.name}: --{name} needs a value")
+            i += 1
+        return params
+
+    def check(self, params: dict[str, object]) -> None:
+        """Validate values with mmwork's own rules (ranges, memory size, paths)."""
+        proc = subprocess.run([str(mmwork_path()), self.name, *self.args(params), "--check"],
+                              capture_output=True, text=True)
+        if proc.returncode:
+            raise MmlabError(proc.stderr.strip().splitlines()[-1].removeprefix("mmwork: "))
+
+
+def _load(raw: list[dict]) -> dict[str, Workload]:
+    table = {}
+    for w in raw:
+        table[w["name"]] = Workload(
+            name=w["name"], seed=w["seed"], summary=w["summary"],
+            params=tuple(Param(**{**p, "choices": tuple(p.get("choices", ()))})
+                         for p in w["params"]),
+            metrics=tuple(Metric(**m) for m in w["metrics"]),
+            mm_paths=tuple(w["mm_paths"]), vmstat=tuple(w["vmstat"]),
+            host_settings=tuple(w["host_settings"]))
+    return table
+
+
+@cache
+def registry() -> dict[str, Workload]:
+    """Every workload mmwork knows, by name."""
+    out = subprocess.run([str(mmwork_path()), "describe"], capture_output=True,
+                         text=True, check=True).stdout
+    return _load(json.loads(out))
+
+
+def get(name: str) -> Workload:
+    table = registry()
+    if name not in table:
+        raise MmlabError(f"unknown workload '{name}' (known: {', '.join(table)})")
+    return table[name]

@@ -1,0 +1,53 @@
+"""Shared fixtures: a private state dir, mmwork runs, and the promise that the
+test session leaves THP, KSM and swap exactly as it found them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mmlab import knobs
+from mmlab.build import mmwork_path
+
+GLOBAL_SETTINGS = [
+    knobs.THP_ENABLED, knobs.THP_DEFRAG,
+    f"{knobs.KSM_DIR}/run", f"{knobs.KSM_DIR}/pages_to_scan", f"{knobs.KSM_DIR}/sleep_millisecs",
+]
+
+
+def global_state() -> dict[str, object]:
+    state: dict[str, object] = {p: knobs.read_setting(p) for p in GLOBAL_SETTINGS
+                                if Path(p).exists()}
+    state["swaps"] = knobs.active_swaps()
+    return state
+
+
+@pytest.fixture(scope="session", autouse=True)
+def settings_untouched(tmp_path_factory):
+    os.environ["MMLAB_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
+    before = global_state()
+    yield
+    after = global_state()
+    assert after == before, f"global settings changed by the tests: {before} -> {after}"
+    ksm_run = Path(f"{knobs.KSM_DIR}/run")
+    if ksm_run.exists():
+        assert ksm_run.read_text().strip() == before[str(ksm_run)]
+
+
+def is_root() -> bool:
+    return os.geteuid() == 0
+
+
+def mmwork(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(mmwork_path()), *args], capture_output=True, text=True)
+
+
+def samples_of(*args: str) -> list[dict]:
+    proc = mmwork(*args)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    return [json.loads(line) for line in lines]

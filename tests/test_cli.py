@@ -1,0 +1,140 @@
+"""The mmlab command as a user meets it: run, workloads, probe, errors, and
+interruptions that must leave the machine as it was."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from .conftest import is_root
+
+MMLAB = [sys.executable, "-m", "mmlab.cli"]
+KSM_RUN = Path("/sys/kernel/mm/ksm/run")
+
+
+def mmlab(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*MMLAB, *args], capture_output=True, text=True)
+
+
+def test_run_json_prints_only_samples():
+    proc = mmlab("run", "populate-unmap", "--reps", "2", "--seconds", "0.1", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    assert all(json.loads(line)["workload"] == "populate-unmap" for line in lines)
+
+
+def test_run_prints_the_table_median_cv_and_state():
+    proc = mmlab("run", "pageout-refault", "--reps", "3", "--mapping-kb", "2048", "--rounds", "2",
+                 "--min-ms", "0")
+    assert proc.returncode == 0, proc.stderr
+    for text in ("cycle_ns_per_page", "median", "CV", "page state", "thp_backed_fraction",
+                 "thp_split_page"):
+        assert text in proc.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("run", "nope"), "unknown workload 'nope'"),
+    (("run", "pageout-refault", "--thp", "maybe"), "--thp: 'maybe' is not one of"),
+    (("run", "pageout-refault", "--mapping-kb", "-1"), "--mapping-kb: -1 is outside"),
+    (("run", "unmap-young", "--colour", "red"), "unknown parameter 'colour'"),
+    (("run", "ksm-rmap"), "pass --allow-host-changes"),
+])
+def test_errors_are_one_line_with_exit_2(args, message):
+    proc = mmlab(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+
+
+def test_workloads_json_lists_metrics_with_direction():
+    proc = mmlab("workloads", "--json")
+    table = {w["name"]: w for w in json.loads(proc.stdout)}
+    directions = {m["name"]: m["direction"] for m in table["mremap-churn"]["metrics"]}
+    assert directions["ops_per_s_real"] == "higher" and directions["sys_s"] == "lower"
+
+
+def test_probe_tells_the_truth_about_this_machine():
+    facts = {f["what"]: f for f in json.loads(mmlab("probe", "--json").stdout)}
+    assert platform.release() in facts["kernel"]["value"]
+    assert str(os.cpu_count()) in facts["CPUs"]["value"]
+    assert (facts["KSM"]["value"] == "absent") == (not KSM_RUN.exists())
+    nodes = len(list(Path("/sys/devices/system/node").glob("node[0-9]*")))
+    assert facts["NUMA nodes"]["value"].startswith(str(nodes))
+    hw = subprocess.run(["perf", "stat", "-e", "instructions", "true"], capture_output=True,
+                        text=True)
+    assert facts["hardware counters"]["ok"] == ("<not supported>" not in hw.stderr)
+
+
+def wait_for(cond, timeout: float = 20.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def children(pid: int) -> list[int]:
+    kids = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        kids += [int(k) for k in (task / "children").read_text().split()]
+    return kids
+
+
+needs_ksm = pytest.mark.skipif(not is_root() or not KSM_RUN.exists(),
+                               reason="needs root and KSM")
+
+
+@needs_ksm
+def test_sigint_to_mmwork_restores_ksm():
+    from mmlab.build import mmwork_path
+    before = KSM_RUN.read_text()
+    proc = subprocess.Popen([str(mmwork_path()), "ksm-rmap", "--vmas", "20000"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    assert KSM_RUN.read_text() == before
+
+
+@needs_ksm
+def test_sigkill_of_mmwork_under_mmlab_restores_ksm():
+    """mmwork killed outright cannot restore anything; mmlab's journal does."""
+    before = KSM_RUN.read_text()
+    proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--reps", "1",
+                             "--allow-host-changes"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    for kid in children(proc.pid):
+        os.kill(kid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 2 and "ksm-rmap failed" in err
+    assert KSM_RUN.read_text() == before
+
+
+@needs_ksm
+def test_sigkill_of_mmlab_is_repaired_on_next_start():
+    before = KSM_RUN.read_text()
+    proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--reps", "1",
+                             "--allow-host-changes"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    kids = children(proc.pid)
+    proc.kill()
+    proc.wait()
+    for kid in kids:       # mmwork would restore on its own exit; kill it too
+        os.kill(kid, signal.SIGKILL)
+    time.sleep(0.2)
+    assert KSM_RUN.read_text().strip() == "1"   # left changed by the crash
+    proc = mmlab("probe", "--json")
+    assert "an earlier run did not finish; restored" in proc.stderr
+    assert KSM_RUN.read_text() == before

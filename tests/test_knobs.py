@@ -1,0 +1,96 @@
+"""The journal: old values are on disk before a change, restored in reverse
+order, per session, and replayed after a crash.  Uses plain files standing in
+for sysfs so that no global setting is touched."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from mmlab import knobs
+from mmlab.errors import MmlabError
+
+
+@pytest.fixture
+def setting(tmp_path):
+    path = tmp_path / "enabled"
+    path.write_text("always [madvise] never\n")
+    return path
+
+
+def test_mode_files_read_back_as_the_selected_word(setting):
+    assert knobs.read_setting(str(setting)) == "madvise"
+
+
+def test_old_value_is_on_disk_before_the_change(tmp_path, setting):
+    journal = knobs.Journal(tmp_path / "journal.json")
+    journal.record_file(str(setting))
+    on_disk = json.loads((tmp_path / "journal.json").read_text())
+    assert on_disk["entries"] == [{"kind": "file", "path": str(setting), "old": "madvise"}]
+
+
+def test_sessions_restore_only_their_own_changes(tmp_path, setting):
+    other = tmp_path / "pages_to_scan"
+    other.write_text("100\n")
+    journal = knobs.Journal(tmp_path / "journal.json")
+    with journal.session():
+        journal.record_file(str(setting))
+        setting.write_text("never")
+        with journal.session():
+            journal.record_file(str(other))
+            other.write_text("5000")
+        assert other.read_text() == "100"          # inner session undone
+        assert setting.read_text() == "never"      # outer change still in force
+    assert setting.read_text() == "madvise"
+    assert not journal.path.exists()
+
+
+def test_restore_runs_when_the_block_raises(tmp_path, setting):
+    journal = knobs.Journal(tmp_path / "journal.json")
+    with pytest.raises(RuntimeError), journal.session():
+        journal.record_file(str(setting))
+        setting.write_text("always")
+        raise RuntimeError("trial crashed")
+    assert setting.read_text() == "madvise"
+
+
+def test_a_crashed_owner_is_replayed_a_live_one_is_not(tmp_path, setting):
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    path = tmp_path / "journal.json"
+    path.write_text(json.dumps({"pid": dead.pid, "entries": [
+        {"kind": "file", "path": str(setting), "old": "never"}]}))
+    journal = knobs.Journal(path)
+    assert journal.orphaned()
+    assert knobs.replay_orphaned(journal) == [f"{setting} = never"]
+    assert setting.read_text() == "never" and not path.exists()
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        path.write_text(json.dumps({"pid": live.pid, "entries": []}))
+        assert not knobs.Journal(path).orphaned()
+    finally:
+        live.kill()
+
+
+def test_changes_are_refused_without_consent(monkeypatch, tmp_path, setting):
+    monkeypatch.setattr(knobs, "THP_ENABLED", str(setting))
+    wanted = knobs.HostSettings(thp="always")
+    with pytest.raises(MmlabError, match=r"would change .*madvise -> always.*host_changes"):
+        knobs.apply(wanted, knobs.Journal(tmp_path / "j.json"), allowed=False)
+    assert setting.read_text().startswith("always [madvise]")
+    assert knobs.apply(knobs.HostSettings(thp="madvise"), knobs.Journal(tmp_path / "j.json"),
+                       allowed=False) == []   # asking for what is there needs no consent
+
+
+def test_bad_sizes_and_journals_name_the_culprit(tmp_path):
+    with pytest.raises(MmlabError, match="size '12X'"):
+        knobs.parse_size("12X")
+    assert knobs.parse_size("512M") == 512 << 20
+    bad = tmp_path / "journal.json"
+    bad.write_text("{not json")
+    with pytest.raises(MmlabError, match="journal.json: unreadable journal"):
+        knobs.Journal(bad).entries()
