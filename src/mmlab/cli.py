@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
 import json
 import signal
 import sys
@@ -11,13 +13,20 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import knobs, probe, workloads
+from . import experiment, knobs, probe, runner, verdicts, workloads
 from .errors import Interrupted, MmlabError
 from .report import terminal
+from .store import Store
 from .targets import host
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Reproduce, measure and explain Linux mm performance reports.")
+experiment_app = typer.Typer(no_args_is_help=True, help="Run profiles: interleaved, resumable.")
+app.add_typer(experiment_app, name="experiment")
+
+RESULTS = typer.Option("mmlab-results", "--results", help="lab directory holding the store")
+ALLOW = typer.Option(False, "--allow-host-changes",
+                     help="let arms and workloads change global settings (restored afterwards)")
 
 
 @app.callback()
@@ -61,11 +70,7 @@ def run(ctx: typer.Context,
         raise MmlabError(f"{wl.name} changes {', '.join(wl.host_settings)} while it runs; "
                          "pass --allow-host-changes (they are restored afterwards)")
     samples = []
-    progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                        TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
-                        console=terminal.console(), disable=as_json or not sys.stdout.isatty(),
-                        transient=True)
-    with progress:
+    with _progress(disable=as_json) as progress:
         task = progress.add_task(f"{wl.name}", total=reps)
         for _ in range(reps):
             for sample in host.run(wl, params, samples=1):
@@ -79,6 +84,121 @@ def run(ctx: typer.Context,
     out.print(terminal.samples_table(wl, samples))
     out.print(terminal.state_table(samples))
     out.print(terminal.vmstat_table(samples))
+
+
+def _progress(disable: bool = False) -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(),
+                    TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
+                    console=terminal.console(), disable=disable or not sys.stdout.isatty(),
+                    transient=True)
+
+
+def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool) -> None:
+    out = terminal.console()
+    with _progress() as progress:
+        task = progress.add_task("starting", total=len(plan.order))
+
+        def on_trial(trial, index, total):
+            progress.update(task, completed=index,
+                            description=f"trial {index + 1}/{total} arm {trial.arm}")
+        result = runner.run(store, exp_id, plan, allow, on_trial)
+    out.print(f"trials: {result.done} run now, {result.skipped} already done, "
+              f"{result.failed} failed")
+    for t in store.trials(exp_id, status="failed")[:5]:
+        out.print(f"[red]failed[/red] trial {t.position} ({terminal.escape(t.arm)}): "
+                  f"{terminal.escape(t.error or '')}")
+    _print_comparison(store, exp_id, plan)
+    typer.echo(exp_id)
+
+
+def _load(store: Store, exp_id: int) -> experiment.Plan:
+    row = store.experiment(exp_id)
+    return experiment.parse(row["profile_text"], row["profile_path"])
+
+
+def _print_comparison(store: Store, exp_id: int, plan: experiment.Plan) -> None:
+    out = terminal.console()
+    samples = store.samples_by_arm(exp_id)
+    wl = workloads.get(plan.profile.workload)
+    out.print(terminal.arm_summary_table(wl, samples, plan.profile.metrics))
+    judged = verdicts.judge(plan, samples)
+    out.print(terminal.compare_table(f"experiment {exp_id}: {plan.profile.name}",
+                                     judged.comparisons))
+    for line in terminal.reasons(judged.comparisons):
+        out.print(terminal.escape(line))
+
+
+@experiment_app.command("run")
+def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
+                   results: Path = RESULTS, allow_host_changes: bool = ALLOW) -> None:
+    """Expand PROFILE, store its plan, run it; prints the experiment ID last."""
+    plan = experiment.load(profile)
+    runner.check_consent(plan, allow_host_changes)
+    store = Store(results)
+    exp_id = store.create_experiment(plan)
+    typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {plan.profile.repetitions} "
+               f"rounds, seed {plan.profile.seed}, store {store.dir}", err=True)
+    _run_plan(store, exp_id, plan, allow_host_changes)
+
+
+@experiment_app.command("resume")
+def experiment_resume(exp_id: int = typer.Argument(...), results: Path = RESULTS,
+                      allow_host_changes: bool = ALLOW) -> None:
+    """Finish an interrupted experiment without repeating finished trials."""
+    store = Store(results)
+    _run_plan(store, exp_id, _load(store, exp_id), allow_host_changes)
+
+
+@app.command("experiments")
+def experiments_cmd(results: Path = RESULTS) -> None:
+    """List the experiments in the store."""
+    terminal.console().print(terminal.experiments_table(Store(results).experiments()))
+
+
+@app.command()
+def show(exp_id: int = typer.Argument(...), results: Path = RESULTS) -> None:
+    """One experiment: its profile, environment, execution order and per-arm figures."""
+    store = Store(results)
+    row = store.experiment(exp_id)
+    plan = _load(store, exp_id)
+    out = terminal.console()
+    out.print(f"[bold]experiment {exp_id}[/bold]: {row['name']} ({row['workload']}), "
+              f"profile {row['profile_path']} sha256 {row['profile_hash'][:12]}, seed {row['seed']}")
+    trials = store.trials(exp_id)
+    counts = {st: sum(t.status == st for t in trials) for st in ("done", "failed", "planned",
+                                                                  "running")}
+    out.print("trials: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
+    envs = store.environments(exp_id)
+    if envs:
+        e = envs[0]
+        out.print(terminal.escape(f"environment: kernel {e['kernel']}, {e['cpus']} x "
+                                  f"{e['cpu_model']}, mmlab {e['mmlab_version']} "
+                                  f"({e['git_commit']})"))
+    order = " ".join(f"{t.position}:{t.arm}" for t in trials[:30])
+    out.print(terminal.escape(f"order: {order}{' ...' if len(trials) > 30 else ''}"))
+    wl = workloads.get(plan.profile.workload)
+    out.print(terminal.arm_summary_table(wl, store.samples_by_arm(exp_id), plan.profile.metrics))
+
+
+@app.command()
+def compare(exp_id: int = typer.Argument(...), results: Path = RESULTS,
+            as_json: bool = typer.Option(False, "--json", help="a JSON list of comparisons"),
+            as_csv: bool = typer.Option(False, "--csv", help="CSV, one comparison per row")) -> None:
+    """Verdicts per metric and pair of arms, with CIs, p-values and the state audit."""
+    store = Store(results)
+    plan = _load(store, exp_id)
+    if not (as_json or as_csv):
+        _print_comparison(store, exp_id, plan)
+        return
+    rows = [c.as_dict() for c in verdicts.judge(plan, store.samples_by_arm(exp_id)).comparisons]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=1))
+        return
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["metric"])
+    writer.writeheader()
+    writer.writerows(rows)
+    typer.echo(buf.getvalue(), nl=False)
 
 
 @app.command("probe")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,7 +11,7 @@ from rich.table import Table
 
 from ..probe import Fact
 from ..samples import Sample
-from ..stats import summarize
+from ..stats import Comparison, summarize
 from ..workloads import HARNESS_PARAMS, Workload
 
 
@@ -110,3 +111,78 @@ def console() -> Console:
     import sys
     width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
     return Console(highlight=False, width=width)
+
+
+VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "no change": "cyan",
+                 "unreliable": "yellow", "not comparable": "magenta"}
+
+
+def pair_label(arm: str, baseline: str) -> str:
+    """'swap=zram:64M,thp=hugepage' vs 'swap=none,thp=hugepage' ->
+    'thp=hugepage: swap zram:64M vs none'; other names are kept whole."""
+    a, b = arm.split(","), baseline.split(",")
+    if not all("=" in x for x in a + b) or len(a) != len(b):
+        return f"{arm} vs {baseline}"
+    shared = [x for x in a if x in b]
+    differ = [f"{x.split('=', 1)[0]} {x.split('=', 1)[1]} vs {y.split('=', 1)[1]}"
+              for x, y in zip(a, b) if x != y]
+    return (",".join(shared) + ": " if shared else "") + "; ".join(differ)
+
+
+def compare_table(title: str, comparisons: list[Comparison]) -> Table:
+    """Mailing-list layout: medians side by side, the change, the ratio and its CI."""
+    table = Table(title=title)
+    width = max([len(c.metric) for c in comparisons] + [6])
+    table.add_column("metric", no_wrap=True, min_width=width)
+    table.add_column("arm vs baseline", overflow="fold", min_width=26)
+    for col in ("baseline", "arm", "change", "ratio", "95% CI", "p"):
+        table.add_column(col, justify="right", no_wrap=True)
+    table.add_column("verdict", no_wrap=True)
+    for c in comparisons:
+        ci = "-" if not math.isfinite(c.ci_low) else f"{c.ci_low:.3f}..{c.ci_high:.3f}"
+        p = "-" if not math.isfinite(c.p_value) else f"{c.p_value:.2g}"
+        ratio = "-" if not math.isfinite(c.ratio) else f"{c.ratio:.3f}x"
+        change = "-" if not math.isfinite(c.ratio) else f"{c.change:+.1%}"
+        table.add_row(c.metric, escape(pair_label(c.arm, c.baseline)), fmt(c.median_baseline),
+                      fmt(c.median), change, ratio, ci, p,
+                      f"[{VERDICT_STYLE[c.verdict]}]{c.verdict}[/]")
+    return table
+
+
+def reasons(comparisons: list[Comparison]) -> list[str]:
+    """One line per distinct reason behind a verdict other than a clear one."""
+    seen, out = set(), []
+    for c in comparisons:
+        key = (c.arm, c.baseline, c.reason)
+        if key not in seen:
+            seen.add(key)
+            out.append(f"{c.arm} vs {c.baseline}: {c.verdict}: {c.reason}")
+    return out
+
+
+def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
+                      metrics: list[str]) -> Table:
+    table = Table(title="per arm: median (CV), n")
+    table.add_column("arm")
+    table.add_column("n", justify="right")
+    for m in metrics:
+        arrow = "↑" if workload.metric(m).higher_is_better else "↓"
+        table.add_column(f"{m} {arrow}", justify="right")
+    for arm, ss in samples.items():
+        cells = []
+        for m in metrics:
+            s = summarize([x.metrics.get(m) for x in ss])
+            cells.append(f"{fmt(s.median)} ({pct(s.cv)})")
+        table.add_row(escape(arm), str(len(ss)), *cells)
+    return table
+
+
+def experiments_table(rows) -> Table:
+    table = Table(title="experiments")
+    for col in ("ID", "name", "workload", "created", "trials", "done", "failed"):
+        table.add_column(col)
+    for r in rows:
+        created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
+        table.add_row(str(r["id"]), r["name"], r["workload"], created, str(r["trials"]),
+                      str(r["done"]), str(r["failed"]))
+    return table

@@ -8,6 +8,7 @@ first, so that a SIGKILLed mmwork cannot leave them changed.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator
@@ -33,17 +34,35 @@ def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iter
         yield
 
 
+def parse_cpus(text: str) -> set[int]:
+    """'0-1,3' -> {0, 1, 3}, checked against the CPUs that are online."""
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    online = os.sched_getaffinity(0)
+    if not cpus <= online:
+        raise MmlabError(f"cpus = {text!r}: CPU {min(cpus - online)} is not available "
+                         f"(have {sorted(online)})")
+    return cpus
+
+
 def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
-        journal: knobs.Journal | None = None,
+        journal: knobs.Journal | None = None, cpus: str | None = None,
         on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
-    """Run `samples` measured samples in one mmwork process and return them."""
+    """Run `samples` measured samples in one mmwork process and return them.
+
+    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs."""
     journal = journal or knobs.Journal()
     argv = [str(mmwork_path()), workload.name, *workload.args(params), "--samples", str(samples)]
     if warmups is not None:
         argv += ["--warmups", str(warmups)]
     got: list[Sample] = []
     with _guard_workload_settings(workload, journal):
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cpuset = parse_cpus(cpus) if cpus else None
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
+                                if cpuset else None)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:

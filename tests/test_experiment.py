@@ -1,0 +1,102 @@
+"""Profiles and schedules: every shipped profile loads; bad ones fail with
+file, line and key; the schedule is seeded, interleaved and reproducible."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mmlab import experiment
+from mmlab.errors import MmlabError
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+GOOD = """\
+name = "t"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["cycle_ns_per_page"]
+baseline = { thp = "nohugepage" }
+
+[params]
+mapping-kb = 1024
+
+[matrix]
+thp = ["hugepage", "nohugepage"]
+"""
+
+
+def test_schedule_is_interleaved_seeded_and_reproducible():
+    arms = ["a", "b", "c"]
+    order = experiment.schedule(arms, 5, seed=42)
+    assert len(order) == 15
+    for rnd in range(5):
+        assert sorted(name for r, name in order if r == rnd) == arms   # each round: every arm once
+    assert [r for r, _ in order] == sorted(r for r, _ in order)        # rounds never mix
+    assert order == experiment.schedule(arms, 5, seed=42)
+    others = [experiment.schedule(arms, 5, seed=s) for s in range(1, 6)]
+    assert any(o != order for o in others)
+    first_places = Counter(order[3 * r][1] for r in range(5))
+    assert len(first_places) > 1                                        # really shuffled
+
+
+@pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.name)
+def test_shipped_profiles_load(path):
+    plan = experiment.load(path)
+    assert len(plan.order) == len(plan.arms) * plan.profile.repetitions
+    assert any(experiment.baseline_for(plan, a) is not None for a in plan.arms)
+
+
+def test_required_profiles_are_shipped():
+    names = {p.stem for p in EXPERIMENTS.glob("*.toml")}
+    assert {"pageout-thp-modes", "pageout-swap", "mremap-workers-swap",
+            "unmap-young-sequential", "ksm-rmap-vma-scaling", "aa-pageout"} <= names
+
+
+def test_table_baseline_pairs_by_the_other_axes():
+    plan = experiment.parse(GOOD.replace('thp = ["hugepage", "nohugepage"]',
+                                         'thp = ["hugepage", "nohugepage"]\nrounds = [1, 2]'))
+    pairs = {a.name: experiment.baseline_for(plan, a) for a in plan.arms}
+    assert pairs["thp=hugepage,rounds=2"].name == "thp=nohugepage,rounds=2"
+    assert pairs["thp=nohugepage,rounds=1"] is None
+
+
+def test_min_sample_ms_becomes_the_workload_parameter():
+    plan = experiment.parse(GOOD + "", "p.toml")
+    assert "min-ms" not in plan.arms[0].params
+    plan = experiment.parse(GOOD.replace("repetitions = 3", "repetitions = 3\nmin_sample_ms = 50"))
+    assert plan.arms[0].params["min-ms"] == 50
+
+
+@pytest.mark.parametrize("change, message", [
+    (("repetitions = 3", "repetitions = 3\ncolour = 1"), r"p\.toml:4: colour: unknown key"),
+    (("repetitions = 3", 'repetitions = "three"'), r"p\.toml:3: repetitions: Input should be"),
+    (("repetitions = 3", "repetitions = 2"), r"p\.toml:3: repetitions: .*greater than or equal to 3"),
+    (('thp = ["hugepage", "nohugepage"]', "thp = []"), r"p\.toml:11: matrix\.thp: List should have at least 1 item"),
+    (('[matrix]\nthp = ["hugepage", "nohugepage"]\n', ""), r"p\.toml: matrix: give either"),
+    (('["cycle_ns_per_page"]', '["cycle_ns"]'), r"p\.toml:4: metrics: unknown metric 'cycle_ns'"),
+    (('baseline = { thp = "nohugepage" }', 'baseline = "nobody"'),
+     r"p\.toml:5: baseline: no arm is named 'nobody'"),
+    (('baseline = { thp = "nohugepage" }', 'baseline = { thp = "always" }'),
+     r"p\.toml:5: baseline\.thp: 'always' is not a value"),
+    (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "sometimes"]'),
+     r"p\.toml:10: matrix: pageout-refault: --thp: 'sometimes' is not one of"),
+    (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "nohugepage"]\nswap = ["lots"]'),
+     r"p\.toml:12: matrix\.swap: 'lots': expected none, file:SIZE or zram:SIZE"),
+    (("mapping-kb = 1024", "mapping-kb = 1024\nflavour = 3"),
+     r"matrix: pageout-refault: unknown parameter 'flavour'"),
+    (('workload = "pageout-refault"', 'workload = "nope"'), r"p\.toml:2: workload: unknown workload"),
+    (("repetitions = 3", "repetitions = = 3"), r"p\.toml: Invalid value .*line 3"),
+])
+def test_bad_profiles_name_file_line_and_key(change, message):
+    old, new = change
+    assert old in GOOD
+    with pytest.raises(MmlabError, match=message):
+        experiment.parse(GOOD.replace(old, new, 1), "p.toml")
+
+
+def test_missing_profile_file_is_named(tmp_path):
+    with pytest.raises(MmlabError, match="nope.toml: No such file"):
+        experiment.load(tmp_path / "nope.toml")
