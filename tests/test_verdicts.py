@@ -87,3 +87,11 @@ def test_mixed_state_within_an_arm_and_errors_are_flagged():
     assert "madvise_pageout:EINVAL x4" in str(audit.audit_arm("B", failing)[0])
     steady = [sample({"thp_backed_fraction": 1.0, "swap_used_kb": v}) for v in (10, 5000, 90)]
     assert audit.audit_arm("C", steady) == []   # how much swap is used may vary
+
+
+def test_a_ksm_walk_that_migrated_nothing_is_a_different_state():
+    moved = [sample() for _ in range(3)]
+    for s, n in zip(moved, (2.0, 0.0, 2.0)):
+        s.counts["ksm_pages_migrated"] = n
+    (f,) = audit.audit_arm("A", moved)
+    assert f.check == "KSM pages compaction moved"

@@ -27,7 +27,7 @@ KSM_AXES = frozenset({"vmas", "pattern", "kernel"})
 @dataclass(frozen=True)
 class Check:
     name: str
-    section: str          # "state" or "vmstat_delta"
+    section: str          # "state", "vmstat_delta" or "counts"
     keys: tuple[str, ...]
     allowed_by: frozenset[str]   # axes (or axis prefixes ending in ".") that may change it
     abs_tol: float = 0.0  # numeric state: differences up to this are the same state
@@ -56,11 +56,20 @@ CHECKS = (
     Check("KSM merging", "state", ("ksm_merged_fraction",), KSM_AXES | {"ksm."}, abs_tol=0.05),
     Check("KSM running", "state", ("ksm_run",), frozenset({"ksm."})),
     Check("VMA count of the mapping", "state", ("vmas_actual",), KSM_AXES, rel_tol=0.01),
+    # Compaction reaches a page or not depending on where it sits: a walk that
+    # migrated nothing is a different experiment from one that migrated all.
+    Check("KSM pages compaction moved", "counts", ("ksm_pages_migrated",), KSM_AXES,
+          presence=True),
     Check("page size", "state", ("page_size_kb", "after_prefault_kernel_page_kb"),
           frozenset({"kernel"})),
     Check("kernel", "state", ("kernel",), frozenset({"kernel"})),
     Check("MGLRU", "state", ("lru_gen_enabled",), frozenset({"kernel", "sysctl."})),
-    Check("online CPUs", "state", ("online_cpus",), frozenset({"kernel", "cpus"})),
+    Check("online CPUs", "state", ("online_cpus", "guest_vcpus"), frozenset({"kernel", "cpus"})),
+    Check("guest memory", "state", ("mem_total_kb", "guest_memory_mb"),
+          frozenset({"kernel", "memory_mb"}), rel_tol=0.02),
+    # Host against guest, or KVM against TCG: different clocks, never comparable.
+    Check("where it ran (host, KVM or TCG guest)", "state", ("target", "accelerator"),
+          frozenset()),
 )
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import experiment, knobs, probe, runner, verdicts, workloads
+from . import experiment, kernels, knobs, probe, runner, verdicts, workloads
 from .errors import Interrupted, MmlabError
 from .report import terminal
 from .store import Store
@@ -23,6 +23,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Reproduce, measure and explain Linux mm performance reports.")
 experiment_app = typer.Typer(no_args_is_help=True, help="Run profiles: interleaved, resumable.")
 app.add_typer(experiment_app, name="experiment")
+kernels_app = typer.Typer(no_args_is_help=True, help="Kernel images for QEMU guests.")
+app.add_typer(kernels_app, name="kernels")
 
 RESULTS = typer.Option("mmlab-results", "--results", help="lab directory holding the store")
 ALLOW = typer.Option(False, "--allow-host-changes",
@@ -101,7 +103,8 @@ def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool) -> 
         def on_trial(trial, index, total):
             progress.update(task, completed=index,
                             description=f"trial {index + 1}/{total} arm {trial.arm}")
-        result = runner.run(store, exp_id, plan, allow, on_trial)
+        result = runner.run(store, exp_id, plan, allow, on_trial,
+                            say=lambda text: progress.console.print(text))
     out.print(f"trials: {result.done} run now, {result.skipped} already done, "
               f"{result.failed} failed")
     for t in store.trials(exp_id, status="failed")[:5]:
@@ -122,6 +125,8 @@ def _print_comparison(store: Store, exp_id: int, plan: experiment.Plan) -> None:
     wl = workloads.get(plan.profile.workload)
     out.print(terminal.arm_summary_table(wl, samples, plan.profile.metrics))
     judged = verdicts.judge(plan, samples)
+    for line in terminal.accelerator_notes(samples):
+        out.print(line)
     out.print(terminal.compare_table(f"experiment {exp_id}: {plan.profile.name}",
                                      judged.comparisons))
     for line in terminal.reasons(judged.comparisons):
@@ -199,6 +204,27 @@ def compare(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     writer.writeheader()
     writer.writerows(rows)
     typer.echo(buf.getvalue(), nl=False)
+
+
+@kernels_app.command("add")
+def kernels_add(spec: str = typer.Argument(..., help="debian:6.12, debian:6.1.192, or a bzImage"),
+                config: Path = typer.Option(None, "--config", help="the .config of a local image"),
+                name: str = typer.Option(None, "--name", help="name for a local image")) -> None:
+    """Fetch a Debian kernel package (apt) or register a local bzImage."""
+    if spec.startswith("debian:"):
+        k = kernels.add_debian(spec.removeprefix("debian:"))
+    else:
+        if config is None:
+            raise MmlabError(f"{spec}: a local image needs --config path/to/.config")
+        k = kernels.add_local(Path(spec), config, name)
+    typer.echo(f"{k.name}: {k.version} from {k.source}, config sha256 {k.config_sha256[:12]}, "
+               f"in {k.dir}")
+
+
+@kernels_app.command("list")
+def kernels_list() -> None:
+    """The cached kernels and the features their configs enable."""
+    terminal.console().print(terminal.kernels_table(kernels.cached()))
 
 
 @app.command("probe")

@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from . import knobs, workloads
 from .errors import MmlabError
 
-SETTING_AXES = ("thp_mode", "thp_defrag", "swap", "cpus", "target")
+SETTING_AXES = ("thp_mode", "thp_defrag", "swap", "cpus", "kernel", "memory_mb")
+KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?|local:[A-Za-z0-9._+-]+)$")
 SETTING_PREFIXES = ("ksm.", "sysctl.")
 Scalar = str | int | float | bool
 
@@ -43,7 +44,9 @@ class Profile(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     workload: str
-    target: str = "host"
+    kernel: str = "host"          # or debian:6.12, local:NAME: a guest in QEMU
+    memory_mb: int = Field(default=1024, ge=128)
+    timeout_s: float = Field(default=600, gt=0, description="per guest trial")
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []
@@ -59,11 +62,11 @@ class Profile(BaseModel):
     seed: int = 1
     host_changes: bool = False
 
-    @field_validator("target")
+    @field_validator("kernel")
     @classmethod
-    def host_only_for_now(cls, v: str) -> str:
-        if v != "host":
-            raise ValueError("only 'host' is available (kernels in QEMU come later)")
+    def kernel_name(cls, v: str) -> str:
+        if not KERNEL_NAME.match(v):
+            raise ValueError(f"{v!r}: expected host, debian:MAJOR.MINOR[.PATCH] or local:NAME")
         return v
 
     @field_validator("matrix")
@@ -81,10 +84,17 @@ class Arm:
     values: dict[str, Scalar]          # the axis values that define it
     params: dict[str, Scalar]          # workload parameters, base + arm
     settings: knobs.HostSettings
-    cpus: str | None = None
+    cpus: str | None = None            # host: a CPU list to pin to; guest: the vCPU count
+    kernel: str = "host"
+    memory_mb: int = 1024
+
+    @property
+    def is_guest(self) -> bool:
+        return self.kernel != "host"
 
     def spec(self) -> dict[str, Any]:
         return {"values": self.values, "params": self.params, "cpus": self.cpus,
+                "kernel": self.kernel, "memory_mb": self.memory_mb,
                 "settings": {"thp": self.settings.thp, "thp_defrag": self.settings.thp_defrag,
                              "swap": self.settings.swap, "ksm": self.settings.ksm,
                              "sysctl": self.settings.sysctl}}
@@ -198,10 +208,11 @@ def _is_setting(axis: str) -> bool:
 
 
 def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
-         wl: workloads.Workload, loc: tuple, fail) -> Arm:
+         wl: workloads.Workload, loc: tuple, fail, profile: Profile) -> Arm:
     params = dict(base)
     settings = knobs.HostSettings()
     cpus = None
+    kernel, memory_mb = profile.kernel, profile.memory_mb
     for axis, value in values.items():
         if axis == "thp_mode":
             if value not in knobs.THP_MODES:
@@ -218,12 +229,21 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
                            "(SIZE like 256M)")
             settings.swap = str(value)
         elif axis == "cpus":
-            if not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(value)):
-                raise fail(loc + (axis,), f"{value!r}: expected a CPU list like 0 or 0-1,3")
+            if isinstance(value, bool) or not (
+                    isinstance(value, int) and value > 0
+                    or re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(value))):
+                raise fail(loc + (axis,), f"{value!r}: expected a CPU count like 2 or, on "
+                           "the host, a CPU list like \"0-1,3\"")
             cpus = str(value)
-        elif axis == "target":
-            if value != "host":
-                raise fail(loc + (axis,), "only 'host' is available for now")
+        elif axis == "kernel":
+            if not KERNEL_NAME.match(str(value)):
+                raise fail(loc + (axis,), f"{value!r}: expected host, debian:MAJOR.MINOR"
+                           "[.PATCH] or local:NAME")
+            kernel = str(value)
+        elif axis == "memory_mb":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 128:
+                raise fail(loc + (axis,), f"{value!r}: expected a whole number of MiB >= 128")
+            memory_mb = value
         elif axis.startswith("ksm."):
             settings.ksm[axis[4:]] = int(value)
         elif axis.startswith("sysctl."):
@@ -234,7 +254,13 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
         wl.check(params)
     except MmlabError as exc:
         raise fail(loc, str(exc)) from exc
-    return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus)
+    if kernel != "host" and cpus is not None and not cpus.isdigit():
+        raise fail(loc + ("cpus",), f"{cpus!r}: a guest takes a vCPU count, not a CPU list")
+    if kernel != "host" and settings.swap not in (None, "none"):
+        raise fail(loc + ("swap",), f"{settings.swap!r}: guests have no swap device yet "
+                   "(only swap = \"none\" runs in QEMU)")
+    return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
+               kernel=kernel, memory_mb=memory_mb)
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:
@@ -242,13 +268,14 @@ def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], f
         names = [a.name for a in profile.arms]
         if len(set(names)) != len(names):
             raise fail(("arms",), "two arms share a name")
-        return [_arm(a.name, dict(a.set), base, wl, ("arms", "set"), fail) for a in profile.arms]
+        return [_arm(a.name, dict(a.set), base, wl, ("arms", "set"), fail, profile)
+                for a in profile.arms]
     axes = list(profile.matrix)
     arms = []
     for combo in itertools.product(*(profile.matrix[a] for a in axes)):
         values = dict(zip(axes, combo))
         name = ",".join(f"{a}={_text(v)}" for a, v in values.items())
-        arms.append(_arm(name, values, base, wl, ("matrix",), fail))
+        arms.append(_arm(name, values, base, wl, ("matrix",), fail, profile))
     return arms
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import knobs, probe, workloads
+from . import kernels, knobs, probe, workloads
 from .errors import Interrupted, MmlabError
-from .experiment import Plan
+from .experiment import Arm, Plan
+from .samples import Sample
 from .store import Store, Trial
-from .targets import host
+from .targets import host, qemu
 
 
 @dataclass
@@ -27,23 +28,69 @@ class RunResult:
 
 
 def check_consent(plan: Plan, allow_host_changes: bool) -> None:
-    """Refuse before the first trial, naming the setting, unless allowed."""
+    """Refuse before the first trial, naming the setting, unless allowed.
+    Guest arms change only their own disposable kernel and need no consent."""
     allowed = allow_host_changes or plan.profile.host_changes
-    if allowed:
+    host_arms = [a for a in plan.arms if not a.is_guest]
+    if allowed or not host_arms:
         return
     wl = workloads.get(plan.profile.workload)
     if wl.host_settings:
         raise MmlabError(f"{wl.name} changes {wl.host_settings[0]} while it runs; set "
                          "host_changes = true in the profile or pass --allow-host-changes")
-    for arm in plan.arms:
+    for arm in host_arms:
         changes = arm.settings.changes()
         if changes:
             raise MmlabError(f"arm {arm.name} would change {changes[0]}; set host_changes = "
                              "true in the profile or pass --allow-host-changes")
 
 
+def prepare_kernels(plan: Plan, say: Callable[[str], None]) -> dict[str, kernels.Kernel | str]:
+    """Each guest kernel the plan names, fetched if it is a Debian one not yet
+    cached; an error text in place of a kernel makes that kernel's trials fail."""
+    out: dict[str, kernels.Kernel | str] = {}
+    for name in sorted({a.kernel for a in plan.arms if a.is_guest}):
+        try:
+            out[name] = kernels.get(name)
+        except MmlabError as missing:
+            if not name.startswith("debian:"):
+                out[name] = str(missing)
+                continue
+            say(f"fetching kernel {name} (apt-get download)")
+            try:
+                out[name] = kernels.add_debian(name.removeprefix("debian:"))
+            except MmlabError as exc:
+                out[name] = str(exc)
+    return out
+
+
+def _run_guest(arm: Arm, kernel: kernels.Kernel | str, plan: Plan,
+               wl: workloads.Workload) -> tuple[list[Sample], dict]:
+    if isinstance(kernel, str):
+        raise MmlabError(kernel)
+    guest = qemu.Guest(kernel, vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
+                       timeout_s=plan.profile.timeout_s)
+    accel, why = qemu.accelerator(kernel, qemu.initramfs_cache())
+    env = {**probe.environment(), **qemu.guest_environment(guest, accel, why)}
+    try:
+        samples = qemu.run(guest, wl, arm.params, plan.profile.samples_per_trial,
+                           plan.profile.warmups, arm.settings)
+    except MmlabError as exc:
+        raise TrialError(str(exc), env) from exc
+    return samples, env
+
+
+class TrialError(MmlabError):
+    """A failed trial, with the environment it failed in."""
+
+    def __init__(self, message: str, environment: dict):
+        super().__init__(message)
+        self.environment = environment
+
+
 def run(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
-        on_trial: Callable[[Trial, int, int], None] | None = None) -> RunResult:
+        on_trial: Callable[[Trial, int, int], None] | None = None,
+        say: Callable[[str], None] = print) -> RunResult:
     """Run every planned trial of `exp_id`; `on_trial(trial, index, total)` before each."""
     check_consent(plan, allow_host_changes)
     allowed = allow_host_changes or plan.profile.host_changes
@@ -53,6 +100,7 @@ def run(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
     pending = store.trials(exp_id, status="planned")
     total = len(store.trials(exp_id))
     skipped = total - len(pending)
+    guest_kernels = prepare_kernels(plan, say) if pending else {}
     journal = knobs.Journal()
     done = failed = 0
     for trial in pending:
@@ -62,16 +110,20 @@ def run(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
         store.start_trial(trial.id)
         env = None
         try:
-            with journal.session():
-                knobs.apply(arm.settings, journal, allowed)
-                env = probe.environment()
-                samples = host.run(wl, arm.params, samples=plan.profile.samples_per_trial,
-                                   warmups=plan.profile.warmups, journal=journal, cpus=arm.cpus)
+            if arm.is_guest:
+                samples, env = _run_guest(arm, guest_kernels[arm.kernel], plan, wl)
+            else:
+                with journal.session():
+                    knobs.apply(arm.settings, journal, allowed)
+                    env = probe.environment()
+                    samples = host.run(wl, arm.params, samples=plan.profile.samples_per_trial,
+                                       warmups=plan.profile.warmups, journal=journal,
+                                       cpus=arm.cpus)
         except Interrupted:
             store.replan_trial(trial.id)
             raise
         except MmlabError as exc:
-            store.fail_trial(trial.id, str(exc), env)
+            store.fail_trial(trial.id, str(exc), getattr(exc, "environment", env))
             failed += 1
             continue
         store.finish_trial(trial.id, samples, env)

@@ -99,6 +99,7 @@ class Store:
                 "profile_hash, seed, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (p.name, p.workload, plan.path, plan.text, plan.profile_hash, p.seed, time.time()))
             exp_id = cur.lastrowid
+            targets = {a.name: f"qemu:{a.kernel}" if a.is_guest else "host" for a in plan.arms}
             arm_ids = {}
             for pos, arm in enumerate(plan.arms):
                 arm_ids[arm.name] = self.db.execute(
@@ -107,7 +108,7 @@ class Store:
             self.db.executemany(
                 "INSERT INTO trials (experiment_id, arm_id, position, round, order_seed, status, "
                 "target) VALUES (?, ?, ?, ?, ?, 'planned', ?)",
-                [(exp_id, arm_ids[name], pos, rnd, p.seed, p.target)
+                [(exp_id, arm_ids[name], pos, rnd, p.seed, targets[name])
                  for pos, (rnd, name) in enumerate(plan.order)])
         return exp_id
 

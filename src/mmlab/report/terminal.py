@@ -109,7 +109,7 @@ def console() -> Console:
     """Stdout; when it is not a terminal (logs, CI), wide enough for the tables."""
     import os
     import sys
-    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 120
+    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140
     return Console(highlight=False, width=width)
 
 
@@ -186,3 +186,30 @@ def experiments_table(rows) -> Table:
         table.add_row(str(r["id"]), r["name"], r["workload"], created, str(r["trials"]),
                       str(r["done"]), str(r["failed"]))
     return table
+
+
+def kernels_table(cached) -> Table:
+    table = Table(title="cached kernels")
+    for col in ("name", "version", "source", "config sha256", "features (m: module, -: absent)"):
+        table.add_column(col, overflow="fold")
+    for k in cached:
+        feats = " ".join(f if v == "y" else f"{f}(m)" if v == "m" else f"-{f}"
+                         for f, v in k.features().items())
+        table.add_row(k.name, k.version, escape(k.source), k.config_sha256[:12], feats)
+    return table
+
+
+def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
+    """Say plainly which arms ran emulated, once per accelerator."""
+    by_accel: dict[str, list[str]] = {}
+    for arm, ss in samples.items():
+        for accel in {str(s.state.get("accelerator", "none (host)")) for s in ss}:
+            by_accel.setdefault(accel, []).append(arm)
+    notes = []
+    for accel, arms in by_accel.items():
+        if accel == "tcg":
+            notes.append(f"[yellow]accelerator: TCG for {len(arms)} arm(s): timings are emulated "
+                         "and comparable only with other TCG timings[/yellow]")
+        elif accel == "kvm":
+            notes.append(f"accelerator: KVM for {len(arms)} arm(s)")
+    return notes

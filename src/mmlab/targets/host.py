@@ -35,12 +35,17 @@ def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iter
 
 
 def parse_cpus(text: str) -> set[int]:
-    """'0-1,3' -> {0, 1, 3}, checked against the CPUs that are online."""
+    """'0-1,3' -> {0, 1, 3}; a bare count '2' -> the first two usable CPUs.
+    Checked against the CPUs this process may use."""
+    online = os.sched_getaffinity(0)
+    if text.isdigit():
+        if int(text) > len(online):
+            raise MmlabError(f"cpus = {text}: only {len(online)} CPUs are available")
+        return set(sorted(online)[:int(text)])
     cpus: set[int] = set()
     for part in text.split(","):
         lo, _, hi = part.partition("-")
         cpus.update(range(int(lo), int(hi or lo) + 1))
-    online = os.sched_getaffinity(0)
     if not cpus <= online:
         raise MmlabError(f"cpus = {text!r}: CPU {min(cpus - online)} is not available "
                          f"(have {sorted(online)})")

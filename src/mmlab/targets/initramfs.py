@@ -1,0 +1,119 @@
+"""The guest's initramfs: busybox, the static mmwork, and an init that runs
+one trial and sends its output back over the second serial port.
+
+The base archive is built once per (mmwork, busybox, init) and cached by
+their hash.  Each trial appends a second, tiny archive holding /trial.sh:
+the kernel unpacks concatenated cpio archives in order, so no rebuild is
+needed per trial.  The archives are written here in the "newc" format
+(what the kernel's initramfs unpacker reads), so no cpio tool is needed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import os
+import shutil
+from pathlib import Path
+
+from ..build import mmwork_path
+from ..errors import MmlabError
+
+BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
+
+# /init: mount what the workloads read, run /trial.sh, and frame its stdout,
+# stderr and exit status on ttyS1 with a SHA-256 each, then power off.
+INIT = r"""#!/bin/busybox sh
+/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin
+/bin/busybox --install -s
+mount -t proc proc /proc
+mount -t sysfs sysfs /sys
+mount -t devtmpfs devtmpfs /dev
+mount -t tmpfs tmpfs /tmp
+mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+echo "mmlab-guest: running trial" > /dev/ttyS0
+sh /trial.sh > /tmp/stdout 2> /tmp/stderr
+echo $? > /tmp/rc
+for f in rc stdout stderr; do
+    sum=$(sha256sum < /tmp/$f | cut -d' ' -f1)
+    size=$(wc -c < /tmp/$f)
+    { echo "MMLAB-FRAME $f $sum $size"; base64 < /tmp/$f; echo "MMLAB-END $f"; } > /dev/ttyS1
+done
+echo "MMLAB-DONE" > /dev/ttyS1
+sync
+poweroff -f
+"""
+
+
+def _newc_entry(out: io.BytesIO, ino: int, name: str, mode: int, data: bytes = b"") -> None:
+    fields = [ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name) + 1, 0]
+    header = b"070701" + b"".join(f"{v:08x}".encode() for v in fields)
+    out.write(header + name.encode() + b"\0")
+    out.write(b"\0" * (-out.tell() % 4))
+    out.write(data)
+    out.write(b"\0" * (-out.tell() % 4))
+
+
+def cpio(files: dict[str, tuple[int, bytes]]) -> bytes:
+    """A newc archive of {path: (mode, data)}; directories have mode 0o040755."""
+    out = io.BytesIO()
+    for ino, (name, (mode, data)) in enumerate(sorted(files.items()), 1):
+        _newc_entry(out, ino, name, mode, data)
+    _newc_entry(out, 0, "TRAILER!!!", 0)
+    return out.getvalue()
+
+
+def busybox() -> Path:
+    for cand in BUSYBOX_CANDIDATES:
+        if Path(cand).is_file():
+            return Path(cand)
+    found = shutil.which("busybox")
+    if not found:
+        raise MmlabError("busybox not found: install busybox-static (make setup does)")
+    return Path(found)
+
+
+def base_archive(cache: Path) -> Path:
+    """The cached gzip'd base archive for the current mmwork and busybox."""
+    bb = busybox().read_bytes()
+    if not _is_static(busybox()):
+        raise MmlabError(f"{busybox()} is dynamically linked: install busybox-static")
+    mmwork = mmwork_path().read_bytes()
+    key = hashlib.sha256(bb + mmwork + INIT.encode()).hexdigest()[:16]
+    path = cache / f"base-{key}.cpio.gz"
+    if path.exists():
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    files = {d: (0o040755, b"") for d in ("bin", "dev", "proc", "sys", "tmp", "sbin", "usr",
+                                          "usr/bin", "usr/sbin")}
+    files.update({"init": (0o100755, INIT.encode()), "bin/busybox": (0o100755, bb),
+                  "bin/sh": (0o100755, bb), "bin/mmwork": (0o100755, mmwork)})
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+    tmp.rename(path)
+    return path
+
+
+def _is_static(path: Path) -> bool:
+    """An ELF without a PT_INTERP program header needs no dynamic loader."""
+    data = path.read_bytes()
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        return False
+    phoff = int.from_bytes(data[0x20:0x28], "little")
+    phentsize = int.from_bytes(data[0x36:0x38], "little")
+    phnum = int.from_bytes(data[0x38:0x3A], "little")
+    return all(int.from_bytes(data[phoff + i * phentsize: phoff + i * phentsize + 4], "little")
+               != 3 for i in range(phnum))
+
+
+def trial_initrd(base: Path, script: str, dest: Path) -> Path:
+    """base archive + a second gzip'd archive holding /trial.sh, in one file.
+
+    The kernel starts each further archive at a 4-byte boundary after zero
+    padding, so the base is padded before the trial part is appended."""
+    data = base.read_bytes()
+    data += b"\0" * (-len(data) % 4)
+    dest.write_bytes(data + gzip.compress(cpio({"trial.sh": (0o100755, script.encode())})))
+    return dest

@@ -1,0 +1,129 @@
+"""Guest kernels: fetching, the initramfs format, result framing, and real
+boots under QEMU (TCG here) that succeed, panic, hang or name an unknown
+kernel.  Boots are kept short: small memory, one short trial."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mmlab import kernels, workloads
+from mmlab.errors import MmlabError
+from mmlab.knobs import HostSettings
+from mmlab.targets import initramfs, qemu
+from mmlab.targets.host import TrialFailed
+
+pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                reason="QEMU is not installed (make setup installs it)")
+MMLAB = [sys.executable, "-m", "mmlab.cli"]
+TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
+
+
+@pytest.fixture(scope="session")
+def k612() -> kernels.Kernel:
+    try:
+        return kernels.get("debian:6.12")
+    except MmlabError:
+        return kernels.add_debian("6.12")
+
+
+def test_a_debian_kernel_is_cached_with_its_config(k612):
+    assert k612.image.stat().st_size > 1 << 20
+    assert k612.version.startswith("6.12.")
+    assert k612.config_sha256 == hashlib.sha256(k612.config.read_bytes()).hexdigest()
+    feats = k612.features()
+    assert feats["KSM"] == "y" and feats["THP"] == "y" and feats["KPROBES"] == "y"
+    assert "debian:6.12" in [k.name for k in kernels.cached()]
+
+
+def test_unknown_versions_and_kernels_are_clear_errors():
+    with pytest.raises(MmlabError, match=r"debian:5\.99: no Debian cloud kernel package"):
+        kernels.resolve_debian("5.99")
+    with pytest.raises(MmlabError, match=r"debian:six: expected debian:MAJOR\.MINOR"):
+        kernels.resolve_debian("six")
+    with pytest.raises(MmlabError, match=r"unknown kernel 'local:nope'.*mmlab kernels add"):
+        kernels.get("local:nope")
+
+
+def test_initramfs_is_a_newc_archive_cpio_can_read(tmp_path):
+    base = initramfs.base_archive(tmp_path)
+    listing = subprocess.run(["cpio", "-it", "--quiet"], input=gzip.decompress(base.read_bytes()),
+                             capture_output=True).stdout.decode().split()
+    assert {"init", "bin/busybox", "bin/mmwork"} <= set(listing)
+    assert initramfs.base_archive(tmp_path) == base          # cached by content
+    trial = initramfs.trial_initrd(base, "echo hi\n", tmp_path / "t")
+    assert trial.stat().st_size % 4 != 1 and trial.read_bytes().startswith(base.read_bytes())
+
+
+def test_frames_are_checked():
+    data = b"hello"
+    good = (f"MMLAB-FRAME stdout {hashlib.sha256(data).hexdigest()} 5\n"
+            f"{base64.b64encode(data).decode()}\nMMLAB-END stdout\n")
+    assert qemu._frames(good) == {"stdout": b"hello"}
+    with pytest.raises(TrialFailed, match="corrupted"):
+        qemu._frames(good.replace(base64.b64encode(data).decode(),
+                                  base64.b64encode(b"hellO").decode()))
+
+
+def test_a_trial_runs_in_the_guest_with_its_settings(k612):
+    guest = qemu.Guest(k612, vcpus=1, memory_mb=256, timeout_s=120)
+    samples = qemu.run(guest, workloads.get("pageout-refault"), {**TINY, "thp": "hugepage"},
+                       samples=2, warmups=0, settings=HostSettings(thp="always"))
+    assert len(samples) == 2
+    for s in samples:
+        assert s.state["kernel"] == k612.version            # measured inside the guest
+        assert s.state["thp_enabled"] == "always"           # the arm's setting, in the guest
+        assert s.state["accelerator"] in ("kvm", "tcg") and s.state["target"] == "qemu"
+        assert s.metrics["cycle_ns_per_page"] > 0
+
+
+def test_a_broken_command_line_is_a_failed_trial_with_the_console(k612):
+    guest = qemu.Guest(k612, memory_mb=256, timeout_s=60, extra_cmdline="rdinit=/no/such/init")
+    with pytest.raises(qemu.BootFailed, match=r"kernel panic in the guest.*console: "):
+        qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings())
+
+
+def test_a_hung_guest_is_killed_and_reported(k612):
+    guest = qemu.Guest(k612, memory_mb=256, timeout_s=10)
+    with pytest.raises(TrialFailed, match=r"guest hung: no result from debian:6\.12 after 10 s"):
+        qemu.run(guest, workloads.get("mremap-churn"), {"seconds": 120}, 1, 0, HostSettings())
+
+
+def test_kernel_axis_experiment_end_to_end(k612, tmp_path):
+    profile = tmp_path / "k.toml"
+    profile.write_text("""
+name = "kernel-axis"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = { cpus = 1 }
+memory_mb = 256
+timeout_s = 120
+[params]
+mapping-kb = 1024
+rounds = 2
+min-ms = 0
+[matrix]
+kernel = ["debian:6.12", "local:nope"]
+cpus = [1, 2]
+""")
+    proc = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
+                           str(tmp_path / "r")], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "6 run now" in proc.stdout and "6 failed" in proc.stdout
+    assert "unknown kernel 'local:nope'" in proc.stdout
+    assert "TCG" in proc.stdout or "KVM" in proc.stdout          # the accelerator is named
+    rows = json.loads(subprocess.run([*MMLAB, "compare", "1", "--results", str(tmp_path / "r"),
+                                      "--json"], capture_output=True, text=True).stdout)
+    ok = [r for r in rows if r["arm"] == "kernel=debian:6.12,cpus=2"]
+    assert ok and ok[0]["baseline"] == "kernel=debian:6.12,cpus=1" and ok[0]["ratio"] > 0
+    failed = [r for r in rows if r["arm"] == "kernel=local:nope,cpus=2"]
+    assert failed and failed[0]["verdict"] == "unreliable"
