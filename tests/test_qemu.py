@@ -127,3 +127,41 @@ cpus = [1, 2]
     assert ok and ok[0]["baseline"] == "kernel=debian:6.12,cpus=1" and ok[0]["ratio"] > 0
     failed = [r for r in rows if r["arm"] == "kernel=local:nope,cpus=2"]
     assert failed and failed[0]["verdict"] == "unreliable"
+
+
+def test_instrumented_guest_run_counts_and_times_kernel_functions(k612):
+    """The no-swap MADV_PAGEOUT chain of seed 001: every folio asks for swap."""
+    proc = subprocess.run([*MMLAB, "run", "pageout-refault", "--kernel", "debian:6.12",
+                           "--memory-mb", "256", "--reps", "1", "--mapping-kb", "1024",
+                           "--rounds", "2", "--min-ms", "0", "--json",
+                           "--trace-count", "folio_alloc_swap", "--trace-time", "reclaim_pages"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert s["state"]["instrumented"] == 1
+    rounds = 2 * 2                                   # a warm-up sample and a measured one
+    assert s["counts"]["trace_calls.folio_alloc_swap"] >= 256 * rounds
+    assert s["counts"]["trace_timed_calls.reclaim_pages"] >= rounds
+    assert s["counts"]["trace_max_us.reclaim_pages"] > 0
+
+
+def test_a_broken_cmdline_in_a_profile_is_a_failed_trial(k612, tmp_path):
+    profile = tmp_path / "b.toml"
+    profile.write_text("""
+name = "broken"
+workload = "pageout-refault"
+kernel = "debian:6.12"
+cmdline = "rdinit=/no/such/init"
+memory_mb = 256
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = "A"
+[params]
+mapping-kb = 1024
+[[arms]]
+name = "A"
+""")
+    proc = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
+                           str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "3 failed" in proc.stdout and "kernel panic in the guest" in proc.stdout

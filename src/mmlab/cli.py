@@ -17,7 +17,8 @@ from . import experiment, kernels, knobs, probe, runner, verdicts, workloads
 from .errors import Interrupted, MmlabError
 from .report import terminal
 from .store import Store
-from .targets import host
+from .knobs import HostSettings
+from .targets import host, qemu
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Reproduce, measure and explain Linux mm performance reports.")
@@ -63,11 +64,27 @@ def run(ctx: typer.Context,
         allow_host_changes: bool = typer.Option(
             False, "--allow-host-changes",
             help="let a workload change global settings (ksm-rmap drives KSM); "
-                 "they are restored afterwards")) -> None:
-    """Run WORKLOAD on this kernel; workload parameters go as --name value."""
+                 "they are restored afterwards"),
+        kernel: str = typer.Option("host", "--kernel",
+                                   help="run in a QEMU guest: debian:6.12, local:NAME"),
+        vcpus: int = typer.Option(1, "--vcpus", min=1, help="guest vCPUs"),
+        memory_mb: int = typer.Option(1024, "--memory-mb", min=128, help="guest memory"),
+        trace_count: str = typer.Option("", "--trace-count",
+                                        help="guest only: count calls of these functions (a,b)"),
+        trace_time: str = typer.Option("", "--trace-time",
+                                       help="guest only: time every call of these functions")
+        ) -> None:
+    """Run WORKLOAD on this kernel or, with --kernel, in a guest; workload
+    parameters go as --name value."""
     wl = workloads.get(workload)
     params = wl.parse_cli(ctx.args)
     wl.check(params)
+    if kernel != "host":
+        _run_guest(wl, params, reps, as_json, kernel, vcpus, memory_mb, trace_count, trace_time)
+        return
+    if trace_count or trace_time:
+        raise MmlabError("--trace-count/--trace-time need a guest kernel (--kernel): the host "
+                         "has no kprobes or function_graph (see mmlab probe)")
     if wl.host_settings and not allow_host_changes:
         raise MmlabError(f"{wl.name} changes {', '.join(wl.host_settings)} while it runs; "
                          "pass --allow-host-changes (they are restored afterwards)")
@@ -80,12 +97,39 @@ def run(ctx: typer.Context,
                 if as_json:
                     typer.echo(sample.model_dump_json())
             progress.advance(task)
+    _print_samples(wl, samples, as_json)
+
+
+def _print_samples(wl: workloads.Workload, samples: list, as_json: bool) -> None:
     if as_json:
         return
     out = terminal.console()
     out.print(terminal.samples_table(wl, samples))
     out.print(terminal.state_table(samples))
     out.print(terminal.vmstat_table(samples))
+    traced = {k: v for k, v in samples[0].counts.items() if k.startswith("trace_")}
+    if traced:
+        out.print(terminal.trace_table(traced))
+
+
+def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, kernel: str,
+               vcpus: int, memory_mb: int, trace_count: str, trace_time: str) -> None:
+    """All repetitions in one boot of the guest kernel."""
+    guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
+    split = lambda text: tuple(f for f in text.split(",") if f)  # noqa: E731
+    instrument = (qemu.Instrumentation(split(trace_count), split(trace_time))
+                  if trace_count or trace_time else None)
+    if not as_json:
+        typer.echo(f"booting {kernel} ({guest.kernel.version}) with {vcpus} vCPU(s), "
+                   f"{memory_mb} MiB" + (", traced" if instrument else ""), err=True)
+    samples = qemu.run(guest, wl, params, reps, None, HostSettings(), instrument=instrument)
+    if as_json:
+        for s in samples:
+            typer.echo(s.model_dump_json())
+    _print_samples(wl, samples, as_json)
+    if not as_json:
+        typer.echo(f"accelerator: {samples[0].state['accelerator']}"
+                   + (" (emulated timings)" if samples[0].state["accelerator"] == "tcg" else ""))
 
 
 def _progress(disable: bool = False) -> Progress:

@@ -47,6 +47,7 @@ class Profile(BaseModel):
     kernel: str = "host"          # or debian:6.12, local:NAME: a guest in QEMU
     memory_mb: int = Field(default=1024, ge=128)
     timeout_s: float = Field(default=600, gt=0, description="per guest trial")
+    cmdline: str = ""             # added to a guest kernel's command line
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []

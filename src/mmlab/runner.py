@@ -69,7 +69,7 @@ def _run_guest(arm: Arm, kernel: kernels.Kernel | str, plan: Plan,
     if isinstance(kernel, str):
         raise MmlabError(kernel)
     guest = qemu.Guest(kernel, vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
-                       timeout_s=plan.profile.timeout_s)
+                       extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s)
     accel, why = qemu.accelerator(kernel, qemu.initramfs_cache())
     env = {**probe.environment(), **qemu.guest_environment(guest, accel, why)}
     try:

@@ -213,3 +213,15 @@ def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
         elif accel == "kvm":
             notes.append(f"accelerator: KVM for {len(arms)} arm(s)")
     return notes
+
+
+def trace_table(traced: dict[str, float]) -> Table:
+    """In-guest trace figures for the whole traced trial (warm-ups included)."""
+    table = Table(title="in-guest trace (whole trial, instrumented: not for timing)")
+    table.add_column("figure")
+    table.add_column("function")
+    table.add_column("value", justify="right")
+    for key, value in traced.items():
+        what, _, func = key.partition(".")
+        table.add_row(what.removeprefix("trace_"), func, fmt(value))
+    return table

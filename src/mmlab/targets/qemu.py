@@ -49,6 +49,62 @@ FAILURE_PATTERNS = (
 
 
 @dataclass(frozen=True)
+class Instrumentation:
+    """In-guest tracing for attribution runs, never for clean timing runs.
+
+    `count`: functions whose calls are counted (a kprobe each, summed by a
+    hist trigger).  `time`: functions whose every call is timed by the
+    function_graph tracer (count, total and longest, in microseconds)."""
+    count: tuple[str, ...] = ()
+    time: tuple[str, ...] = ()
+
+    def script_before(self) -> list[str]:
+        t = "/sys/kernel/tracing"
+        lines = [f"echo 0 > {t}/tracing_on", f"echo 65536 > {t}/buffer_size_kb"]
+        for f in self.count:
+            q = shlex.quote(f)
+            # A trigger on a disabled event runs in "soft" mode: counted by the
+            # hist, never written to the ring buffer the timings are read from.
+            lines += [f"echo 'p:mmlab/{f} {f}' >> {t}/kprobe_events",
+                      f"echo 'hist:keys=common_pid:vals=hitcount' > {t}/events/mmlab/{q}/trigger"]
+        if self.time:
+            lines += [f"echo {shlex.quote(f)} >> {t}/set_ftrace_filter" for f in self.time]
+            lines += [f"echo function_graph > {t}/current_tracer"]
+        return lines + [f"echo 1 > {t}/tracing_on"]
+
+    def script_after(self) -> list[str]:
+        t = "/sys/kernel/tracing"
+        lines = [f"echo 0 > {t}/tracing_on"]
+        for f in self.count:
+            lines.append(f"echo \"COUNT {f} $(grep -o 'hitcount: *[0-9]*' "
+                         f"{t}/events/mmlab/{shlex.quote(f)}/hist | "
+                         "awk '{s+=$2} END {print s+0}')\" >&2")
+        if self.time:
+            # function_graph lines end in "| name();" with the duration and its unit before.
+            lines.append(
+                f"awk '/\\(\\);/ {{ for (i = 1; i <= NF; i++) if ($i ~ /^(us|ms|s)$/) {{ "
+                "v = $(i-1); u = $i; f = $NF; sub(/\\(\\);/, \"\", f); "
+                "m = (u == \"ms\") ? 1000 : (u == \"s\") ? 1000000 : 1; v *= m; "
+                "n[f]++; s[f] += v; if (v > x[f]) x[f] = v } } "
+                "END { for (f in n) printf \"TIME %s %d %.3f %.3f\\n\", f, n[f], s[f], x[f] }' "
+                f"{t}/trace >&2")
+        return lines
+
+    @staticmethod
+    def parse(stderr: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for line in stderr.splitlines():
+            f = line.split()
+            if len(f) == 3 and f[0] == "COUNT":
+                out[f"trace_calls.{f[1]}"] = float(f[2])
+            elif len(f) == 5 and f[0] == "TIME":
+                out[f"trace_timed_calls.{f[1]}"] = float(f[2])
+                out[f"trace_total_us.{f[1]}"] = float(f[3])
+                out[f"trace_max_us.{f[1]}"] = float(f[4])
+        return out
+
+
+@dataclass(frozen=True)
 class Guest:
     """What a trial's VM looks like."""
     kernel: kernels.Kernel
@@ -166,7 +222,8 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path) -> BootResult:
 
 
 def trial_script(workload: Workload, params: dict[str, object], samples: int,
-                 warmups: int | None, settings: HostSettings) -> str:
+                 warmups: int | None, settings: HostSettings,
+                 instrument: Instrumentation | None = None) -> str:
     """The guest's /trial.sh: apply the arm's settings, then run mmwork."""
     lines = ["set -e"]
     for path, value in settings._files():
@@ -177,7 +234,12 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
     argv = ["/bin/mmwork", workload.name, *workload.args(params), "--samples", str(samples)]
     if warmups is not None:
         argv += ["--warmups", str(warmups)]
-    lines.append("exec " + " ".join(shlex.quote(a) for a in argv))
+    command = " ".join(shlex.quote(a) for a in argv)
+    if not instrument:
+        lines.append("exec " + command)
+        return "\n".join(lines) + "\n"
+    lines += instrument.script_before()
+    lines += [command, "rc=$?"] + instrument.script_after() + ["exit $rc"]
     return "\n".join(lines) + "\n"
 
 
@@ -186,11 +248,16 @@ def initramfs_cache() -> Path:
 
 
 def run(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
-        warmups: int | None, settings: HostSettings, cache: Path | None = None) -> list[Sample]:
-    """Boot `guest`, run one trial in it, and return its samples, labelled."""
+        warmups: int | None, settings: HostSettings, cache: Path | None = None,
+        instrument: Instrumentation | None = None) -> list[Sample]:
+    """Boot `guest`, run one trial in it, and return its samples, labelled.
+
+    With `instrument`, the trial runs traced and every sample says so
+    (state `instrumented` = 1) and carries the trace figures in `counts`
+    under `trace_*` names, covering the whole trial (warm-ups included)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
-    script = trial_script(workload, params, samples, warmups, settings)
+    script = trial_script(workload, params, samples, warmups, settings, instrument)
     for retry in range(BOOT_RETRIES + 1):
         try:
             boot = _boot(guest, script, accel, cache)
@@ -207,7 +274,12 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     if len(got) != samples:
         raise TrialFailed(f"{workload.name}: expected {samples} samples from the guest, "
                           f"got {len(got)}")
+    traced = Instrumentation.parse(stderr) if instrument else {}
+    if instrument and not traced:
+        raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: {stderr[-300:]}")
     for s in got:
+        s.counts.update(traced)
+        s.state["instrumented"] = 1.0 if instrument else 0.0
         s.state.update({"target": "qemu", "accelerator": accel, "guest_kernel": guest.kernel.name,
                         "guest_vcpus": float(guest.vcpus),
                         "guest_memory_mb": float(guest.memory_mb),
