@@ -94,6 +94,14 @@ needs_ksm = pytest.mark.skipif(not is_root() or not KSM_RUN.exists(),
                                reason="needs root and KSM")
 
 
+def start_ksm_run(**popen) -> subprocess.Popen:
+    """`mmlab run ksm-rmap` with a large split, returned once KSM is running."""
+    proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--reps", "1",
+                             "--allow-host-changes"], stdout=subprocess.DEVNULL, **popen)
+    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    return proc
+
+
 @needs_ksm
 def test_sigint_to_mmwork_restores_ksm():
     from mmlab.build import mmwork_path
@@ -110,10 +118,7 @@ def test_sigint_to_mmwork_restores_ksm():
 def test_sigkill_of_mmwork_under_mmlab_restores_ksm():
     """mmwork killed outright cannot restore anything; mmlab's journal does."""
     before = KSM_RUN.read_text()
-    proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--reps", "1",
-                             "--allow-host-changes"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    proc = start_ksm_run(stderr=subprocess.PIPE, text=True)
     for kid in children(proc.pid):
         os.kill(kid, signal.SIGKILL)
     _, err = proc.communicate(timeout=60)
@@ -124,10 +129,7 @@ def test_sigkill_of_mmwork_under_mmlab_restores_ksm():
 @needs_ksm
 def test_sigkill_of_mmlab_is_repaired_on_next_start():
     before = KSM_RUN.read_text()
-    proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--reps", "1",
-                             "--allow-host-changes"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    proc = start_ksm_run(stderr=subprocess.DEVNULL)
     kids = children(proc.pid)
     proc.kill()
     proc.wait()

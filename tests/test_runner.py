@@ -124,15 +124,21 @@ def test_host_changes_are_refused_without_consent(tmp_path):
 needs_root = pytest.mark.skipif(not is_root() or not THP.exists(), reason="needs root and THP")
 
 
-@needs_root
-def test_sigkill_loses_at_most_the_trial_in_flight_and_resume_finishes(tmp_path):
-    before = THP.read_text()
+def start_thp_experiment(tmp_path: Path, **popen) -> tuple[subprocess.Popen, Path]:
+    """The THP-modes profile, started in the background."""
     profile = tmp_path / "thp.toml"
     profile.write_text(THP_MODES)
     results = tmp_path / "r"
     proc = subprocess.Popen([*MMLAB, "experiment", "run", str(profile), "--results",
-                             str(results)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+                             str(results)], **popen)
+    return proc, results
+
+
+@needs_root
+def test_sigkill_loses_at_most_the_trial_in_flight_and_resume_finishes(tmp_path):
+    before = THP.read_text()
+    proc, results = start_thp_experiment(tmp_path, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True)
     wait_done(results, 3)
     os.killpg(proc.pid, signal.SIGKILL)          # mmlab and its mmwork, no cleanup at all
     proc.wait()
@@ -155,12 +161,8 @@ def test_sigkill_loses_at_most_the_trial_in_flight_and_resume_finishes(tmp_path)
 @needs_root
 def test_ctrl_c_replans_the_trial_and_restores_at_once(tmp_path):
     before = THP.read_text()
-    profile = tmp_path / "thp.toml"
-    profile.write_text(THP_MODES)
-    results = tmp_path / "r"
-    proc = subprocess.Popen([*MMLAB, "experiment", "run", str(profile), "--results",
-                             str(results)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc, results = start_thp_experiment(tmp_path, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True)
     wait_done(results, 2)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
