@@ -165,3 +165,10 @@ name = "A"
                            str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "3 failed" in proc.stdout and "kernel panic in the guest" in proc.stdout
+
+
+def test_an_oom_kill_in_the_guest_is_a_failed_trial(k612):
+    guest = qemu.Guest(k612, vcpus=1, memory_mb=256, timeout_s=120)
+    params = {"backing": "anon", "workers": 4, "size-kb": 60000, "rounds": 1, "min-ms": 0}
+    with pytest.raises(TrialFailed, match=r"killed by the OOM killer in the guest: Out of memory"):
+        qemu.run(guest, workloads.get("unmap-young"), params, 1, 0, HostSettings())
