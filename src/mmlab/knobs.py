@@ -200,7 +200,7 @@ class HostSettings:
     def changes(self) -> list[str]:
         """The settings that differ from the running system, in words."""
         out = []
-        for path, want in self._files():
+        for path, want in self.files():
             have = read_setting(path) if Path(path).exists() else "absent"
             if have != want:
                 out.append(f"{path}: {have} -> {want}")
@@ -210,7 +210,8 @@ class HostSettings:
                 out.append(f"swap: {have} -> {self.swap}")
         return out
 
-    def _files(self) -> list[tuple[str, str]]:
+    def files(self) -> list[tuple[str, str]]:
+        """(setting file, wanted value) pairs; swap is handled apart."""
         files = []
         if self.thp:
             files.append((THP_ENABLED, self.thp))
@@ -227,7 +228,7 @@ def apply(settings: HostSettings, journal: Journal, allowed: bool) -> list[str]:
     if changes and not allowed:
         raise MmlabError(f"would change {changes[0]}; set host_changes = true in the "
                          "profile or pass --allow-host-changes")
-    for path, want in settings._files():
+    for path, want in settings.files():
         if not Path(path).exists():
             raise MmlabError(f"{path}: not on this kernel")
         journal.record_file(path)

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from . import __version__
@@ -218,7 +219,9 @@ def facts() -> list[Fact]:
     ]
 
 
+@cache
 def git_commit() -> str:
+    """The checkout's commit, asked once per process (it cannot change mid-run)."""
     proc = _cmd("git", "-C", str(REPO_ROOT), "describe", "--always", "--dirty")
     return proc.stdout.strip() if proc and proc.returncode == 0 else "unknown"
 

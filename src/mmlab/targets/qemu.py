@@ -226,7 +226,7 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
                  instrument: Instrumentation | None = None) -> str:
     """The guest's /trial.sh: apply the arm's settings, then run mmwork."""
     lines = ["set -e"]
-    for path, value in settings._files():
+    for path, value in settings.files():
         lines.append(f"echo {shlex.quote(value)} > {shlex.quote(path)}")
     if settings.swap not in (None, "none"):
         raise MmlabError(f"swap = {settings.swap}: guests have no swap device yet "
