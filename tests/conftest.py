@@ -19,9 +19,16 @@ GLOBAL_SETTINGS = [
 ]
 
 
+TRACEFS_SETTINGS = ["tracing_on", "buffer_size_kb", "options/stacktrace",
+                    "events/lock/contention_begin/enable", "events/lock/contention_end/enable"]
+
+
 def global_state() -> dict[str, object]:
     state: dict[str, object] = {p: knobs.read_setting(p) for p in GLOBAL_SETTINGS
                                 if Path(p).exists()}
+    tf = Path("/sys/kernel/tracing")
+    state.update({f"tracefs:{n}": (tf / n).read_text().split()[0] for n in TRACEFS_SETTINGS
+                  if (tf / n).exists()})
     state["swaps"] = knobs.active_swaps()
     return state
 

@@ -139,7 +139,12 @@ def _progress(disable: bool = False) -> Progress:
                     transient=True)
 
 
-def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool) -> None:
+ATTRIBUTE = typer.Option(False, "--attribute",
+                         help="after the timing trials, attribution trials (perf, lock tracing)")
+
+
+def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool,
+              attribute: bool = False) -> None:
     out = terminal.console()
     with _progress() as progress:
         task = progress.add_task("starting", total=len(plan.order))
@@ -151,6 +156,9 @@ def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool) -> 
                             say=lambda text: progress.console.print(text))
     out.print(f"trials: {result.done} run now, {result.skipped} already done, "
               f"{result.failed} failed")
+    if attribute or plan.profile.attribute:
+        n = runner.attribute(store, exp_id, plan, allow, say=out.print)
+        out.print(f"attribution stored for {n} arm(s): mmlab explain {exp_id}")
     for t in store.trials(exp_id, status="failed")[:5]:
         out.print(f"[red]failed[/red] trial {t.position} ({terminal.escape(t.arm)}): "
                   f"{terminal.escape(t.error or '')}")
@@ -179,7 +187,8 @@ def _print_comparison(store: Store, exp_id: int, plan: experiment.Plan) -> None:
 
 @experiment_app.command("run")
 def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
-                   results: Path = RESULTS, allow_host_changes: bool = ALLOW) -> None:
+                   results: Path = RESULTS, allow_host_changes: bool = ALLOW,
+                   attribute: bool = ATTRIBUTE) -> None:
     """Expand PROFILE, store its plan, run it; prints the experiment ID last."""
     plan = experiment.load(profile)
     runner.check_consent(plan, allow_host_changes)
@@ -187,15 +196,47 @@ def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
     exp_id = store.create_experiment(plan)
     typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {plan.profile.repetitions} "
                f"rounds, seed {plan.profile.seed}, store {store.dir}", err=True)
-    _run_plan(store, exp_id, plan, allow_host_changes)
+    _run_plan(store, exp_id, plan, allow_host_changes, attribute)
 
 
 @experiment_app.command("resume")
 def experiment_resume(exp_id: int = typer.Argument(...), results: Path = RESULTS,
-                      allow_host_changes: bool = ALLOW) -> None:
+                      allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE) -> None:
     """Finish an interrupted experiment without repeating finished trials."""
     store = Store(results)
-    _run_plan(store, exp_id, _load(store, exp_id), allow_host_changes)
+    _run_plan(store, exp_id, _load(store, exp_id), allow_host_changes, attribute)
+
+
+@app.command()
+def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
+            as_json: bool = typer.Option(False, "--json", help="print JSON"),
+            focus: str = typer.Option(None, "--focus",
+                                      help="only stacks through this function, e.g. do_madvise "
+                                           "for the pageout phase")) -> None:
+    """Where the time went per arm, and what carries each arm's difference
+    from its baseline (needs an experiment run with --attribute)."""
+    from .attribution import explain as ex
+    store = Store(results)
+    plan = _load(store, exp_id)
+    attributed = store.attributions(exp_id)
+    if not attributed:
+        raise MmlabError(f"experiment {exp_id} has no attribution: run it with --attribute "
+                         f"(mmlab experiment resume {exp_id} --attribute adds it)")
+    samples = store.samples_by_arm(exp_id)
+    arms = [ex.explain_arm(a, d, focus=focus) for a, d in attributed.items()]
+    pairs = [ex.explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
+                             attributed[p.baseline.name], samples.get(p.arm.name, []),
+                             samples.get(p.baseline.name, []), focus=focus)
+             for p in verdicts.pairs(plan)
+             if p.arm.name in attributed and p.baseline.name in attributed]
+    if as_json:
+        typer.echo(json.dumps(ex.to_json(arms, pairs), indent=1))
+        return
+    out = terminal.console()
+    for a in arms:
+        out.print(terminal.arm_explanation(a))
+    for p in pairs:
+        out.print(terminal.pair_explanation(p))
 
 
 @app.command("experiments")

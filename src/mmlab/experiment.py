@@ -48,6 +48,7 @@ class Profile(BaseModel):
     memory_mb: int = Field(default=1024, ge=128)
     timeout_s: float = Field(default=600, gt=0, description="per guest trial")
     cmdline: str = ""             # added to a guest kernel's command line
+    attribute: bool = False       # attribution trials after the timing trials
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []

@@ -25,6 +25,7 @@ class RunResult:
     done: int
     failed: int
     skipped: int
+    attributed: int = 0
 
 
 def check_consent(plan: Plan, allow_host_changes: bool) -> None:
@@ -129,3 +130,28 @@ def run(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
         store.finish_trial(trial.id, samples, env)
         done += 1
     return RunResult(done, failed, skipped)
+
+
+def attribute(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
+              say: Callable[[str], None] = print) -> int:
+    """Attribution trials, after the timing trials: per host arm, one run under
+    perf and two under lock tracing, with the arm's settings applied."""
+    from .attribution import collect
+    wl = workloads.get(plan.profile.workload)
+    allowed = allow_host_changes or plan.profile.host_changes
+    journal = knobs.Journal()
+    stored = 0
+    for arm in plan.arms:
+        if arm.is_guest:
+            say(f"attribution: {arm.name} runs in a guest; guest attribution comes later")
+            continue
+        say(f"attribution: {arm.name}")
+        with journal.session():
+            knobs.apply(arm.settings, journal, allowed)
+            store.save_attribution(exp_id, arm.name, "stacks",
+                                   collect.perf_stacks(wl, arm.params, arm.cpus))
+            contention = collect.lock_contention(wl, arm.params, arm.cpus)
+        if contention is not None:
+            store.save_attribution(exp_id, arm.name, "locks", contention)
+        stored += 1
+    return stored

@@ -56,6 +56,15 @@ CREATE TABLE IF NOT EXISTS samples (
     idx INTEGER NOT NULL,
     raw TEXT NOT NULL                   -- the sample JSON exactly as validated
 );
+CREATE TABLE IF NOT EXISTS attributions (
+    id INTEGER PRIMARY KEY,
+    experiment_id INTEGER NOT NULL REFERENCES experiments(id),
+    arm_id INTEGER NOT NULL REFERENCES arms(id),
+    kind TEXT NOT NULL,                 -- stacks, locks
+    data TEXT NOT NULL,
+    created REAL NOT NULL,
+    UNIQUE (experiment_id, arm_id, kind)
+);
 CREATE INDEX IF NOT EXISTS trials_by_experiment ON trials (experiment_id, position);
 CREATE INDEX IF NOT EXISTS samples_by_trial ON samples (trial_id);
 """
@@ -145,7 +154,23 @@ class Store:
                                    "WHERE experiment_id=? AND status='running'",
                                    (exp_id,)).rowcount
 
+    def save_attribution(self, exp_id: int, arm: str, kind: str, data: dict) -> None:
+        with self.db:
+            arm_id = self.db.execute("SELECT id FROM arms WHERE experiment_id=? AND name=?",
+                                     (exp_id, arm)).fetchone()["id"]
+            self.db.execute("INSERT OR REPLACE INTO attributions (experiment_id, arm_id, kind, "
+                            "data, created) VALUES (?, ?, ?, ?, ?)",
+                            (exp_id, arm_id, kind, json.dumps(data), time.time()))
+
     # ------------------------------------------------------------ reading
+
+    def attributions(self, exp_id: int) -> dict[str, dict[str, dict]]:
+        """{arm: {kind: data}} for every attribution stored."""
+        out: dict[str, dict[str, dict]] = {}
+        for r in self.db.execute("SELECT a.name, t.kind, t.data FROM attributions t JOIN arms a "
+                                 "ON a.id=t.arm_id WHERE t.experiment_id=?", (exp_id,)):
+            out.setdefault(r["name"], {})[r["kind"]] = json.loads(r["data"])
+        return out
 
     def experiment(self, exp_id: int) -> sqlite3.Row:
         row = self.db.execute("SELECT * FROM experiments WHERE id=?", (exp_id,)).fetchone()

@@ -225,3 +225,36 @@ def trace_table(traced: dict[str, float]) -> Table:
         what, _, func = key.partition(".")
         table.add_row(what.removeprefix("trace_"), func, fmt(value))
     return table
+
+
+def arm_explanation(a) -> Table:
+    table = Table(title=f"{escape(a.arm)}: CPU time {fmt(a.cpu_ns_per_unit)} ns per {a.unit} "
+                        "(perf cpu-clock)")
+    table.add_column("function")
+    table.add_column("inclusive", justify="right")
+    table.add_column("self", justify="right")
+    for f in a.top:
+        table.add_row(escape(f.function), pct(f.inclusive), pct(f.self_share))
+    if a.callers:
+        table.add_section()
+        for caller, n, us in a.callers:
+            table.add_row(escape(f"lock wait: {caller}"), f"{fmt(us)} us", f"{n} seen")
+    return table
+
+
+def pair_explanation(p) -> Table:
+    change = p.cpu_ns_per_unit - p.cpu_ns_per_unit_baseline
+    table = Table(title=escape(f"{pair_label(p.arm, p.baseline)}: CPU time per {p.unit} "
+                               f"{fmt(p.cpu_ns_per_unit_baseline)} -> {fmt(p.cpu_ns_per_unit)} ns "
+                               f"({change:+.4g} ns); where the difference is"))
+    for col in ("function", "baseline ns", "arm ns", "change ns", "share of change"):
+        table.add_column(col, justify="left" if col == "function" else "right")
+    for d in p.deltas:
+        table.add_row(escape(d.function), fmt(d.cost_baseline), fmt(d.cost), f"{d.change:+.4g}",
+                      pct(d.share_of_change))
+    if p.vmstat:
+        table.add_section()
+        for v in p.vmstat:
+            table.add_row(f"vmstat {v.counter} per {p.unit}", fmt(v.per_unit_baseline),
+                          fmt(v.per_unit), "", "")
+    return table

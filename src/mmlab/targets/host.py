@@ -54,12 +54,15 @@ def parse_cpus(text: str) -> set[int]:
 
 def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
         journal: knobs.Journal | None = None, cpus: str | None = None,
-        on_sample: Callable[[Sample], None] | None = None) -> list[Sample]:
+        on_sample: Callable[[Sample], None] | None = None,
+        prefix: list[str] | None = None) -> list[Sample]:
     """Run `samples` measured samples in one mmwork process and return them.
 
-    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs."""
+    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `prefix`
+    wraps it (e.g. `perf record ... --`) for attribution runs."""
     journal = journal or knobs.Journal()
-    argv = [str(mmwork_path()), workload.name, *workload.args(params), "--samples", str(samples)]
+    argv = [*(prefix or []), str(mmwork_path()), workload.name, *workload.args(params),
+            "--samples", str(samples)]
     if warmups is not None:
         argv += ["--warmups", str(warmups)]
     got: list[Sample] = []

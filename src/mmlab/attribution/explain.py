@@ -1,0 +1,94 @@
+"""`mmlab explain`: per arm, where the CPU time went and who waited on which
+lock; between an arm and its baseline, which functions and vmstat counters
+carry the difference."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from ..samples import Sample
+from . import stacks
+from .collect import work_units
+from .locks import Contention
+
+
+@dataclass(frozen=True)
+class VmstatChange:
+    counter: str
+    per_unit: float
+    per_unit_baseline: float
+
+
+@dataclass
+class ArmExplanation:
+    arm: str
+    unit: str
+    cpu_ns_per_unit: float
+    top: list[stacks.FunctionCost]
+    callers: list[tuple[str, int, float]]
+    lock_waits: list[dict]
+
+
+@dataclass
+class PairExplanation:
+    arm: str
+    baseline: str
+    unit: str
+    cpu_ns_per_unit: float
+    cpu_ns_per_unit_baseline: float
+    deltas: list[stacks.Delta]
+    vmstat: list[VmstatChange]
+
+
+def _folded(data: dict, focus: str | None):
+    if "stacks" not in data:
+        return None
+    folded = stacks.from_text(data["stacks"]["folded"])
+    return stacks.focus(folded, focus) if focus else folded
+
+
+def explain_arm(arm: str, data: dict, n: int = 12, focus: str | None = None) -> ArmExplanation:
+    folded = _folded(data, focus)
+    units = data.get("stacks", {}).get("units", 1.0)
+    locks = Contention.from_dict(data["locks"]) if "locks" in data else Contention()
+    return ArmExplanation(
+        arm=arm, unit=data.get("stacks", {}).get("unit", "sample"),
+        cpu_ns_per_unit=sum(folded.values()) / units if folded else float("nan"),
+        top=stacks.top_functions(folded, n) if folded else [],
+        callers=locks.caller_wait_us()[:8], lock_waits=[w.__dict__ for w in locks.waits[:5]])
+
+
+def vmstat_changes(samples: list[Sample], base: list[Sample],
+                   threshold: float = 0.2) -> list[VmstatChange]:
+    """Counters whose median per unit of work differs by more than `threshold`,
+    or happened on one side only."""
+    def per_unit(ss: list[Sample]) -> dict[str, float]:
+        keys = {k for s in ss for k in s.vmstat_delta}
+        return {k: float(np.median([s.vmstat_delta.get(k, 0) / work_units(s)[0] for s in ss]))
+                for k in keys}
+    a, b = per_unit(samples), per_unit(base)
+    out = []
+    for k in sorted(a.keys() | b.keys()):
+        x, y = a.get(k, 0.0), b.get(k, 0.0)
+        if (x > 0) != (y > 0) or (y and abs(x / y - 1) > threshold):
+            out.append(VmstatChange(k, x, y))
+    return out
+
+
+def explain_pair(arm: str, baseline: str, data: dict, base_data: dict,
+                 samples: list[Sample], base_samples: list[Sample], n: int = 12,
+                 focus: str | None = None) -> PairExplanation:
+    sa, sb = data.get("stacks"), base_data.get("stacks")
+    deltas, ca, cb = [], float("nan"), float("nan")
+    if sa and sb:
+        fa, fb = _folded(data, focus), _folded(base_data, focus)
+        deltas = stacks.diff(fa, sa["units"], fb, sb["units"], n)
+        ca, cb = sum(fa.values()) / sa["units"], sum(fb.values()) / sb["units"]
+    return PairExplanation(arm, baseline, (sa or {}).get("unit", "sample"), ca, cb, deltas,
+                           vmstat_changes(samples, base_samples))
+
+
+def to_json(arms: list[ArmExplanation], pairs: list[PairExplanation]) -> dict:
+    return {"arms": [asdict(a) for a in arms], "pairs": [asdict(p) for p in pairs]}

@@ -1,0 +1,149 @@
+"""Attribution: folding perf output, differencing arms, parsing the lock
+tracepoints (on recorded text), and one live run with --attribute."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from mmlab import probe
+from mmlab.attribution import locks, stacks
+
+from .conftest import is_root
+
+PERF_SCRIPT = """\
+mmwork 17482/17482     333444 
+\tffffffff815f98b4 unmap_page_range
+\tffffffff8160b387 __x64_sys_munmap
+\tffffffff82259cc1 do_syscall_64
+\t           598b7 __munmap
+
+mmwork 17483/17483     333444 
+\tffffffff815b8430 lru_add_drain_cpu
+\tffffffff815b8988 lru_add_drain
+\tffffffff815f3742 populate_vma_page_range
+\tffffffff82259cc1 do_syscall_64
+\t           59863 __mmap64
+
+mmwork 17483/17483     666888 
+\tffffffff815b8430 lru_add_drain_cpu+0x20
+\tffffffff815b8988 lru_add_drain
+\tffffffff815f3742 populate_vma_page_range
+\tffffffff82259cc1 do_syscall_64
+\t           59863 __mmap64
+"""
+
+TRACE = """\
+          mmwork-17503   [001] d..2.  4177.201029: contention_begin: 000000000abe5191 (flags=SPIN)
+          mmwork-17504   [000] d..1.  4177.201030: contention_begin: 000000000abe5191 (flags=SPIN)
+          mmwork-17503   [001] d..2.  4177.201064: contention_end: 000000000abe5191 (ret=0)
+          mmwork-17504   [000] d..1.  4177.201080: contention_end: 000000000abe5191 (ret=0)
+          mmwork-17504   [000] d..1.  4177.201100: contention_begin: 00000000fc8582b0 (flags=SPIN)
+          mmwork-17504   [000] d..1.  4177.201101: contention_end: 00000000fc8582b0 (ret=0)
+"""
+
+STACKS = """\
+          mmwork-17503   [001] d..2.  4177.201029: contention_begin: 000000000abe5191 (flags=SPIN)
+          mmwork-17503   [001] d..2.  4177.201063: <stack trace>
+ => trace_event_raw_event_contention_begin
+ => __pv_queued_spin_lock_slowpath
+ => _raw_spin_lock_irqsave
+ => folio_lruvec_lock_irqsave
+ => folio_batch_move_lru
+ => lru_add_drain_cpu
+ => lru_add_drain
+          mmwork-17504   [000] d..1.  4177.201066: contention_begin: 000000000abe5191 (flags=SPIN)
+          mmwork-17504   [000] d..1.  4177.201067: <stack trace>
+ => trace_event_raw_event_contention_begin
+ => __pv_queued_spin_lock_slowpath
+ => _raw_spin_lock_irqsave
+ => folio_lruvec_lock_irqsave+0x5a/0x90
+ => __page_cache_release.part.0
+ => folios_put_refs
+"""
+
+
+def test_perf_script_folds_root_first_weighted_by_period():
+    folded = stacks.fold(PERF_SCRIPT)
+    key = "__mmap64;do_syscall_64;populate_vma_page_range;lru_add_drain;lru_add_drain_cpu"
+    assert folded[key] == 333444 + 666888          # offsets stripped, same stack merged
+    assert folded["__munmap;do_syscall_64;__x64_sys_munmap;unmap_page_range"] == 333444
+    assert stacks.from_text(stacks.to_text(folded)) == folded
+
+
+def test_top_functions_and_focus():
+    top = {f.function: f for f in stacks.top_functions(stacks.fold(PERF_SCRIPT))}
+    assert top["do_syscall_64"].inclusive == 1.0
+    assert top["lru_add_drain_cpu"].self_share == pytest.approx(0.75)
+    only = stacks.focus(stacks.fold(PERF_SCRIPT), "__x64_sys_munmap")
+    assert list(only) == ["__munmap;do_syscall_64;__x64_sys_munmap;unmap_page_range"]
+
+
+def test_diff_ranks_what_carries_the_change_per_unit_of_work():
+    base = Counter({"a;b": 100, "a;c": 100})      # 200 ns over 2 pages: 100 ns/page
+    arm = Counter({"a;b": 100, "a;c": 400})       # 500 ns over 2 pages: 250 ns/page
+    d = stacks.diff(arm, 2, base, 2)
+    by = {x.function: x for x in d}
+    assert by["c"].change == 150 and by["c"].share_of_change == 1.0
+    assert by["b"].change == 0
+    assert d[0].function in ("a", "c")            # largest changes first
+    assert stacks.diff(arm, 4, arm, 2)[0].change == pytest.approx(-125)   # per unit, not raw
+
+
+def test_lock_waits_are_paired_per_task_and_lock():
+    waits = {w.lock: w for w in locks.pair_waits(TRACE)}
+    lru = waits["000000000abe5191"]
+    assert lru.count == 2
+    assert lru.total_us == pytest.approx(35 + 50, abs=0.01)
+    assert lru.max_us == pytest.approx(50, abs=0.01)
+    assert waits["00000000fc8582b0"].count == 1
+
+
+def test_callers_skip_the_lock_machinery():
+    callers = locks.callers_from_stacks(STACKS)
+    assert callers == Counter({
+        "folio_lruvec_lock_irqsave <- folio_batch_move_lru <- lru_add_drain_cpu": 1,
+        "folio_lruvec_lock_irqsave <- __page_cache_release.part.0 <- folios_put_refs": 1})
+    c = locks.Contention(locks.pair_waits(TRACE), callers)
+    shares = {caller: us for caller, _, us in c.caller_wait_us()}
+    assert sum(shares.values()) == pytest.approx(sum(w.total_us for w in c.waits))
+
+
+ATTRIBUTE = """\
+name = "attribute"
+workload = "populate-unmap"
+repetitions = 3
+metrics = ["populate_ns_per_page"]
+baseline = { workers = 1 }
+[params]
+seconds = 0.3
+[matrix]
+workers = [1, 2]
+"""
+
+
+@pytest.mark.skipif(not is_root() or probe.tracefs() is None, reason="needs root and tracefs")
+def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
+    profile = tmp_path / "a.toml"
+    profile.write_text(ATTRIBUTE)
+    mmlab = [sys.executable, "-m", "mmlab.cli"]
+    run = subprocess.run([*mmlab, "experiment", "run", str(profile), "--results", str(tmp_path),
+                          "--attribute"], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    assert "attribution stored for 2 arm(s)" in run.stdout
+    out = json.loads(subprocess.run([*mmlab, "explain", "1", "--results", str(tmp_path),
+                                     "--json"], capture_output=True, text=True).stdout)
+    arm2 = next(a for a in out["arms"] if a["arm"] == "workers=2")
+    top = {f["function"] for f in arm2["top"]}
+    assert "populate_vma_page_range" in top or "__mm_populate" in top
+    assert out["pairs"][0]["arm"] == "workers=2" and out["pairs"][0]["deltas"]
+    if Path(probe.tracefs(), "events/lock/contention_begin").is_dir():
+        assert any("folio_lruvec_lock" in c[0] for c in arm2["callers"]), arm2["callers"]
+    nothing = subprocess.run([*mmlab, "explain", "2", "--results", str(tmp_path)],
+                             capture_output=True, text=True)
+    assert nothing.returncode == 2 and "no experiment 2" in nothing.stderr
