@@ -147,3 +147,25 @@ def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
     nothing = subprocess.run([*mmlab, "explain", "2", "--results", str(tmp_path)],
                              capture_output=True, text=True)
     assert nothing.returncode == 2 and "no experiment 2" in nothing.stderr
+
+
+def test_flame_graphs_are_wellformed_svg_with_every_visible_frame(tmp_path):
+    import xml.etree.ElementTree as ET
+    from mmlab.report import flamegraph
+    folded = stacks.fold(PERF_SCRIPT)
+    svg = flamegraph.render(folded, "t <&>")
+    root = ET.fromstring(svg)
+    ns = "{http://www.w3.org/2000/svg}"
+    titles = [t.text for t in root.iter(f"{ns}title")]
+    assert any(t.startswith("lru_add_drain_cpu (75.00%)") for t in titles)
+    assert any(t.startswith("all (100.00%)") for t in titles)
+    widths = {t.text.split(" ")[0]: float(g.find(f"{ns}rect").get("width"))
+              for g in root.iter(f"{ns}g") for t in g.findall(f"{ns}title")}
+    assert widths["all"] == pytest.approx(flamegraph.WIDTH)
+    assert widths["__mmap64"] == pytest.approx(0.75 * flamegraph.WIDTH)
+    grown = Counter({"a;b": 100, "a;c": 400})
+    diff = ET.fromstring(flamegraph.differential(grown, 2, Counter({"a;b": 100, "a;c": 100}), 2,
+                                                 "d"))
+    fills = {g.find(f"{ns}title").text.split(" ")[0]: g.find(f"{ns}rect").get("fill")
+             for g in diff.iter(f"{ns}g")}
+    assert fills["c"] == "rgb(255,0,0)" and fills["b"] == "rgb(255,255,255)"

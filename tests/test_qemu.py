@@ -172,3 +172,42 @@ def test_an_oom_kill_in_the_guest_is_a_failed_trial(k612):
     params = {"backing": "anon", "workers": 4, "size-kb": 60000, "rounds": 1, "min-ms": 0}
     with pytest.raises(TrialFailed, match=r"killed by the OOM killer in the guest: Out of memory"):
         qemu.run(guest, workloads.get("unmap-young"), params, 1, 0, HostSettings())
+
+
+def test_missing_trace_functions_are_skipped_not_fatal(k612):
+    guest = qemu.Guest(k612, memory_mb=256, timeout_s=120)
+    instrument = qemu.Instrumentation(count=("no_such_function_mmlab", "folio_alloc_swap"))
+    (s,) = qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
+                    instrument=instrument)
+    assert s.counts["trace_skipped.no_such_function_mmlab"] == 1
+    assert s.counts["trace_calls.folio_alloc_swap"] >= 256
+
+
+def test_guest_arms_get_attribution_trials_and_explain_shows_them(k612, tmp_path):
+    profile = tmp_path / "g.toml"
+    profile.write_text("""
+name = "guest-attribution"
+workload = "pageout-refault"
+kernel = "debian:6.12"
+memory_mb = 256
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = "A"
+attribute = true
+[params]
+mapping-kb = 1024
+rounds = 2
+min-ms = 0
+[[arms]]
+name = "A"
+""")
+    run = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
+                          str(tmp_path / "r")], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    out = json.loads(subprocess.run([*MMLAB, "explain", "1", "--results", str(tmp_path / "r"),
+                                     "--json"], capture_output=True, text=True).stdout)
+    (g,) = out["guest_traces"]
+    rows = {(figure, func): value for figure, func, value, _ in g["rows"]}
+    first = workloads.get("pageout-refault").mm_paths[0]       # counted and timed by default
+    assert rows[("calls", first)] > 0 and rows[("timed_calls", first)] > 0
+    assert g["accelerator"] in ("tcg", "kvm")

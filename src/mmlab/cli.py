@@ -212,7 +212,10 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
             as_json: bool = typer.Option(False, "--json", help="print JSON"),
             focus: str = typer.Option(None, "--focus",
                                       help="only stacks through this function, e.g. do_madvise "
-                                           "for the pageout phase")) -> None:
+                                           "for the pageout phase"),
+            svg: Path = typer.Option(None, "--svg", help="write flame graphs (per arm and "
+                                                         "differential) into this directory")
+            ) -> None:
     """Where the time went per arm, and what carries each arm's difference
     from its baseline (needs an experiment run with --attribute)."""
     from .attribution import explain as ex
@@ -223,18 +226,26 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
         raise MmlabError(f"experiment {exp_id} has no attribution: run it with --attribute "
                          f"(mmlab experiment resume {exp_id} --attribute adds it)")
     samples = store.samples_by_arm(exp_id)
-    arms = [ex.explain_arm(a, d, focus=focus) for a, d in attributed.items()]
+    guests = [g for g in (ex.guest_trace(a, d) for a, d in attributed.items()) if g]
+    arms = [ex.explain_arm(a, d, samples.get(a, []), focus=focus) for a, d in attributed.items()
+            if "guest_trace" not in d]
     pairs = [ex.explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
                              attributed[p.baseline.name], samples.get(p.arm.name, []),
                              samples.get(p.baseline.name, []), focus=focus)
              for p in verdicts.pairs(plan)
              if p.arm.name in attributed and p.baseline.name in attributed]
+    if svg:
+        for path in ex.write_flamegraphs(svg, attributed, list(verdicts.pairs(plan)), focus):
+            typer.echo(f"wrote {path}", err=True)
     if as_json:
-        typer.echo(json.dumps(ex.to_json(arms, pairs), indent=1))
+        typer.echo(json.dumps(ex.to_json(arms, pairs, guests), indent=1))
         return
     out = terminal.console()
+    if guests:
+        out.print(terminal.guest_trace_table(guests))
     for a in arms:
         out.print(terminal.arm_explanation(a))
+    out.print(terminal.overhead_table(arms))
     for p in pairs:
         out.print(terminal.pair_explanation(p))
 

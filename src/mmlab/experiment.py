@@ -49,6 +49,8 @@ class Profile(BaseModel):
     timeout_s: float = Field(default=600, gt=0, description="per guest trial")
     cmdline: str = ""             # added to a guest kernel's command line
     attribute: bool = False       # attribution trials after the timing trials
+    trace_count: list[str] = []   # guests: functions to count (default: the mm paths)
+    trace_time: list[str] = []    # guests: functions to time (default: the first mm path)
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []

@@ -65,12 +65,16 @@ def prepare_kernels(plan: Plan, say: Callable[[str], None]) -> dict[str, kernels
     return out
 
 
+def _guest(arm: Arm, kernel: kernels.Kernel, plan: Plan) -> qemu.Guest:
+    return qemu.Guest(kernel, vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
+                      extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s)
+
+
 def _run_guest(arm: Arm, kernel: kernels.Kernel | str, plan: Plan,
                wl: workloads.Workload) -> tuple[list[Sample], dict]:
     if isinstance(kernel, str):
         raise MmlabError(kernel)
-    guest = qemu.Guest(kernel, vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
-                       extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s)
+    guest = _guest(arm, kernel, plan)
     accel, why = qemu.accelerator(kernel, qemu.initramfs_cache())
     env = {**probe.environment(), **qemu.guest_environment(guest, accel, why)}
     try:
@@ -141,11 +145,23 @@ def attribute(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
     allowed = allow_host_changes or plan.profile.host_changes
     journal = knobs.Journal()
     stored = 0
+    guest_kernels = prepare_kernels(plan, say)
     for arm in plan.arms:
-        if arm.is_guest:
-            say(f"attribution: {arm.name} runs in a guest; guest attribution comes later")
-            continue
         say(f"attribution: {arm.name}")
+        if arm.is_guest:
+            kernel = guest_kernels[arm.kernel]
+            if isinstance(kernel, str):
+                say(f"attribution: {arm.name} skipped: {kernel}")
+                continue
+            try:
+                store.save_attribution(exp_id, arm.name, "guest_trace", collect.guest_trace(
+                    wl, arm.params, _guest(arm, kernel, plan), arm.settings,
+                    tuple(plan.profile.trace_count),
+                    tuple(plan.profile.trace_time)))
+                stored += 1
+            except MmlabError as exc:
+                say(f"attribution: {arm.name} failed: {exc}")
+            continue
         with journal.session():
             knobs.apply(arm.settings, journal, allowed)
             store.save_attribution(exp_id, arm.name, "stacks",

@@ -14,11 +14,13 @@ from pathlib import Path
 from .. import probe
 from ..errors import MmlabError
 from ..samples import Sample
-from ..targets import host
+from ..knobs import HostSettings
+from ..targets import host, qemu
 from ..workloads import Workload
 from . import locks, stacks
 
 PERF_FREQ = 2999   # odd, so sampling does not beat with the kernel's timers
+GUEST_SAMPLES = 3  # one boot; several samples give compaction more chances to reach KSM pages
 
 
 def work_units(sample: Sample) -> tuple[float, str]:
@@ -45,11 +47,31 @@ def perf_stacks(wl: Workload, params: dict, cpus: str | None) -> dict:
             raise MmlabError(f"perf script failed: {script.stderr.strip()[-200:]}")
     units, unit = work_units(sample)
     return {"folded": stacks.to_text(stacks.fold(script.stdout)), "units": units, "unit": unit,
-            "event": "cpu-clock"}
+            "event": "cpu-clock", "metrics": sample.metrics}
 
 
 def lock_contention(wl: Workload, params: dict, cpus: str | None) -> dict | None:
+    """Both lock passes; the metrics of each run are kept to measure overhead."""
     tf = probe.tracefs()
     if not tf or not (tf / "events/lock/contention_begin").is_dir():
         return None
-    return locks.collect(tf, lambda: host.run(wl, params, samples=1, cpus=cpus)).to_dict()
+    runs: list[Sample] = []
+    found = locks.collect(tf, lambda: runs.extend(host.run(wl, params, samples=1, cpus=cpus)))
+    return {**found.to_dict(), "metrics_waits": runs[0].metrics, "metrics_stacks": runs[1].metrics}
+
+
+def guest_trace(wl: Workload, params: dict, guest: qemu.Guest, settings: HostSettings,
+                count: tuple[str, ...], time: tuple[str, ...]) -> dict:
+    """One instrumented guest trial of GUEST_SAMPLES samples: calls of `count`
+    and call times of `time` (default: the workload's declared mm paths,
+    timing the first), over the whole trial."""
+    count = count or wl.mm_paths
+    time = time or wl.mm_paths[:1]
+    got = qemu.run(guest, wl, params, samples=GUEST_SAMPLES, warmups=0, settings=settings,
+                   instrument=qemu.Instrumentation(tuple(count), tuple(time)))
+    sample = got[0]
+    units = sum(work_units(s)[0] for s in got)
+    unit = work_units(sample)[1]
+    traced = {k: v for k, v in sample.counts.items() if k.startswith("trace_")}
+    return {"trace": traced, "units": units, "unit": unit, "metrics": sample.metrics,
+            "accelerator": sample.state.get("accelerator")}

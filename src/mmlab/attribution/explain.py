@@ -6,7 +6,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
+import re
+from pathlib import Path
+
 import numpy as np
+
+from ..report import flamegraph
 
 from ..samples import Sample
 from . import stacks
@@ -21,6 +26,27 @@ class VmstatChange:
     per_unit_baseline: float
 
 
+@dataclass(frozen=True)
+class Overhead:
+    collection: str       # perf, lock waits, lock stacks
+    metric: str
+    ratio: float          # the metric under collection / its clean median
+
+
+def overheads(arm_data: dict, clean: list[Sample]) -> list[Overhead]:
+    """Each collection run's metrics against the clean timing median of the arm."""
+    runs = (("perf sampling", arm_data.get("stacks", {}).get("metrics")),
+            ("lock waits", arm_data.get("locks", {}).get("metrics_waits")),
+            ("lock stacks", arm_data.get("locks", {}).get("metrics_stacks")))
+    out = []
+    for name, metrics in runs:
+        for metric, value in (metrics or {}).items():
+            base = [s.metrics.get(metric) for s in clean if s.metrics.get(metric) is not None]
+            if value is not None and base and np.median(base):
+                out.append(Overhead(name, metric, float(value / np.median(base))))
+    return out
+
+
 @dataclass
 class ArmExplanation:
     arm: str
@@ -29,6 +55,31 @@ class ArmExplanation:
     top: list[stacks.FunctionCost]
     callers: list[tuple[str, int, float]]
     lock_waits: list[dict]
+    overhead: list[Overhead]
+
+
+@dataclass
+class GuestTrace:
+    arm: str
+    unit: str
+    accelerator: str
+    rows: list[tuple[str, str, float, float]]   # (figure, function, value, per unit)
+    skipped: list[str]
+
+
+def guest_trace(arm: str, data: dict) -> GuestTrace | None:
+    """In-guest counts and call times, also per unit of work."""
+    t = data.get("guest_trace")
+    if not t:
+        return None
+    rows, skipped = [], []
+    for key, value in sorted(t["trace"].items()):
+        what, _, func = key.partition(".")
+        if what == "trace_skipped":
+            skipped.append(func)
+        else:
+            rows.append((what.removeprefix("trace_"), func, value, value / t["units"]))
+    return GuestTrace(arm, t["unit"], str(t.get("accelerator")), rows, skipped)
 
 
 @dataclass
@@ -49,7 +100,8 @@ def _folded(data: dict, focus: str | None):
     return stacks.focus(folded, focus) if focus else folded
 
 
-def explain_arm(arm: str, data: dict, n: int = 12, focus: str | None = None) -> ArmExplanation:
+def explain_arm(arm: str, data: dict, clean: list[Sample], n: int = 12,
+                focus: str | None = None) -> ArmExplanation:
     folded = _folded(data, focus)
     units = data.get("stacks", {}).get("units", 1.0)
     locks = Contention.from_dict(data["locks"]) if "locks" in data else Contention()
@@ -57,7 +109,8 @@ def explain_arm(arm: str, data: dict, n: int = 12, focus: str | None = None) -> 
         arm=arm, unit=data.get("stacks", {}).get("unit", "sample"),
         cpu_ns_per_unit=sum(folded.values()) / units if folded else float("nan"),
         top=stacks.top_functions(folded, n) if folded else [],
-        callers=locks.caller_wait_us()[:8], lock_waits=[w.__dict__ for w in locks.waits[:5]])
+        callers=locks.caller_wait_us()[:8], lock_waits=[w.__dict__ for w in locks.waits[:5]],
+        overhead=overheads(data, clean))
 
 
 def vmstat_changes(samples: list[Sample], base: list[Sample],
@@ -90,5 +143,35 @@ def explain_pair(arm: str, baseline: str, data: dict, base_data: dict,
                            vmstat_changes(samples, base_samples))
 
 
-def to_json(arms: list[ArmExplanation], pairs: list[PairExplanation]) -> dict:
-    return {"arms": [asdict(a) for a in arms], "pairs": [asdict(p) for p in pairs]}
+def to_json(arms: list[ArmExplanation], pairs: list[PairExplanation],
+            guests: list[GuestTrace]) -> dict:
+    return {"arms": [asdict(a) for a in arms], "pairs": [asdict(p) for p in pairs],
+            "guest_traces": [asdict(g) for g in guests]}
+
+
+def _file(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=-]+", "_", name)
+
+
+def write_flamegraphs(out: Path, attributed: dict[str, dict], pairs: list,
+                      focus: str | None = None) -> list[Path]:
+    """One flame graph per arm with perf stacks, one differential per pair."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    suffix = f" (stacks through {focus})" if focus else ""
+    for arm, data in attributed.items():
+        folded = _folded(data, focus)
+        if folded:
+            path = out / f"flame-{_file(arm)}.svg"
+            path.write_text(flamegraph.render(folded, f"{arm}: perf cpu-clock{suffix}"))
+            written.append(path)
+    for p in pairs:
+        a, b = attributed.get(p.arm.name, {}), attributed.get(p.baseline.name, {})
+        fa, fb = _folded(a, focus), _folded(b, focus)
+        if fa and fb:
+            path = out / f"diff-{_file(p.arm.name)}-vs-{_file(p.baseline.name)}.svg"
+            path.write_text(flamegraph.differential(
+                fa, a["stacks"]["units"], fb, b["stacks"]["units"],
+                f"{p.arm.name} vs {p.baseline.name}{suffix}"))
+            written.append(path)
+    return written

@@ -244,9 +244,11 @@ def arm_explanation(a) -> Table:
 
 def pair_explanation(p) -> Table:
     change = p.cpu_ns_per_unit - p.cpu_ns_per_unit_baseline
-    table = Table(title=escape(f"{pair_label(p.arm, p.baseline)}: CPU time per {p.unit} "
-                               f"{fmt(p.cpu_ns_per_unit_baseline)} -> {fmt(p.cpu_ns_per_unit)} ns "
-                               f"({change:+.4g} ns); where the difference is"))
+    title = (f"{pair_label(p.arm, p.baseline)}: CPU time per {p.unit} "
+             f"{fmt(p.cpu_ns_per_unit_baseline)} -> {fmt(p.cpu_ns_per_unit)} ns "
+             f"({change:+.4g} ns); where the difference is" if p.deltas else
+             f"{pair_label(p.arm, p.baseline)}: vmstat counters that differ (no perf stacks)")
+    table = Table(title=escape(title))
     for col in ("function", "baseline ns", "arm ns", "change ns", "share of change"):
         table.add_column(col, justify="left" if col == "function" else "right")
     for d in p.deltas:
@@ -257,4 +259,31 @@ def pair_explanation(p) -> Table:
         for v in p.vmstat:
             table.add_row(f"vmstat {v.counter} per {p.unit}", fmt(v.per_unit_baseline),
                           fmt(v.per_unit), "", "")
+    return table
+
+
+def overhead_table(arms) -> Table | str:
+    """Each attribution run's metrics over the clean median: what collection costs."""
+    if not any(a.overhead for a in arms):
+        return ""
+    table = Table(title="attribution overhead: metric under collection / clean median")
+    for col in ("arm", "collection", "metric", "ratio"):
+        table.add_column(col, justify="right" if col == "ratio" else "left")
+    for a in arms:
+        for o in a.overhead:
+            table.add_row(escape(a.arm), o.collection, o.metric, f"{o.ratio:.3f}x")
+    return table
+
+
+def guest_trace_table(guests) -> Table:
+    """In-guest function counts and call times, side by side for every arm."""
+    table = Table(title="in-guest trace per arm (instrumented trials; TCG times are emulated)")
+    for col in ("arm", "figure", "function", "value", "per unit of work"):
+        table.add_column(col, justify="right" if col in ("value", "per unit of work") else "left")
+    for g in guests:
+        for figure, func, value, per_unit in g.rows:
+            table.add_row(escape(g.arm), figure, func, fmt(value), f"{fmt(per_unit)} /{g.unit}")
+        if g.skipped:
+            table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
+        table.add_section()
     return table

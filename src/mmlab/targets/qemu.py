@@ -65,10 +65,13 @@ class Instrumentation:
             q = shlex.quote(f)
             # A trigger on a disabled event runs in "soft" mode: counted by the
             # hist, never written to the ring buffer the timings are read from.
-            lines += [f"echo 'p:mmlab/{f} {f}' >> {t}/kprobe_events",
-                      f"echo 'hist:keys=common_pid:vals=hitcount' > {t}/events/mmlab/{q}/trigger"]
+            # A function this kernel lacks (or blacklists for kprobes) is skipped.
+            lines += [f"{{ echo 'p:mmlab/{f} {f}' >> {t}/kprobe_events && "
+                      f"echo 'hist:keys=common_pid:vals=hitcount' > {t}/events/mmlab/{q}/trigger; }}"
+                      f" 2>/dev/null || echo 'SKIP {f}' >&2"]
         if self.time:
-            lines += [f"echo {shlex.quote(f)} >> {t}/set_ftrace_filter" for f in self.time]
+            lines += [f"echo {shlex.quote(f)} >> {t}/set_ftrace_filter 2>/dev/null || "
+                      f"echo 'SKIP {f}' >&2" for f in self.time]
             lines += [f"echo function_graph > {t}/current_tracer"]
         return lines + [f"echo 1 > {t}/tracing_on"]
 
@@ -76,9 +79,10 @@ class Instrumentation:
         t = "/sys/kernel/tracing"
         lines = [f"echo 0 > {t}/tracing_on"]
         for f in self.count:
-            lines.append(f"echo \"COUNT {f} $(grep -o 'hitcount: *[0-9]*' "
-                         f"{t}/events/mmlab/{shlex.quote(f)}/hist | "
-                         "awk '{s+=$2} END {print s+0}')\" >&2")
+            q = shlex.quote(f)
+            lines.append(f"[ -e {t}/events/mmlab/{q}/hist ] && echo \"COUNT {f} "
+                         f"$(grep -o 'hitcount: *[0-9]*' {t}/events/mmlab/{q}/hist | "
+                         "awk '{s+=$2} END {print s+0}')\" >&2 || true")
         if self.time:
             # function_graph lines end in "| name();" with the duration and its unit before.
             lines.append(
@@ -97,6 +101,8 @@ class Instrumentation:
             f = line.split()
             if len(f) == 3 and f[0] == "COUNT":
                 out[f"trace_calls.{f[1]}"] = float(f[2])
+            elif len(f) == 2 and f[0] == "SKIP":
+                out[f"trace_skipped.{f[1]}"] = 1.0
             elif len(f) == 5 and f[0] == "TIME":
                 out[f"trace_timed_calls.{f[1]}"] = float(f[2])
                 out[f"trace_total_us.{f[1]}"] = float(f[3])
