@@ -169,3 +169,20 @@ def test_flame_graphs_are_wellformed_svg_with_every_visible_frame(tmp_path):
     fills = {g.find(f"{ns}title").text.split(" ")[0]: g.find(f"{ns}rect").get("fill")
              for g in diff.iter(f"{ns}g")}
     assert fills["c"] == "rgb(255,0,0)" and fills["b"] == "rgb(255,255,255)"
+
+
+def test_tracepoint_events_are_counted_by_system_and_name():
+    from mmlab.attribution import events
+    trace = """\
+# tracer: nop
+          mmwork-17503   [001] ..... 4177.201029: mmap_lock_start_locking: mm=0000 memcg_path= write=true
+          mmwork-17503   [001] ..... 4177.201030: mmap_lock_acquire_returned: mm=0000 write=true success=true
+          mmwork-17504   [000] ..... 4177.201031: mmap_lock_start_locking: mm=0001 memcg_path= write=false
+     kcompactd0-41     [000] ..... 4177.201032: mm_compaction_begin: zone_start=0x1
+"""
+    got = events.count(trace, {"mmap_lock_start_locking": "mmap_lock",
+                               "mmap_lock_acquire_returned": "mmap_lock",
+                               "mm_compaction_begin": "compaction"})
+    assert got == Counter({"mmap_lock:mmap_lock_start_locking": 2,
+                           "mmap_lock:mmap_lock_acquire_returned": 1,
+                           "compaction:mm_compaction_begin": 1})

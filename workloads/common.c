@@ -998,6 +998,7 @@ static void describe(void)
 		j.need_comma = 1;
 		jb_str_array(&j, "mm_paths", wl->mm_paths);
 		jb_str_array(&j, "vmstat", wl->vmstat);
+		jb_str_array(&j, "tracepoints", wl->tracepoints);
 		jb_str_array(&j, "host_settings", wl->host_settings);
 		jb_close(&j);
 	}

@@ -55,6 +55,7 @@ struct mm_workload {
 	const struct mm_metric *metrics;/* terminated by a NULL name */
 	const char *const *mm_paths;	/* kernel functions it drives */
 	const char *const *vmstat;	/* counters reported as deltas */
+	const char *const *tracepoints;	/* tracefs event systems that explain it */
 	const char *const *host_settings; /* global knobs it changes and restores */
 	int default_warmups;
 	/* Optional cross-parameter check; returns 0 or prints and returns -1. */

@@ -297,6 +297,8 @@ static int ksm_sample(struct mm_ctx *c)
 	return 0;
 }
 
+static const char *const tracepoints[] = { "ksm", "compaction", "migrate", NULL };
+
 const struct mm_workload wl_ksm_rmap = {
 	.name = "ksm-rmap",
 	.seed = "002/004: rmap_walk_ksm holds the anon_vma lock for 100s of ms with 20,000 VMAs",
@@ -306,6 +308,7 @@ const struct mm_workload wl_ksm_rmap = {
 	.metrics = metrics,
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
+	.tracepoints = tracepoints,
 	.host_settings = host_settings,
 	.default_warmups = 0,
 	.validate = ksm_validate,

@@ -125,6 +125,8 @@ static int churn_sample(struct mm_ctx *c)
 	return rc;
 }
 
+static const char *const tracepoints[] = { "mmap_lock", "migrate", NULL };
+
 const struct mm_workload wl_mremap_churn = {
 	.name = "mremap-churn",
 	.seed = "000: stress-ng --mremap lruvec lock contention in populate/unmap",
@@ -133,6 +135,7 @@ const struct mm_workload wl_mremap_churn = {
 	.metrics = metrics,
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
+	.tracepoints = tracepoints,
 	.default_warmups = 0,
 	.sample = churn_sample,
 };

@@ -115,6 +115,8 @@ static int pageout_sample(struct mm_ctx *c)
 	return 0;
 }
 
+static const char *const tracepoints[] = { "vmscan", "huge_memory", "thp", NULL };
+
 const struct mm_workload wl_pageout_refault = {
 	.name = "pageout-refault",
 	.seed = "001: MADV_PAGEOUT THP/no-swap refault ~1.7x slower on v6.19 than v6.12",
@@ -123,6 +125,7 @@ const struct mm_workload wl_pageout_refault = {
 	.metrics = metrics,
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
+	.tracepoints = tracepoints,
 	.default_warmups = 1,
 	.sample = pageout_sample,
 };

@@ -98,6 +98,8 @@ static int pu_sample(struct mm_ctx *c)
 	return rc;
 }
 
+static const char *const tracepoints[] = { "mmap_lock", NULL };
+
 const struct mm_workload wl_populate_unmap = {
 	.name = "populate-unmap",
 	.seed = "000: the populate/unmap core of the stress-ng --mremap contention",
@@ -106,6 +108,7 @@ const struct mm_workload wl_populate_unmap = {
 	.metrics = metrics,
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
+	.tracepoints = tracepoints,
 	.default_warmups = 0,
 	.sample = pu_sample,
 };

@@ -211,6 +211,8 @@ static int uy_sample(struct mm_ctx *c)
 	return 0;
 }
 
+static const char *const tracepoints[] = { "vmscan", NULL };
+
 const struct mm_workload wl_unmap_young = {
 	.name = "unmap-young",
 	.seed = "003: mm: drop mark_page_accessed from the unmap path",
@@ -219,6 +221,7 @@ const struct mm_workload wl_unmap_young = {
 	.metrics = metrics,
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
+	.tracepoints = tracepoints,
 	.default_warmups = 1,
 	.sample = uy_sample,
 };

@@ -167,7 +167,10 @@ def attribute(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
             store.save_attribution(exp_id, arm.name, "stacks",
                                    collect.perf_stacks(wl, arm.params, arm.cpus))
             contention = collect.lock_contention(wl, arm.params, arm.cpus)
+            tracepoints = collect.tracepoint_counts(wl, arm.params, arm.cpus)
         if contention is not None:
             store.save_attribution(exp_id, arm.name, "locks", contention)
+        if tracepoints is not None:
+            store.save_attribution(exp_id, arm.name, "events", tracepoints)
         stored += 1
     return stored

@@ -51,6 +51,7 @@ class Workload:
     metrics: tuple[Metric, ...]
     mm_paths: tuple[str, ...]
     vmstat: tuple[str, ...]
+    tracepoints: tuple[str, ...]
     host_settings: tuple[str, ...]
 
     def param(self, name: str) -> Param:
@@ -124,6 +125,7 @@ def _load(raw: list[dict]) -> dict[str, Workload]:
                          for p in w["params"]),
             metrics=tuple(Metric(**m) for m in w["metrics"]),
             mm_paths=tuple(w["mm_paths"]), vmstat=tuple(w["vmstat"]),
+            tracepoints=tuple(w["tracepoints"]),
             host_settings=tuple(w["host_settings"]))
     return table
 

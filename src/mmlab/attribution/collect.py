@@ -17,7 +17,7 @@ from ..samples import Sample
 from ..knobs import HostSettings
 from ..targets import host, qemu
 from ..workloads import Workload
-from . import locks, stacks
+from . import events, locks, stacks
 
 PERF_FREQ = 2999   # odd, so sampling does not beat with the kernel's timers
 GUEST_SAMPLES = 3  # one boot; several samples give compaction more chances to reach KSM pages
@@ -58,6 +58,20 @@ def lock_contention(wl: Workload, params: dict, cpus: str | None) -> dict | None
     runs: list[Sample] = []
     found = locks.collect(tf, lambda: runs.extend(host.run(wl, params, samples=1, cpus=cpus)))
     return {**found.to_dict(), "metrics_waits": runs[0].metrics, "metrics_stacks": runs[1].metrics}
+
+
+def tracepoint_counts(wl: Workload, params: dict, cpus: str | None) -> dict | None:
+    """Counts of the workload's declared tracepoint systems in one run."""
+    tf = probe.tracefs()
+    if not tf or not wl.tracepoints:
+        return None
+    runs: list[Sample] = []
+    found = events.collect(tf, wl.tracepoints,
+                           lambda: runs.extend(host.run(wl, params, samples=1, cpus=cpus)))
+    if found is None:
+        return None
+    units, unit = work_units(runs[0])
+    return {**found, "units": units, "unit": unit, "metrics": runs[0].metrics}
 
 
 def guest_trace(wl: Workload, params: dict, guest: qemu.Guest, settings: HostSettings,

@@ -36,6 +36,7 @@ class Overhead:
 def overheads(arm_data: dict, clean: list[Sample]) -> list[Overhead]:
     """Each collection run's metrics against the clean timing median of the arm."""
     runs = (("perf sampling", arm_data.get("stacks", {}).get("metrics")),
+            ("tracepoint counts", arm_data.get("events", {}).get("metrics")),
             ("lock waits", arm_data.get("locks", {}).get("metrics_waits")),
             ("lock stacks", arm_data.get("locks", {}).get("metrics_stacks")))
     out = []
@@ -56,6 +57,8 @@ class ArmExplanation:
     callers: list[tuple[str, int, float]]
     lock_waits: list[dict]
     overhead: list[Overhead]
+    events: list[tuple[str, int, float]]   # (system:event, count, per unit of work)
+    events_lost: int
 
 
 @dataclass
@@ -91,6 +94,7 @@ class PairExplanation:
     cpu_ns_per_unit_baseline: float
     deltas: list[stacks.Delta]
     vmstat: list[VmstatChange]
+    events: list[VmstatChange]
 
 
 def _folded(data: dict, focus: str | None):
@@ -110,7 +114,25 @@ def explain_arm(arm: str, data: dict, clean: list[Sample], n: int = 12,
         cpu_ns_per_unit=sum(folded.values()) / units if folded else float("nan"),
         top=stacks.top_functions(folded, n) if folded else [],
         callers=locks.caller_wait_us()[:8], lock_waits=[w.__dict__ for w in locks.waits[:5]],
-        overhead=overheads(data, clean))
+        overhead=overheads(data, clean), events=event_rows(data)[:n],
+        events_lost=data.get("events", {}).get("lost", 0))
+
+
+def event_rows(data: dict) -> list[tuple[str, int, float]]:
+    ev = data.get("events")
+    if not ev:
+        return []
+    return [(name, n, n / ev["units"]) for name, n in ev["counts"].items()]
+
+
+def event_changes(data: dict, base_data: dict, threshold: float = 0.2) -> list[VmstatChange]:
+    """Tracepoints whose count per unit of work differs by more than `threshold`
+    (or fired on one side only), in the same form as the vmstat changes."""
+    a = {name: per for name, _, per in event_rows(data)}
+    b = {name: per for name, _, per in event_rows(base_data)}
+    return [VmstatChange(k, a.get(k, 0.0), b.get(k, 0.0)) for k in sorted(a.keys() | b.keys())
+            if (a.get(k, 0) > 0) != (b.get(k, 0) > 0)
+            or (b.get(k) and abs(a.get(k, 0) / b[k] - 1) > threshold)]
 
 
 def vmstat_changes(samples: list[Sample], base: list[Sample],
@@ -140,7 +162,7 @@ def explain_pair(arm: str, baseline: str, data: dict, base_data: dict,
         deltas = stacks.diff(fa, sa["units"], fb, sb["units"], n)
         ca, cb = sum(fa.values()) / sa["units"], sum(fb.values()) / sb["units"]
     return PairExplanation(arm, baseline, (sa or {}).get("unit", "sample"), ca, cb, deltas,
-                           vmstat_changes(samples, base_samples))
+                           vmstat_changes(samples, base_samples), event_changes(data, base_data))
 
 
 def to_json(arms: list[ArmExplanation], pairs: list[PairExplanation],

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from . import tracefs
 
 EVENT = re.compile(r"-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): contention_(begin|end): (\S+)")
 # Frames that are the locking machinery itself, not who asked for the lock.
@@ -92,46 +93,11 @@ class Contention:
         return Contention([LockWaits(**w) for w in d["waits"]], Counter(d["callers"]))
 
 
-def _write(path: Path, text: str) -> None:
-    path.write_text(text)
-
-
-# Global tracefs state this module changes, put back as it was found.
-SAVED = ("tracing_on", "buffer_size_kb", "options/stacktrace",
-         "events/lock/contention_begin/enable", "events/lock/contention_end/enable")
-
-
-@contextmanager
-def _tracing(tf: Path) -> Iterator[None]:
-    """A clean buffer for the block; afterwards every file we touch is back
-    to its old value and the buffer is emptied."""
-    old = {name: (tf / name).read_text().split()[0] for name in SAVED}
-    _write(tf / "tracing_on", "0")
-    _write(tf / "trace", "")
-    try:
-        yield
-    finally:
-        _write(tf / "tracing_on", "0")
-        _write(tf / "trace", "")
-        for name in reversed(SAVED):
-            _write(tf / name, old[name])
+ENABLES = ["events/lock/contention_begin/enable", "events/lock/contention_end/enable"]
 
 
 def collect(tf: Path, run: Callable[[], None]) -> Contention:
     """Run the workload twice under the two passes and return what they saw."""
-    with _tracing(tf):
-        _write(tf / "buffer_size_kb", "16384")
-        for ev in ("contention_begin", "contention_end"):
-            _write(tf / f"events/lock/{ev}/enable", "1")
-        _write(tf / "tracing_on", "1")
-        run()
-        _write(tf / "tracing_on", "0")
-        waits = pair_waits((tf / "trace").read_text())
-    with _tracing(tf):
-        _write(tf / "events/lock/contention_begin/enable", "1")
-        _write(tf / "options/stacktrace", "1")
-        _write(tf / "tracing_on", "1")
-        run()
-        _write(tf / "tracing_on", "0")
-        callers = callers_from_stacks((tf / "trace").read_text())
-    return Contention(waits, callers)
+    waits, _ = tracefs.record(tf, ENABLES, run)
+    stacks, _ = tracefs.record(tf, ENABLES[:1], run, stacktrace=True)
+    return Contention(pair_waits(waits), callers_from_stacks(stacks))

@@ -239,6 +239,12 @@ def arm_explanation(a) -> Table:
         table.add_section()
         for caller, n, us in a.callers:
             table.add_row(escape(f"lock wait: {caller}"), f"{fmt(us)} us", f"{n} seen")
+    if a.events:
+        table.add_section()
+        for name, n, per in a.events:
+            table.add_row(f"event {name}", fmt(n), f"{fmt(per)}/{a.unit}")
+        if a.events_lost:
+            table.add_row(f"[yellow]events lost to a full buffer: {a.events_lost}[/yellow]", "", "")
     return table
 
 
@@ -254,10 +260,11 @@ def pair_explanation(p) -> Table:
     for d in p.deltas:
         table.add_row(escape(d.function), fmt(d.cost_baseline), fmt(d.cost), f"{d.change:+.4g}",
                       pct(d.share_of_change))
-    if p.vmstat:
-        table.add_section()
-        for v in p.vmstat:
-            table.add_row(f"vmstat {v.counter} per {p.unit}", fmt(v.per_unit_baseline),
+    for kind, rows in (("vmstat", p.vmstat), ("event", p.events)):
+        if rows:
+            table.add_section()
+        for v in rows:
+            table.add_row(f"{kind} {v.counter} per {p.unit}", fmt(v.per_unit_baseline),
                           fmt(v.per_unit), "", "")
     return table
 
