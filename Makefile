@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 MMLAB := $(VENV)/bin/mmlab
 # Debian packages mmlab uses: the C build (static glibc), perf for attribution,
 # QEMU/busybox/cpio for guest kernels, stress-ng as the peer stressor, util-linux
-# for mkswap/swapon.
+# for mkswap/swapon, chromium to check that the HTML report renders.
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
-	stress-ng util-linux git
+	stress-ng util-linux git chromium
 
 .PHONY: setup system venv build demo test test-slow bench clean
 

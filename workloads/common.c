@@ -28,10 +28,20 @@
 #define MMWORK_VERSION "dev"
 #endif
 
+#ifdef MMWORK_SINGLE
+/*
+ * A standalone reproducer: one workload, compiled from one file, with the
+ * experiment's parameters as defaults (MMWORK_DEFAULT_ARGS) that arguments
+ * given on the command line override.
+ */
+static const struct mm_workload *const workloads[] = { &MMWORK_SINGLE, NULL };
+static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
+#else
 static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
 	&wl_unmap_young, &wl_ksm_rmap, NULL,
 };
+#endif
 
 /* Options every workload takes, before its own. */
 static const struct mm_param harness_params[] = {
@@ -1030,11 +1040,33 @@ static void workload_help(const struct mm_workload *wl)
 		       m->higher_is_better ? "higher" : "lower");
 }
 
+#ifdef MMWORK_SINGLE
+/* argv with the workload name and the default arguments put in front. */
+static char **single_argv(int *argc, char **argv)
+{
+	int n = 0;
+	while (default_args[n])
+		n++;
+	char **out = calloc((size_t)(*argc + n + 2), sizeof(*out));
+	out[0] = argv[0];
+	out[1] = (char *)workloads[0]->name;
+	for (int i = 0; i < n; i++)
+		out[2 + i] = (char *)default_args[i];
+	for (int i = 1; i < *argc; i++)
+		out[1 + n + i] = argv[i];
+	*argc += n + 1;
+	return out;
+}
+#endif
+
 int main(int argc, char **argv)
 {
 	static struct mm_ctx ctx;
 	const struct mm_workload *wl = NULL;
 
+#ifdef MMWORK_SINGLE
+	argv = single_argv(&argc, argv);
+#endif
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;

@@ -221,6 +221,7 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     from .attribution import explain as ex
     store = Store(results)
     plan = _load(store, exp_id)
+    focus = focus or plan.profile.focus
     attributed = store.attributions(exp_id)
     if not attributed:
         raise MmlabError(f"experiment {exp_id} has no attribution: run it with --attribute "
@@ -300,6 +301,35 @@ def compare(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     writer.writeheader()
     writer.writerows(rows)
     typer.echo(buf.getvalue(), nl=False)
+
+
+@app.command()
+def report(exp_id: int = typer.Argument(...), results: Path = RESULTS,
+           fmt: str = typer.Option("text", "--format", help="text (mailing list) or html"),
+           output: Path = typer.Option(None, "--output", "-o", help="write to this file")) -> None:
+    """A report of one experiment, also of an interrupted or partly failed one."""
+    from .report import data, html, text
+    if fmt not in ("text", "html"):
+        raise MmlabError(f"--format {fmt!r}: expected text or html")
+    d = data.gather(Store(results), exp_id)
+    body = text.render(d) if fmt == "text" else html.render(d)
+    if output:
+        output.write_text(body)
+        typer.echo(f"wrote {output}", err=True)
+    else:
+        typer.echo(body, nl=False)
+
+
+@app.command()
+def bundle(exp_id: int = typer.Argument(...), directory: Path = typer.Argument(...),
+           results: Path = RESULTS,
+           tar: bool = typer.Option(False, "--tar", help="also pack DIRECTORY.tar.gz")) -> None:
+    """An evidence bundle a maintainer can audit: report, profile, environment,
+    order, raw and summary data, attribution, plots, reproducers, manifest."""
+    from .report import bundle as bundler
+    from .report import data
+    path = bundler.write(data.gather(Store(results), exp_id), directory, tar)
+    typer.echo(f"wrote {path}")
 
 
 @kernels_app.command("add")

@@ -49,6 +49,7 @@ class Profile(BaseModel):
     timeout_s: float = Field(default=600, gt=0, description="per guest trial")
     cmdline: str = ""             # added to a guest kernel's command line
     attribute: bool = False       # attribution trials after the timing trials
+    focus: str | None = None      # explain/report: only stacks through this function
     trace_count: list[str] = []   # guests: functions to count (default: the mm paths)
     trace_time: list[str] = []    # guests: functions to time (default: the first mm path)
     params: dict[str, Scalar] = {}

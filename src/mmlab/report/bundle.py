@@ -1,0 +1,76 @@
+"""An evidence bundle: everything a maintainer needs to audit a claim, with a
+manifest of SHA-256 sums, and reproducers that need only gcc."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import shutil
+import tarfile
+from pathlib import Path
+
+from .. import verdicts
+from ..attribution import explain
+from . import plots, reproducer, text
+from .data import ReportData
+
+
+def _csv(path: Path, rows: list[dict]) -> None:
+    with open(path, "w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+
+
+def _raw_rows(d: ReportData) -> list[dict]:
+    rows = []
+    for arm, ss in d.samples.items():
+        for i, s in enumerate(ss):
+            rows.append({"arm": arm, "index": i, **{f"metric.{k}": v for k, v in s.metrics.items()},
+                         **{f"rusage.{k}": v for k, v in s.rusage.items()}})
+    return rows
+
+
+def write(d: ReportData, out: Path, tar: bool = False) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    report = text.render(d)
+    (out / "README.md").write_text(f"# mmlab evidence: {d.plan.profile.name}\n\n"
+                                   f"```\n{report}```\n\nFiles: see MANIFEST.sha256.\n")
+    (out / "report.txt").write_text(report)
+    (out / "profile.toml").write_text(d.row["profile_text"])
+    (out / "env.json").write_text(json.dumps(d.environments, indent=1))
+    (out / "execution_order.json").write_text(json.dumps(
+        [{"position": t.position, "round": t.round, "arm": t.arm, "status": t.status,
+          "started": t.started, "ended": t.ended, "error": t.error} for t in d.trials], indent=1))
+    (out / "raw.json").write_text(json.dumps(
+        {arm: [s.model_dump() for s in ss] for arm, ss in d.samples.items()}, indent=1))
+    _csv(out / "raw.csv", _raw_rows(d))
+    summary = text.summary_rows(d)
+    _csv(out / "summary.csv", summary)
+    verdict_rows = [c.as_dict() for c in d.judgement.comparisons]
+    (out / "summary.json").write_text(json.dumps({"arms": summary, "comparisons": verdict_rows,
+                                                  "missing": d.missing}, indent=1))
+    _csv(out / "verdicts.csv", verdict_rows)
+    (out / "plots").mkdir(exist_ok=True)
+    for name, png in plots.all_figures(d).items():
+        (out / "plots" / f"{name}.png").write_bytes(png)
+    if d.attributions:
+        (out / "attribution").mkdir(exist_ok=True)
+        (out / "attribution" / "attribution.json").write_text(json.dumps(d.attributions))
+        explain.write_flamegraphs(out / "attribution", d.attributions,
+                                  list(verdicts.pairs(d.plan)), d.plan.profile.focus)
+    for arm in d.plan.arms:
+        name = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in arm.name)
+        (out / f"reproducer-{name}.c").write_text(
+            reproducer.source(d.workload, arm.params, f"{d.plan.profile.name}, arm {arm.name}"))
+    files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
+    (out / "MANIFEST.sha256").write_text("".join(
+        f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(out)}\n" for p in files))
+    if tar:
+        archive = out.with_suffix(".tar.gz")
+        with tarfile.open(archive, "w:gz") as t:
+            t.add(out, arcname=out.name)
+        return archive
+    return out
