@@ -332,6 +332,40 @@ def bundle(exp_id: int = typer.Argument(...), directory: Path = typer.Argument(.
     typer.echo(f"wrote {path}")
 
 
+@app.command()
+def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its kernel axis is "
+                                                    "replaced"),
+           kernel_list: str = typer.Option(..., "--kernels",
+                                           help="K1,K2,...,Kn ordered oldest to newest"),
+           metric: str = typer.Option(None, "--metric", help="default: the profile's first"),
+           results: Path = RESULTS, allow_host_changes: bool = ALLOW) -> None:
+    """Find the first step in K1..Kn where METRIC changes, by binary search,
+    each step a real two-kernel experiment judged like any other."""
+    from . import narrow as narrowing
+    plan = experiment.load(profile)
+    metric = metric or plan.profile.metrics[0]
+    workloads.get(plan.profile.workload).metric(metric)
+    names = [k.strip() for k in kernel_list.split(",") if k.strip()]
+    store = Store(results)
+    out = terminal.console()
+
+    def compare_pair(ref: str, kernel: str):
+        derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
+        exp_id = store.create_experiment(derived)
+        out.print(f"narrow: {kernel} against {ref} (experiment {exp_id})")
+        runner.run(store, exp_id, derived, allow_host_changes, say=out.print)
+        judged = verdicts.judge(derived, store.samples_by_arm(exp_id), [metric])
+        c = narrowing.decisive(judged.comparisons, metric)
+        out.print(terminal.escape(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio "
+                                  f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], "
+                                  f"p {c.p_value:.2g} ({c.reason})"))
+        return c
+
+    result = narrowing.bisect(names, compare_pair)
+    out.print(f"{metric}: " + result.sentence(names) +
+              f" ({len(result.steps)} of {len(names) - 1} kernels tested)")
+
+
 @kernels_app.command("add")
 def kernels_add(spec: str = typer.Argument(..., help="debian:6.12, debian:6.1.192, or a bzImage"),
                 config: Path = typer.Option(None, "--config", help="the .config of a local image"),
@@ -345,6 +379,54 @@ def kernels_add(spec: str = typer.Argument(..., help="debian:6.12, debian:6.1.19
         k = kernels.add_local(Path(spec), config, name)
     typer.echo(f"{k.name}: {k.version} from {k.source}, config sha256 {k.config_sha256[:12]}, "
                f"in {k.dir}")
+
+
+def _build(source: str, patches: list[Path], fragments: list[Path], name: str | None):
+    """kbuild.build with a live line: the file being compiled and how many so far."""
+    from rich.status import Status
+    from . import kbuild
+    count = 0
+    with Status(f"building {source}", console=terminal.console()) as status:
+        def on_line(line: str) -> None:
+            nonlocal count
+            count += 1
+            status.update(terminal.escape(f"building {source}: {count} steps, {line.strip()[:70]}"))
+        return kbuild.build(source, patches, fragments, name, on_line=on_line)
+
+
+@kernels_app.command("build")
+def kernels_build(source: str = typer.Argument(..., help="debian-source:6.12 or a kernel tree"),
+                  patch: list[Path] = typer.Option([], "--patch", help="a patch (-p1), repeatable"),
+                  config: list[Path] = typer.Option([], "--config",
+                                                    help="a config fragment, repeatable"),
+                  name: str = typer.Option(None, "--name", help="name it build:NAME")) -> None:
+    """Build a kernel for guests from source, cached by its inputs."""
+    k = _build(source, patch, config, name)
+    typer.echo(f"{k.name}: {k.version} ({k.source}), config sha256 {k.config_sha256[:12]}, "
+               f"build key {k.details['build_key'][:12]}")
+
+
+@app.command()
+def ab(profile: Path = typer.Argument(..., help="a [matrix] profile; the kernel axis is A, B"),
+       patch: list[Path] = typer.Option(..., "--patch", help="the change under test (B)"),
+       source: str = typer.Option("debian-source:6.12", "--source"),
+       config: list[Path] = typer.Option([], "--config", help="fragments for both A and B"),
+       results: Path = RESULTS, allow_host_changes: bool = ALLOW,
+       attribute: bool = ATTRIBUTE) -> None:
+    """Patch A/B: build A (unpatched) and B (patched) from the same source and
+    config, run PROFILE on both interleaved in QEMU, and judge B against A."""
+    import hashlib
+    plan = experiment.load(profile)
+    a = _build(source, [], config, None)
+    b = _build(source, patch, config, None)
+    sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
+                     for p in patch)
+    derived = experiment.with_kernels(plan, [a.name, b.name], f"A/B of {sums}")
+    store = Store(results)
+    exp_id = store.create_experiment(derived)
+    typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",
+               err=True)
+    _run_plan(store, exp_id, derived, allow_host_changes, attribute)
 
 
 @kernels_app.command("list")

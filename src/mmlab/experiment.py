@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import random
 import re
 import tomllib
@@ -26,7 +27,7 @@ from . import knobs, workloads
 from .errors import MmlabError
 
 SETTING_AXES = ("thp_mode", "thp_defrag", "swap", "cpus", "kernel", "memory_mb")
-KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?|local:[A-Za-z0-9._+-]+)$")
+KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?|(local|build):[A-Za-z0-9._+-]+)$")
 SETTING_PREFIXES = ("ksm.", "sysctl.")
 Scalar = str | int | float | bool
 
@@ -71,7 +72,8 @@ class Profile(BaseModel):
     @classmethod
     def kernel_name(cls, v: str) -> str:
         if not KERNEL_NAME.match(v):
-            raise ValueError(f"{v!r}: expected host, debian:MAJOR.MINOR[.PATCH] or local:NAME")
+            raise ValueError(f"{v!r}: expected host, debian:MAJOR.MINOR[.PATCH], local:NAME "
+                             "or build:NAME")
         return v
 
     @field_validator("matrix")
@@ -243,7 +245,7 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
         elif axis == "kernel":
             if not KERNEL_NAME.match(str(value)):
                 raise fail(loc + (axis,), f"{value!r}: expected host, debian:MAJOR.MINOR"
-                           "[.PATCH] or local:NAME")
+                           "[.PATCH], local:NAME or build:NAME")
             kernel = str(value)
         elif axis == "memory_mb":
             if isinstance(value, bool) or not isinstance(value, int) or value < 128:
@@ -327,3 +329,52 @@ def schedule(arm_names: list[str], repetitions: int, seed: int) -> list[tuple[in
         rng.shuffle(names)
         order += [(rnd, n) for n in names]
     return order
+
+
+# ---------------------------------------------------------------- derived profiles
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, str):
+        return json.dumps(v)          # a JSON string is a valid TOML basic string
+    if isinstance(v, list):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, dict):
+        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise MmlabError(f"cannot write {v!r} as TOML")
+
+
+def _toml_key(k: str) -> str:
+    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
+
+
+def to_toml(raw: dict[str, Any]) -> str:
+    """A profile's parsed TOML written back (scalars and inline tables first,
+    then [params] and [matrix]); enough for the shapes profiles have."""
+    top = {k: v for k, v in raw.items() if k not in ("params", "matrix", "arms")}
+    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in top.items()]
+    for table in ("params", "matrix"):
+        if raw.get(table):
+            lines += ["", f"[{table}]"]
+            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in raw[table].items()]
+    for arm in raw.get("arms", []):
+        lines += ["", "[[arms]]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in arm.items()]
+    return "\n".join(lines) + "\n"
+
+
+def with_kernels(plan: Plan, kernels: list[str], note: str) -> Plan:
+    """The same profile with `kernel` as an axis over `kernels` and the first of
+    them as the baseline: the experiment narrow and ab run."""
+    raw = tomllib.loads(plan.text)
+    if raw.get("arms"):
+        raise MmlabError(f"{plan.path}: kernel comparisons need a [matrix] profile, not [[arms]]")
+    raw.pop("kernel", None)
+    raw["matrix"] = {"kernel": kernels, **{k: v for k, v in raw.get("matrix", {}).items()
+                                          if k != "kernel"}}
+    raw["baseline"] = {"kernel": kernels[0]}
+    source = hashlib.sha256(plan.text.encode()).hexdigest()[:16]
+    text = f"# {note}; derived from {plan.path} (sha256 {source})\n" + to_toml(raw)
+    return parse(text, plan.path)

@@ -18,7 +18,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from .errors import MmlabError
@@ -40,6 +40,7 @@ class Kernel:
     source: str        # the package and its version, or the local path
     config_sha256: str
     dir: str
+    details: dict = field(default_factory=dict)   # builds: key, patches and their hashes
 
     @property
     def image(self) -> Path:
@@ -68,14 +69,18 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]", "_", name)
 
 
-def _store(name: str, version: str, source: str, image: Path, config: Path,
-           cache: Path) -> Kernel:
+def store(name: str, version: str, source: str, image: Path, config: Path,
+          cache: Path | None = None, details: dict | None = None) -> Kernel:
+    """Copy an image and its config into the cache under `name`."""
+    cache = cache or cache_dir()
+    cache.mkdir(parents=True, exist_ok=True)
     dest = cache / _slug(name)
     tmp = Path(tempfile.mkdtemp(dir=cache, prefix=".new-"))
     shutil.copyfile(image, tmp / "vmlinuz")
     shutil.copyfile(config, tmp / "config")
     k = Kernel(name=name, version=version, source=source,
-               config_sha256=hashlib.sha256(config.read_bytes()).hexdigest(), dir=str(dest))
+               config_sha256=hashlib.sha256(config.read_bytes()).hexdigest(), dir=str(dest),
+               details=details or {})
     (tmp / "kernel.json").write_text(json.dumps(asdict(k), indent=1))
     if dest.exists():
         shutil.rmtree(dest)
@@ -135,7 +140,7 @@ def add_debian(spec: str, cache: Path | None = None) -> Kernel:
         if not images:
             raise MmlabError(f"{pkg}: no vmlinuz in the package")
         release = images[0].name.removeprefix("vmlinuz-")
-        return _store(f"debian:{spec}", release, f"{pkg} {version}", images[0],
+        return store(f"debian:{spec}", release, f"{pkg} {version}", images[0],
                       Path(tmp, "x/boot", f"config-{release}"), cache)
 
 
@@ -150,7 +155,7 @@ def add_local(image: Path, config: Path, name: str | None = None,
     if head[0x202:0x206] != b"HdrS":
         raise MmlabError(f"{image}: not a bzImage (no 'HdrS' boot header)")
     release = _bzimage_release(image) or "unknown"
-    return _store(f"local:{name or _slug(image.parent.parent.parent.name or image.name)}",
+    return store(f"local:{name or _slug(image.parent.parent.parent.name or image.name)}",
                   release, str(image.resolve()), image, config, cache)
 
 

@@ -1,0 +1,85 @@
+"""Release-level narrowing: in kernels ordered oldest to newest, find the
+first step where a metric changes, testing as few kernels as a binary search
+allows.
+
+The search assumes the change, once in, stays in (as `git bisect` does): with
+the oldest kernel as the reference, a kernel is "changed" when the verdict
+against the oldest is a regression or an improvement.  Each comparison is a
+real two-kernel experiment, interleaved and judged like any other; its
+evidence is kept so the answer can be audited.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .errors import MmlabError
+from .stats import Comparison
+
+CHANGED = ("regression", "improvement")
+
+
+@dataclass(frozen=True)
+class Step:
+    kernel: str
+    comparison: Comparison
+
+    @property
+    def changed(self) -> bool:
+        return self.comparison.verdict in CHANGED
+
+
+@dataclass(frozen=True)
+class Result:
+    first_changed: int | None      # index into the kernel list, None if nothing changed
+    steps: list[Step]
+
+    def sentence(self, kernels: list[str]) -> str:
+        if self.first_changed is None:
+            return (f"no change beyond the tolerance between {kernels[0]} and {kernels[-1]}")
+        i = self.first_changed
+        verdict = next(s.comparison.verdict for s in self.steps if s.kernel == kernels[i])
+        return f"{verdict} introduced between {kernels[i - 1]} and {kernels[i]}"
+
+
+def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Result:
+    """`compare(reference, kernel)` runs and judges one pair; the reference is
+    always the oldest kernel, so every verdict is against the same baseline."""
+    if len(kernels) < 2:
+        raise MmlabError("narrow needs at least two kernels, oldest first")
+    ref = kernels[0]
+    steps: list[Step] = []
+
+    def changed(i: int) -> bool:
+        step = Step(kernels[i], compare(ref, kernels[i]))
+        steps.append(step)
+        if step.comparison.verdict in ("unreliable", "not comparable"):
+            raise MmlabError(f"narrow: {kernels[i]} vs {ref} is {step.comparison.verdict} "
+                             f"({step.comparison.reason}); add repetitions or fix the state "
+                             "before narrowing")
+        return step.changed
+
+    if not changed(len(kernels) - 1):
+        return Result(None, steps)
+    lo, hi = 0, len(kernels) - 1          # kernels[lo] unchanged, kernels[hi] changed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if changed(mid):
+            hi = mid
+        else:
+            lo = mid
+    return Result(hi, steps)
+
+
+def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
+    """One verdict for a metric over all groups (e.g. CPU counts): a change in
+    any group counts; otherwise any doubt counts; otherwise no change."""
+    mine = [c for c in comparisons if c.metric == metric]
+    if not mine:
+        raise MmlabError(f"no comparison of {metric} was made")
+    for wanted in (CHANGED, ("unreliable", "not comparable"), ("no change",)):
+        for c in mine:
+            if c.verdict in wanted:
+                return c
+    return mine[0]
