@@ -102,3 +102,11 @@ def test_bad_profiles_name_file_line_and_key(change, message):
 def test_missing_profile_file_is_named(tmp_path):
     with pytest.raises(MmlabError, match="nope.toml: No such file"):
         experiment.load(tmp_path / "nope.toml")
+
+
+def test_three_samples_per_arm_can_never_be_significant():
+    plan = experiment.parse(GOOD, "p.toml")                 # repetitions = 3
+    assert plan.smallest_p() == 0.1
+    assert "can show 'no change' but never" in plan.warnings()[0]
+    four = experiment.parse(GOOD.replace("repetitions = 3", "repetitions = 4"), "p.toml")
+    assert four.smallest_p() == pytest.approx(2 / 70) and four.warnings() == []

@@ -114,3 +114,29 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
         (s,) = qemu.run(guest, workloads.get(name), params, 1, 0, HostSettings())
         assert s.state["kernel"] == k.version and not s.errors, (name, s.errors)
     assert kernels.get(k.name).details["patches"][0]["sha256"]
+
+
+def test_commit_ranges_and_worktrees_come_from_git(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(tmp_path / "cache" / "kernels"))
+    repo = tmp_path / "linux"
+    repo.mkdir()
+    git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    shas = []
+    for i in range(4):
+        (repo / "Makefile").write_text(f"# version {i}\n")
+        (repo / "Kconfig").write_text("")
+        subprocess.run([*git, "add", "."], check=True)
+        subprocess.run([*git, "commit", "-qm", f"c{i}"], check=True)
+        shas.append(subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True,
+                                   text=True).stdout.strip())
+    assert kbuild.commits(repo, f"{shas[0]}..{shas[3]}") == shas
+    tree = kbuild.checkout(repo, shas[2])
+    assert (tree / "Makefile").read_text() == "# version 2\n"
+    assert kbuild.checkout(repo, shas[2]) == tree                       # made once
+    _, source_id = kbuild.source_tree(str(tree))
+    assert source_id.endswith(shas[2][:7]) or shas[2][:7] in source_id   # the key sees the commit
+    with pytest.raises(MmlabError, match="expected OLD..NEW"):
+        kbuild.commits(repo, shas[0])
+    with pytest.raises(MmlabError, match="no commits in that range"):
+        kbuild.commits(repo, f"{shas[3]}..{shas[3]}")

@@ -192,6 +192,8 @@ def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
     """Expand PROFILE, store its plan, run it; prints the experiment ID last."""
     plan = experiment.load(profile)
     runner.check_consent(plan, allow_host_changes)
+    for warning in plan.warnings():
+        typer.echo(f"mmlab: warning: {warning}", err=True)
     store = Store(results)
     exp_id = store.create_experiment(plan)
     typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {plan.profile.repetitions} "
@@ -335,21 +337,43 @@ def bundle(exp_id: int = typer.Argument(...), directory: Path = typer.Argument(.
 @app.command()
 def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its kernel axis is "
                                                     "replaced"),
-           kernel_list: str = typer.Option(..., "--kernels",
+           kernel_list: str = typer.Option(None, "--kernels",
                                            help="K1,K2,...,Kn ordered oldest to newest"),
+           source: Path = typer.Option(None, "--source", help="a git kernel tree (with --commits)"),
+           commit_range: str = typer.Option(None, "--commits",
+                                            help="OLD..NEW: build and narrow commit by commit"),
+           config: list[Path] = typer.Option([], "--config", help="fragments for commit builds"),
            metric: str = typer.Option(None, "--metric", help="default: the profile's first"),
            results: Path = RESULTS, allow_host_changes: bool = ALLOW) -> None:
-    """Find the first step in K1..Kn where METRIC changes, by binary search,
-    each step a real two-kernel experiment judged like any other."""
+    """Find the first step in K1..Kn (or in the commits OLD..NEW of a git tree)
+    where METRIC changes, by binary search, each step a real two-kernel
+    experiment judged like any other."""
+    from . import kbuild
     from . import narrow as narrowing
     plan = experiment.load(profile)
+    if plan.warnings():
+        raise MmlabError(plan.warnings()[0])
     metric = metric or plan.profile.metrics[0]
     workloads.get(plan.profile.workload).metric(metric)
-    names = [k.strip() for k in kernel_list.split(",") if k.strip()]
+    if bool(kernel_list) == bool(source and commit_range):
+        raise MmlabError("narrow takes either --kernels K1,...,Kn or --source TREE --commits A..B")
+    if kernel_list:
+        names = [k.strip() for k in kernel_list.split(",") if k.strip()]
+        ensure = lambda name: None  # noqa: E731
+    else:
+        shas = kbuild.commits(source, commit_range)
+        names = [f"build:{c[:12]}" for c in shas]
+        by_name = dict(zip(names, shas))
+
+        def ensure(name: str) -> None:
+            """Build a commit's kernel the first time the search needs it."""
+            _build(str(kbuild.checkout(source, by_name[name])), [], config, name[6:])
     store = Store(results)
     out = terminal.console()
 
     def compare_pair(ref: str, kernel: str):
+        ensure(ref)
+        ensure(kernel)
         derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
         exp_id = store.create_experiment(derived)
         out.print(f"narrow: {kernel} against {ref} (experiment {exp_id})")

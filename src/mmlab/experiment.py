@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import random
 import re
 import tomllib
@@ -118,6 +119,21 @@ class Plan:
     @property
     def profile_hash(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def smallest_p(self) -> float:
+        """The smallest two-sided Mann-Whitney p two arms of this size can reach:
+        2 / C(2n, n) with n samples each (0.1 for n = 3)."""
+        n = self.profile.repetitions * self.profile.samples_per_trial
+        return min(1.0, 2 / math.comb(2 * n, n))
+
+    def warnings(self) -> list[str]:
+        p = self.smallest_p()
+        if p >= self.profile.alpha:
+            n = self.profile.repetitions * self.profile.samples_per_trial
+            return [f"{self.path}: with {n} samples per arm the smallest possible p is "
+                    f"{p:.3g} >= alpha {self.profile.alpha}: this profile can show 'no change' "
+                    "but never a significant regression or improvement (use 4 or more)"]
+        return []
 
 
 # ---------------------------------------------------------------- errors with lines

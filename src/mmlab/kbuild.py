@@ -235,3 +235,28 @@ def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
         tail = log.read_text().strip().splitlines()[-8:]
         raise MmlabError(f"kernel build failed (log {log}): " + " | ".join(tail))
 
+
+
+def commits(tree: Path, rev_range: str) -> list[str]:
+    """'A..B' in a git tree -> [A, ..., B], oldest first (first-parent order)."""
+    if ".." not in rev_range:
+        raise MmlabError(f"--commits {rev_range!r}: expected OLD..NEW")
+    old = rev_range.split("..", 1)[0]
+    base = _run(["git", "-C", str(tree), "rev-parse", "--verify", f"{old}^{{commit}}"],
+                what=f"git rev-parse {old}").strip()
+    rest = _run(["git", "-C", str(tree), "rev-list", "--reverse", "--first-parent", rev_range],
+                what=f"git rev-list {rev_range}").split()
+    if not rest:
+        raise MmlabError(f"--commits {rev_range}: no commits in that range")
+    return [base, *rest]
+
+
+def checkout(tree: Path, commit: str) -> Path:
+    """A detached git worktree of `commit`, made once, in the cache."""
+    dest = build_cache() / "worktrees" / commit
+    if not (dest / "Makefile").exists():
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(dest, ignore_errors=True)
+        _run(["git", "-C", str(tree), "worktree", "add", "--detach", "--force", str(dest),
+              commit], what=f"git worktree add {commit[:12]}")
+    return dest

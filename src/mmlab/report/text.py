@@ -84,6 +84,13 @@ def render(d: ReportData) -> str:
     out += _wrap(f"schedule: {p.repetitions} rounds, every arm once per round in an order "
                  f"shuffled by seed {p.seed}; {p.samples_per_trial} sample(s) per trial after "
                  f"{p.warmups if p.warmups is not None else 'the workload default'} warm-up(s)")
+    first = d.row["profile_text"].splitlines()[0] if d.row["profile_text"] else ""
+    if first.startswith("# "):
+        out += _wrap(f"this run: {first[2:]}")
+    kernels = {e["guest_kernel"]: e.get("guest_kernel_source", "?") for e in d.environments
+               if "guest_kernel" in e}
+    for name, source in kernels.items():
+        out += _wrap(f"kernel {name}: {source}")
     out += _wrap(f"trials: {c['done']} done, {c['failed']} failed, "
                  f"{c['planned'] + c['running']} not run; profile {d.row['profile_path']} "
                  f"(sha256 {d.row['profile_hash'][:16]})")

@@ -25,7 +25,7 @@ BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 # /init: mount what the workloads read, run /trial.sh, and frame its stdout,
 # stderr and exit status on ttyS1 with a SHA-256 each, then power off.
 INIT = r"""#!/bin/busybox sh
-/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin
+/bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin /var/tmp
 /bin/busybox --install -s
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
