@@ -142,3 +142,16 @@ def test_the_reproducer_builds_with_gcc_alone_and_prints_the_same_metrics(tmp_pa
     report = subprocess.run([*mmlab, "report", "1", "--results", str(tmp_path / "r")],
                             capture_output=True, text=True)
     assert "thp: hugepage vs nohugepage" in report.stdout
+
+
+def test_a_report_of_an_ab_run_that_never_started_names_the_patch(tmp_path):
+    plan = experiment.parse(PROFILE, "kernels.toml")
+    derived = experiment.with_kernels(plan, ["build:a", "build:b"],
+                                      "A/B of fix.patch sha256 0123456789abcdef")
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(derived)
+    report = text.render(data.gather(store, exp))
+    assert "this run: A/B of fix.patch sha256 0123456789abcdef" in report
+    assert "20 of 20 trials did not run" in report
+    assert "has 0 samples; verdicts need 3" in report
+    assert all(len(line) <= 80 for line in report.splitlines())
