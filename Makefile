@@ -42,7 +42,8 @@ demo: setup
 	$(MMLAB) run unmap-young --reps 3 --backing shmem --sequential
 	$(MMLAB) run ksm-rmap --reps 3 --vmas 1000 --allow-host-changes
 	$(MMLAB) run ksm-rmap --reps 3 --vmas 4000 --allow-host-changes
-	$(MMLAB) experiment run experiments/pageout-thp-modes.toml
+	id=$$($(MMLAB) experiment run experiments/pageout-thp-modes.toml | tee /dev/stderr | tail -1) \
+		&& $(MMLAB) report $$id
 	$(MMLAB) experiment run experiments/aa-pageout.toml
 
 test: setup

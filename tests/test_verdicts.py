@@ -95,3 +95,5 @@ def test_a_ksm_walk_that_migrated_nothing_is_a_different_state():
         s.counts["ksm_pages_migrated"] = n
     (f,) = audit.audit_arm("A", moved)
     assert f.check == "KSM pages compaction moved"
+    assert f.matters_for("walk_trigger_ms")
+    assert not f.matters_for("ms_per_migrated_page")   # already per migrated page

@@ -33,6 +33,9 @@ class Check:
     abs_tol: float = 0.0  # numeric state: differences up to this are the same state
     rel_tol: float = 0.0
     presence: bool = False  # compare "happened / in use" (> 0), not the amount
+    # Metrics already divided by this state (a sample where it is 0 has no value),
+    # which its variation therefore cannot make incomparable.
+    normalises: tuple[str, ...] = ()
 
     def allowed(self, differing_axes: set[str]) -> bool:
         return any(axis in self.allowed_by or any(axis.startswith(p) for p in self.allowed_by
@@ -59,7 +62,7 @@ CHECKS = (
     # Compaction reaches a page or not depending on where it sits: a walk that
     # migrated nothing is a different experiment from one that migrated all.
     Check("KSM pages compaction moved", "counts", ("ksm_pages_migrated",), KSM_AXES,
-          presence=True),
+          presence=True, normalises=("ms_per_migrated_page",)),
     Check("page size", "state", ("page_size_kb", "after_prefault_kernel_page_kb"),
           frozenset({"kernel"})),
     Check("kernel", "state", ("kernel",), frozenset({"kernel"})),
@@ -81,6 +84,10 @@ class Finding:
 
     def __str__(self) -> str:
         return f"{self.check}: {self.detail}"
+
+    def matters_for(self, metric: str) -> bool:
+        check = next((c for c in CHECKS if c.name == self.check), None)
+        return check is None or metric not in check.normalises
 
 
 def _values(samples: list[Sample], section: str, key: str) -> list:

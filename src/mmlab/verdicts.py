@@ -57,7 +57,8 @@ def judge(plan: Plan, samples: dict[str, list[Sample]],
                               [s.metrics.get(metric) for s in b],
                               wl.metric(metric).higher_is_better, profile.tolerance,
                               profile.max_cv, profile.alpha, profile.seed)
-            if found:
-                c = stats.not_comparable(c, "; ".join(map(str, found)))
+            relevant = [f for f in found if f.matters_for(metric)]
+            if relevant:
+                c = stats.not_comparable(c, "; ".join(map(str, relevant)))
             comparisons.append(c)
     return Judgement(comparisons, findings, arm_findings)
