@@ -11,9 +11,9 @@ from mmlab.errors import MmlabError
 from mmlab.stats import Comparison
 
 
-def verdict(v: str) -> Comparison:
+def verdict(v: str, ratio: float = 1.0, lo: float = math.nan, hi: float = math.nan) -> Comparison:
     nan = math.nan
-    return Comparison("m_ns", "b", "a", 9, 9, nan, nan, 1.0, nan, nan, nan, nan, nan, nan, nan,
+    return Comparison("m_ns", "b", "a", 9, 9, nan, nan, ratio, lo, hi, nan, nan, nan, nan, nan,
                       v, "recorded")
 
 
@@ -46,9 +46,11 @@ def test_nothing_changed_costs_one_comparison():
     assert "no change" in result.sentence(kernels)
 
 
-def test_an_unreliable_step_stops_the_search_with_a_reason():
-    with pytest.raises(MmlabError, match="k3 vs k0 is unreliable"):
+def test_an_unplaceable_step_stops_the_search_with_a_reason():
+    with pytest.raises(MmlabError, match="b vs a is unreliable"):
         narrow.bisect(["k0", "k1", "k2", "k3"], lambda ref, k: verdict("unreliable"))
+    with pytest.raises(MmlabError, match="b vs a is not comparable"):
+        narrow.bisect(["k0", "k1"], lambda ref, k: verdict("not comparable"))
     with pytest.raises(MmlabError, match="at least two kernels"):
         narrow.bisect(["k0"], lambda ref, k: verdict("no change"))
 
@@ -66,3 +68,16 @@ def test_derived_profiles_round_trip_through_toml():
     assert len(derived.arms) == 6 and derived.profile.focus == "do_madvise"
     again = experiment.parse(derived.text, derived.path)
     assert [a.name for a in again.arms] == [a.name for a in derived.arms]
+
+
+def test_a_noisy_step_is_placed_by_the_side_of_the_break_its_ci_is_on():
+    """End to end the metric fell to 0.076; a step at 0.999 [0.92, 1.10] is
+    too noisy for 'no change' within 10 % but plainly on the old side."""
+    recorded = {"k1": verdict("unreliable", 0.999, 0.924, 1.103),
+                "k2": verdict("improvement", 0.076, 0.038, 0.078)}
+    result = narrow.bisect(["k0", "k1", "k2"], lambda ref, k: recorded[k])
+    assert result.first_changed == 2
+    assert "old side of 0.276" in result.steps[1].why
+    across = {"k1": verdict("unreliable", 0.3, 0.1, 0.9), "k2": recorded["k2"]}
+    with pytest.raises(MmlabError, match="is unreliable"):
+        narrow.bisect(["k0", "k1", "k2"], lambda ref, k: across[k])

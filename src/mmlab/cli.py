@@ -386,6 +386,9 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
         return c
 
     result = narrowing.bisect(names, compare_pair)
+    for step in result.steps:
+        out.print(terminal.escape(f"  {step.kernel}: {'changed' if step.changed else 'unchanged'}"
+                                  f" ({step.why})"))
     out.print(f"{metric}: " + result.sentence(names) +
               f" ({len(result.steps)} of {len(names) - 1} kernels tested)")
 

@@ -4,13 +4,18 @@ allows.
 
 The search assumes the change, once in, stays in (as `git bisect` does): with
 the oldest kernel as the reference, a kernel is "changed" when the verdict
-against the oldest is a regression or an improvement.  Each comparison is a
-real two-kernel experiment, interleaved and judged like any other; its
-evidence is kept so the answer can be audited.
+against the oldest is a regression or an improvement, and "unchanged" when it
+is no change.  A step whose verdict is unreliable (too noisy to place inside
+the tolerance) is still placed when its whole CI lies on one side of the
+geometric midpoint between 1 and the end-to-end ratio: a bisection asks which
+side of the break a kernel is on, not whether it is within the tolerance.
+Each comparison is a real two-kernel experiment, interleaved and judged like
+any other; its evidence is kept so the answer can be audited.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -24,10 +29,27 @@ CHANGED = ("regression", "improvement")
 class Step:
     kernel: str
     comparison: Comparison
+    changed: bool
+    why: str
 
-    @property
-    def changed(self) -> bool:
-        return self.comparison.verdict in CHANGED
+
+def place(c: Comparison, end_to_end: float | None) -> tuple[bool, str]:
+    """(changed?, why) for one step; an error when it cannot be placed."""
+    if c.verdict in CHANGED:
+        return True, c.verdict
+    if c.verdict == "no change":
+        return False, "no change"
+    if c.verdict == "unreliable" and end_to_end and math.isfinite(c.ci_low):
+        mid = math.sqrt(end_to_end)
+        old_side = (c.ci_low > mid) if end_to_end < 1 else (c.ci_high < mid)
+        new_side = (c.ci_high < mid) if end_to_end < 1 else (c.ci_low > mid)
+        if old_side or new_side:
+            return new_side, (f"unreliable within the tolerance, but its CI [{c.ci_low:.3f}, "
+                              f"{c.ci_high:.3f}] lies on the {'new' if new_side else 'old'} side "
+                              f"of {mid:.3f}, the midpoint to the end-to-end ratio "
+                              f"{end_to_end:.3f}")
+    raise MmlabError(f"narrow: {c.arm} vs {c.baseline} is {c.verdict} ({c.reason}); add "
+                     "repetitions or fix the state before narrowing")
 
 
 @dataclass(frozen=True)
@@ -52,13 +74,11 @@ def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Res
     steps: list[Step] = []
 
     def changed(i: int) -> bool:
-        step = Step(kernels[i], compare(ref, kernels[i]))
-        steps.append(step)
-        if step.comparison.verdict in ("unreliable", "not comparable"):
-            raise MmlabError(f"narrow: {kernels[i]} vs {ref} is {step.comparison.verdict} "
-                             f"({step.comparison.reason}); add repetitions or fix the state "
-                             "before narrowing")
-        return step.changed
+        c = compare(ref, kernels[i])
+        end_to_end = steps[0].comparison.ratio if steps else None
+        moved, why = place(c, end_to_end)
+        steps.append(Step(kernels[i], c, moved, why))
+        return moved
 
     if not changed(len(kernels) - 1):
         return Result(None, steps)
