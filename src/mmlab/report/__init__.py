@@ -1,1 +1,2 @@
-"""Output for people: terminal tables now; mailing-list text, HTML and bundles later."""
+"""Output for people: terminal tables, the mailing-list text report, the HTML
+report, the evidence bundle and its standalone reproducers."""

@@ -1,1 +1,1 @@
-"""Where a trial runs: `host` (this kernel) and, later, `qemu` (a kernel in a VM)."""
+"""Where a trial runs: `host` (this kernel) and `qemu` (another kernel in a VM)."""
