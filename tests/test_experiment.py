@@ -87,6 +87,8 @@ def test_min_sample_ms_becomes_the_workload_parameter():
      r"p\.toml:10: matrix: pageout-refault: --thp: 'sometimes' is not one of"),
     (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "nohugepage"]\nswap = ["lots"]'),
      r"p\.toml:12: matrix\.swap: 'lots': expected none, file:SIZE or zram:SIZE"),
+    (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "nohugepage"]\n"ksm.run" = ["on"]'),
+     r"p\.toml:12: matrix\.ksm\.run: 'on': KSM knobs take whole numbers"),
     (("mapping-kb = 1024", "mapping-kb = 1024\nflavour = 3"),
      r"matrix: pageout-refault: unknown parameter 'flavour'"),
     (('workload = "pageout-refault"', 'workload = "nope"'), r"p\.toml:2: workload: unknown workload"),

@@ -15,9 +15,9 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
 from . import experiment, kernels, knobs, probe, runner, verdicts, workloads
 from .errors import Interrupted, MmlabError
-from .report import terminal
-from .store import Store
 from .knobs import HostSettings
+from .report import terminal
+from .store import Store, status_counts
 from .targets import host, qemu
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -228,28 +228,20 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     if not attributed:
         raise MmlabError(f"experiment {exp_id} has no attribution: run it with --attribute "
                          f"(mmlab experiment resume {exp_id} --attribute adds it)")
-    samples = store.samples_by_arm(exp_id)
-    guests = [g for g in (ex.guest_trace(a, d) for a, d in attributed.items()) if g]
-    arms = [ex.explain_arm(a, d, samples.get(a, []), focus=focus) for a, d in attributed.items()
-            if "guest_trace" not in d]
-    pairs = [ex.explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
-                             attributed[p.baseline.name], samples.get(p.arm.name, []),
-                             samples.get(p.baseline.name, []), focus=focus)
-             for p in verdicts.pairs(plan)
-             if p.arm.name in attributed and p.baseline.name in attributed]
+    found = ex.explain_experiment(plan, attributed, store.samples_by_arm(exp_id), focus)
     if svg:
         for path in ex.write_flamegraphs(svg, attributed, list(verdicts.pairs(plan)), focus):
             typer.echo(f"wrote {path}", err=True)
     if as_json:
-        typer.echo(json.dumps(ex.to_json(arms, pairs, guests), indent=1))
+        typer.echo(json.dumps(found.to_json(), indent=1))
         return
     out = terminal.console()
-    if guests:
-        out.print(terminal.guest_trace_table(guests))
-    for a in arms:
+    if found.guests:
+        out.print(terminal.guest_trace_table(found.guests))
+    for a in found.arms:
         out.print(terminal.arm_explanation(a))
-    out.print(terminal.overhead_table(arms))
-    for p in pairs:
+    out.print(terminal.overhead_table(found.arms))
+    for p in found.pairs:
         out.print(terminal.pair_explanation(p))
 
 
@@ -269,8 +261,7 @@ def show(exp_id: int = typer.Argument(...), results: Path = RESULTS) -> None:
     out.print(f"[bold]experiment {exp_id}[/bold]: {row['name']} ({row['workload']}), "
               f"profile {row['profile_path']} sha256 {row['profile_hash'][:12]}, seed {row['seed']}")
     trials = store.trials(exp_id)
-    counts = {st: sum(t.status == st for t in trials) for st in ("done", "failed", "planned",
-                                                                  "running")}
+    counts = status_counts(trials)
     out.print("trials: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v))
     envs = store.environments(exp_id)
     if envs:
@@ -374,12 +365,8 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
     def compare_pair(ref: str, kernel: str):
         ensure(ref)
         ensure(kernel)
-        derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
-        exp_id = store.create_experiment(derived)
-        out.print(f"narrow: {kernel} against {ref} (experiment {exp_id})")
-        runner.run(store, exp_id, derived, allow_host_changes, say=out.print)
-        judged = verdicts.judge(derived, store.samples_by_arm(exp_id), [metric])
-        c = narrowing.decisive(judged.comparisons, metric)
+        c = narrowing.experiment_step(store, plan, ref, kernel, metric, allow_host_changes,
+                                      out.print)
         out.print(terminal.escape(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio "
                                   f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], "
                                   f"p {c.p_value:.2g} ({c.reason})"))

@@ -268,7 +268,9 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
                 raise fail(loc + (axis,), f"{value!r}: expected a whole number of MiB >= 128")
             memory_mb = value
         elif axis.startswith("ksm."):
-            settings.ksm[axis[4:]] = int(value)
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise fail(loc + (axis,), f"{value!r}: KSM knobs take whole numbers")
+            settings.ksm[axis[4:]] = value
         elif axis.startswith("sysctl."):
             settings.sysctl[axis[7:]] = str(value)
         else:

@@ -19,8 +19,10 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from . import experiment, runner, verdicts
 from .errors import MmlabError
 from .stats import Comparison
+from .store import Store
 
 CHANGED = ("regression", "improvement")
 
@@ -103,3 +105,15 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
             if c.verdict in wanted:
                 return c
     return mine[0]
+
+
+def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
+                    allow_host_changes: bool, say: Callable[[str], None]) -> Comparison:
+    """One comparison of the search: the profile on `ref` and `kernel`, stored
+    as an experiment of its own, run and judged on `metric`."""
+    derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
+    exp_id = store.create_experiment(derived)
+    say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
+    runner.run(store, exp_id, derived, allow_host_changes, say=say)
+    judged = verdicts.judge(derived, store.samples_by_arm(exp_id), [metric])
+    return decisive(judged.comparisons, metric)

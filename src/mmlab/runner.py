@@ -25,7 +25,6 @@ class RunResult:
     done: int
     failed: int
     skipped: int
-    attributed: int = 0
 
 
 def check_consent(plan: Plan, allow_host_changes: bool) -> None:
@@ -138,8 +137,10 @@ def run(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
 
 def attribute(store: Store, exp_id: int, plan: Plan, allow_host_changes: bool,
               say: Callable[[str], None] = print) -> int:
-    """Attribution trials, after the timing trials: per host arm, one run under
-    perf and two under lock tracing, with the arm's settings applied."""
+    """Attribution trials, after the timing trials, with each arm's settings
+    applied: per host arm one run under perf, two under lock tracing and one
+    counting tracepoints; per guest arm one instrumented boot.  Returns how
+    many arms got attribution."""
     from .attribution import collect
     wl = workloads.get(plan.profile.workload)
     allowed = allow_host_changes or plan.profile.host_changes

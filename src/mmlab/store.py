@@ -82,6 +82,12 @@ class Trial:
     error: str | None
 
 
+def status_counts(trials: list[Trial]) -> dict[str, int]:
+    """How many trials are done, failed, planned and running."""
+    return {st: sum(t.status == st for t in trials)
+            for st in ("done", "failed", "planned", "running")}
+
+
 class Store:
     def __init__(self, results_dir: str | Path):
         self.dir = Path(results_dir)

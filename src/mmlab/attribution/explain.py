@@ -4,15 +4,15 @@ carry the difference."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-
 import re
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
+from .. import verdicts
+from ..experiment import Plan
 from ..report import flamegraph
-
 from ..samples import Sample
 from . import stacks
 from .collect import work_units
@@ -165,10 +165,29 @@ def explain_pair(arm: str, baseline: str, data: dict, base_data: dict,
                            vmstat_changes(samples, base_samples), event_changes(data, base_data))
 
 
-def to_json(arms: list[ArmExplanation], pairs: list[PairExplanation],
-            guests: list[GuestTrace]) -> dict:
-    return {"arms": [asdict(a) for a in arms], "pairs": [asdict(p) for p in pairs],
-            "guest_traces": [asdict(g) for g in guests]}
+@dataclass
+class Explanation:
+    arms: list[ArmExplanation]      # host arms with perf stacks, locks, events
+    pairs: list[PairExplanation]    # each arm against its baseline, both attributed
+    guests: list[GuestTrace]        # guest arms' in-guest traces
+
+    def to_json(self) -> dict:
+        return {"arms": [asdict(a) for a in self.arms], "pairs": [asdict(p) for p in self.pairs],
+                "guest_traces": [asdict(g) for g in self.guests]}
+
+
+def explain_experiment(plan: Plan, attributed: dict[str, dict], samples: dict[str, list[Sample]],
+                       focus: str | None = None, n: int = 12) -> Explanation:
+    """Every explanation the stored attribution of one experiment supports."""
+    guests = [g for g in (guest_trace(a, d) for a, d in attributed.items()) if g]
+    arms = [explain_arm(a, d, samples.get(a, []), n=n, focus=focus)
+            for a, d in attributed.items() if "guest_trace" not in d]
+    pairs = [explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
+                          attributed[p.baseline.name], samples.get(p.arm.name, []),
+                          samples.get(p.baseline.name, []), n=n, focus=focus)
+             for p in verdicts.pairs(plan)
+             if p.arm.name in attributed and p.baseline.name in attributed]
+    return Explanation(arms, pairs, guests)
 
 
 def _file(name: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
-import shutil
 import tarfile
 from pathlib import Path
 

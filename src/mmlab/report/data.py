@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from .. import verdicts, workloads
 from ..experiment import Plan, parse
 from ..samples import Sample
-from ..store import Store, Trial
+from ..store import Store, Trial, status_counts
 
 
 @dataclass
@@ -35,8 +35,7 @@ class ReportData:
                 if "accelerator" in s.state}
 
     def counts(self) -> dict[str, int]:
-        return {st: sum(t.status == st for t in self.trials)
-                for st in ("done", "failed", "planned", "running")}
+        return status_counts(self.trials)
 
 
 def gather(store: Store, exp_id: int) -> ReportData:

@@ -46,20 +46,24 @@ def _verdict_table(d: ReportData) -> str:
 def _attribution(d: ReportData) -> str:
     if not d.attributions:
         return "<p>No attribution trials (run the experiment with --attribute).</p>"
+    found = explain.explain_experiment(d.plan, d.attributions, d.samples,
+                                       d.plan.profile.focus, n=10)
+    guests = {g.arm: g for g in found.guests}
+    arms = {x.arm: x for x in found.arms}
     parts = []
-    for a, data in d.attributions.items():
-        ex = explain.explain_arm(a, data, d.samples.get(a, []), n=10)
-        if ex.top:
+    for a in d.attributions:
+        ex = arms.get(a)
+        if ex and ex.top:
             rows = "".join(f"<tr><td>{escape(f.function)}</td><td>{f.inclusive:.1%}</td>"
                            f"<td>{f.self_share:.1%}</td></tr>" for f in ex.top)
             parts.append(f"<h3>{escape(a)}: top functions (perf cpu-clock)</h3><table><tr>"
                          f"<th>function</th><th>inclusive</th><th>self</th></tr>{rows}</table>")
-        if ex.callers:
+        if ex and ex.callers:
             rows = "".join(f"<tr><td>{escape(c)}</td><td>{n}</td><td>{us:,.1f}</td></tr>"
                            for c, n, us in ex.callers)
             parts.append(f"<h3>{escape(a)}: lock contention callers</h3><table><tr><th>caller"
                          f"</th><th>seen</th><th>est. wait us</th></tr>{rows}</table>")
-        g = explain.guest_trace(a, data)
+        g = guests.get(a)
         if g:
             rows = "".join(f"<tr><td>{fig}</td><td>{escape(fn)}</td><td>{v:,.0f}</td></tr>"
                            for fig, fn, v, _ in g.rows)

@@ -13,7 +13,6 @@ import math
 import textwrap
 from collections import defaultdict
 
-from .. import verdicts
 from ..attribution import explain
 from ..stats import Comparison, summarize
 from .data import ReportData, regzbot_lines
@@ -124,7 +123,7 @@ def render(d: ReportData) -> str:
     out += ["", "Reproduce"]
     out += [f"  make setup   # in an mmlab checkout (git {env.get('git_commit', '?')})",
             f"  .venv/bin/mmlab experiment run {d.row['profile_path']}",
-            f"  .venv/bin/mmlab compare <ID>",
+            "  .venv/bin/mmlab compare <ID>",
             "  or without mmlab: gcc -O2 -o repro reproducer-<arm>.c && ./repro --samples 5",
             "  (the reproducer files are in the evidence bundle)"]
     tags = regzbot_lines(d)
@@ -140,24 +139,21 @@ def attribution(d: ReportData) -> list[str]:
     out = ["", "Where the time went (attribution trials, separate from timing)"]
     if focus:
         out += _wrap(f"perf stacks through {focus} only (the phase the metrics measure)")
-    for p in (x for x in verdicts.pairs(d.plan)
-              if x.arm.name in d.attributions and x.baseline.name in d.attributions):
-        ex = explain.explain_pair(p.arm.name, p.baseline.name, d.attributions[p.arm.name],
-                                  d.attributions[p.baseline.name], d.samples.get(p.arm.name, []),
-                                  d.samples.get(p.baseline.name, []), n=4, focus=focus)
+    found = explain.explain_experiment(d.plan, d.attributions, d.samples, focus, n=4)
+    for ex in found.pairs:
         if ex.deltas:
             change = ex.cpu_ns_per_unit - ex.cpu_ns_per_unit_baseline
-            tops = ", ".join(f"{x.function} {x.change:+.4g} ns" for x in ex.deltas[:4])
-            out += _wrap(f"{p.arm.name} vs {p.baseline.name}: CPU time per {ex.unit} "
+            tops = ", ".join(f"{x.function} {x.change:+.4g} ns" for x in ex.deltas)
+            out += _wrap(f"{ex.arm} vs {ex.baseline}: CPU time per {ex.unit} "
                          f"{change:+.4g} ns; largest changes: {tops}")
-    for arm, data in d.attributions.items():
-        g = explain.guest_trace(arm, data)
-        if g:
-            rows = ", ".join(f"{fig} {fn} {fmt(v)}" for fig, fn, v, _ in g.rows[:6])
+    guests = {g.arm: g for g in found.guests}
+    arms = {a.arm: a for a in found.arms}
+    for arm in d.attributions:
+        if arm in guests:
+            rows = ", ".join(f"{fig} {fn} {fmt(v)}" for fig, fn, v, _ in guests[arm].rows[:6])
             out += _wrap(f"{arm} (in-guest trace): {rows}")
-        locks = explain.explain_arm(arm, data, d.samples.get(arm, [])).callers[:2] \
-            if "locks" in data else []
-        for caller, n, us in (x for x in locks if x[1] >= MIN_LOCK_SEEN):
+        callers = arms[arm].callers[:2] if arm in arms else []
+        for caller, n, us in (x for x in callers if x[1] >= MIN_LOCK_SEEN):
             out += _wrap(f"{arm}: lock waits ~{fmt(us)} us in {caller} ({n} seen)")
     return out
 
