@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +48,23 @@ def settings_untouched(tmp_path_factory):
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+MMLAB = [sys.executable, "-m", "mmlab.cli"]
+
+
+def mmlab(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*MMLAB, *args], capture_output=True, text=True, timeout=timeout)
+
+
+def run_profile(tmp_path: Path, text: str, *args: str,
+                timeout: float | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+    """Write `text` as a profile and `mmlab experiment run` it into tmp_path/r."""
+    profile = tmp_path / "profile.toml"
+    profile.write_text(text)
+    results = tmp_path / "r"
+    return mmlab("experiment", "run", str(profile), "--results", str(results), *args,
+                 timeout=timeout), results
 
 
 def mmwork(*args: str) -> subprocess.CompletedProcess:

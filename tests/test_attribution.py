@@ -4,8 +4,6 @@ tracepoints (on recorded text), and one live run with --attribute."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
@@ -14,7 +12,7 @@ import pytest
 from mmlab import probe
 from mmlab.attribution import locks, stacks
 
-from .conftest import is_root
+from .conftest import is_root, mmlab, run_profile
 
 PERF_SCRIPT = """\
 mmwork 17482/17482     333444 
@@ -129,23 +127,17 @@ workers = [1, 2]
 
 @pytest.mark.skipif(not is_root() or probe.tracefs() is None, reason="needs root and tracefs")
 def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
-    profile = tmp_path / "a.toml"
-    profile.write_text(ATTRIBUTE)
-    mmlab = [sys.executable, "-m", "mmlab.cli"]
-    run = subprocess.run([*mmlab, "experiment", "run", str(profile), "--results", str(tmp_path),
-                          "--attribute"], capture_output=True, text=True)
+    run, results = run_profile(tmp_path, ATTRIBUTE, "--attribute")
     assert run.returncode == 0, run.stderr
     assert "attribution stored for 2 arm(s)" in run.stdout
-    out = json.loads(subprocess.run([*mmlab, "explain", "1", "--results", str(tmp_path),
-                                     "--json"], capture_output=True, text=True).stdout)
+    out = json.loads(mmlab("explain", "1", "--results", str(results), "--json").stdout)
     arm2 = next(a for a in out["arms"] if a["arm"] == "workers=2")
     top = {f["function"] for f in arm2["top"]}
     assert "populate_vma_page_range" in top or "__mm_populate" in top
     assert out["pairs"][0]["arm"] == "workers=2" and out["pairs"][0]["deltas"]
     if Path(probe.tracefs(), "events/lock/contention_begin").is_dir():
         assert any("folio_lruvec_lock" in c[0] for c in arm2["callers"]), arm2["callers"]
-    nothing = subprocess.run([*mmlab, "explain", "2", "--results", str(tmp_path)],
-                             capture_output=True, text=True)
+    nothing = mmlab("explain", "2", "--results", str(results))
     assert nothing.returncode == 2 and "no experiment 2" in nothing.stderr
 
 

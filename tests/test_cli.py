@@ -8,20 +8,14 @@ import os
 import platform
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from .conftest import is_root
+from .conftest import MMLAB, is_root, mmlab
 
-MMLAB = [sys.executable, "-m", "mmlab.cli"]
 KSM_RUN = Path("/sys/kernel/mm/ksm/run")
-
-
-def mmlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*MMLAB, *args], capture_output=True, text=True)
 
 
 def test_run_json_prints_only_samples():

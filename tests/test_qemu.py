@@ -10,8 +10,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -21,9 +19,10 @@ from mmlab.knobs import HostSettings
 from mmlab.targets import initramfs, qemu
 from mmlab.targets.host import TrialFailed
 
+from .conftest import mmlab, run_profile
+
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (make setup installs it)")
-MMLAB = [sys.executable, "-m", "mmlab.cli"]
 TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
 
 
@@ -98,8 +97,7 @@ def test_a_hung_guest_is_killed_and_reported(k612):
 
 
 def test_kernel_axis_experiment_end_to_end(k612, tmp_path):
-    profile = tmp_path / "k.toml"
-    profile.write_text("""
+    proc, results = run_profile(tmp_path, """
 name = "kernel-axis"
 workload = "pageout-refault"
 repetitions = 3
@@ -115,14 +113,11 @@ min-ms = 0
 kernel = ["debian:6.12", "local:nope"]
 cpus = [1, 2]
 """)
-    proc = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
-                           str(tmp_path / "r")], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert "6 run now" in proc.stdout and "6 failed" in proc.stdout
     assert "unknown kernel 'local:nope'" in proc.stdout
     assert "TCG" in proc.stdout or "KVM" in proc.stdout          # the accelerator is named
-    rows = json.loads(subprocess.run([*MMLAB, "compare", "1", "--results", str(tmp_path / "r"),
-                                      "--json"], capture_output=True, text=True).stdout)
+    rows = json.loads(mmlab("compare", "1", "--results", str(results), "--json").stdout)
     ok = [r for r in rows if r["arm"] == "kernel=debian:6.12,cpus=2"]
     assert ok and ok[0]["baseline"] == "kernel=debian:6.12,cpus=1" and ok[0]["ratio"] > 0
     failed = [r for r in rows if r["arm"] == "kernel=local:nope,cpus=2"]
@@ -131,11 +126,9 @@ cpus = [1, 2]
 
 def test_instrumented_guest_run_counts_and_times_kernel_functions(k612):
     """The no-swap MADV_PAGEOUT chain of seed 001: every folio asks for swap."""
-    proc = subprocess.run([*MMLAB, "run", "pageout-refault", "--kernel", "debian:6.12",
-                           "--memory-mb", "256", "--reps", "1", "--mapping-kb", "1024",
-                           "--rounds", "2", "--min-ms", "0", "--json",
-                           "--trace-count", "folio_alloc_swap", "--trace-time", "reclaim_pages"],
-                          capture_output=True, text=True)
+    proc = mmlab("run", "pageout-refault", "--kernel", "debian:6.12", "--memory-mb", "256",
+                 "--reps", "1", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0", "--json",
+                 "--trace-count", "folio_alloc_swap", "--trace-time", "reclaim_pages")
     assert proc.returncode == 0, proc.stderr
     (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
     assert s["state"]["instrumented"] == 1
@@ -146,8 +139,7 @@ def test_instrumented_guest_run_counts_and_times_kernel_functions(k612):
 
 
 def test_a_broken_cmdline_in_a_profile_is_a_failed_trial(k612, tmp_path):
-    profile = tmp_path / "b.toml"
-    profile.write_text("""
+    proc, _ = run_profile(tmp_path, """
 name = "broken"
 workload = "pageout-refault"
 kernel = "debian:6.12"
@@ -160,9 +152,7 @@ baseline = "A"
 mapping-kb = 1024
 [[arms]]
 name = "A"
-""")
-    proc = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
-                           str(tmp_path / "r")], capture_output=True, text=True, timeout=600)
+""", timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert "3 failed" in proc.stdout and "kernel panic in the guest" in proc.stdout
 
@@ -184,8 +174,7 @@ def test_missing_trace_functions_are_skipped_not_fatal(k612):
 
 
 def test_guest_arms_get_attribution_trials_and_explain_shows_them(k612, tmp_path):
-    profile = tmp_path / "g.toml"
-    profile.write_text("""
+    run, results = run_profile(tmp_path, """
 name = "guest-attribution"
 workload = "pageout-refault"
 kernel = "debian:6.12"
@@ -201,11 +190,8 @@ min-ms = 0
 [[arms]]
 name = "A"
 """)
-    run = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--results",
-                          str(tmp_path / "r")], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    out = json.loads(subprocess.run([*MMLAB, "explain", "1", "--results", str(tmp_path / "r"),
-                                     "--json"], capture_output=True, text=True).stdout)
+    out = json.loads(mmlab("explain", "1", "--results", str(results), "--json").stdout)
     (g,) = out["guest_traces"]
     rows = {(figure, func): value for figure, func, value, _ in g["rows"]}
     first = workloads.get("pageout-refault").mm_paths[0]       # counted and timed by default

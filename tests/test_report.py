@@ -8,7 +8,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,8 @@ from mmlab import experiment
 from mmlab.report import bundle, data, html, text
 from mmlab.samples import Sample
 from mmlab.store import Store
+
+from .conftest import mmlab, run_profile
 
 PROFILE = """\
 name = "kernels"
@@ -117,18 +118,12 @@ def test_bundle_has_every_file_and_a_manifest_that_checks(store_with_results, tm
 
 
 def test_the_reproducer_builds_with_gcc_alone_and_prints_the_same_metrics(tmp_path):
-    profile = tmp_path / "q.toml"
-    profile.write_text(PROFILE.replace('kernel = ["debian:6.1", "debian:6.12"]\ncpus = [1, 2]',
-                                       'thp = ["hugepage", "nohugepage"]')
-                       .replace('baseline = { kernel = "debian:6.1" }',
-                                'baseline = { thp = "nohugepage" }')
-                       .replace("repetitions = 5", "repetitions = 3"))
-    mmlab = [sys.executable, "-m", "mmlab.cli"]
-    run = subprocess.run([*mmlab, "experiment", "run", str(profile), "--results",
-                          str(tmp_path / "r")], capture_output=True, text=True)
+    run, results = run_profile(tmp_path, PROFILE.replace(
+        'kernel = ["debian:6.1", "debian:6.12"]\ncpus = [1, 2]', 'thp = ["hugepage", "nohugepage"]')
+        .replace('baseline = { kernel = "debian:6.1" }', 'baseline = { thp = "nohugepage" }')
+        .replace("repetitions = 5", "repetitions = 3"))
     assert run.returncode == 0, run.stderr
-    made = subprocess.run([*mmlab, "bundle", "1", str(tmp_path / "b"), "--results",
-                           str(tmp_path / "r")], capture_output=True, text=True)
+    made = mmlab("bundle", "1", str(tmp_path / "b"), "--results", str(results))
     assert made.returncode == 0, made.stderr
     src = tmp_path / "b" / "reproducer-thp_hugepage.c"
     subprocess.run(["gcc", "-O2", "-o", str(tmp_path / "repro"), str(src)], check=True)
@@ -139,8 +134,7 @@ def test_the_reproducer_builds_with_gcc_alone_and_prints_the_same_metrics(tmp_pa
     assert samples[0]["params"]["thp"] == "hugepage" and samples[0]["params"]["mapping-kb"] == 1024
     assert set(samples[0]["metrics"]) == {"prefault_ns_per_page", "advise_ns_per_page",
                                           "post_touch_ns_per_page", "cycle_ns_per_page"}
-    report = subprocess.run([*mmlab, "report", "1", "--results", str(tmp_path / "r")],
-                            capture_output=True, text=True)
+    report = mmlab("report", "1", "--results", str(results))
     assert "thp: hugepage vs nohugepage" in report.stdout
 
 

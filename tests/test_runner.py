@@ -9,7 +9,6 @@ import os
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,9 +16,8 @@ import pytest
 
 from mmlab import knobs
 
-from .conftest import is_root
+from .conftest import MMLAB, is_root, mmlab, run_profile
 
-MMLAB = [sys.executable, "-m", "mmlab.cli"]
 THP = Path(knobs.THP_ENABLED)
 
 QUICK = """\
@@ -61,10 +59,6 @@ thp_mode = ["always", "never"]
 """
 
 
-def mmlab(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*MMLAB, *args], capture_output=True, text=True)
-
-
 def statuses(results: Path) -> dict[str, int]:
     db = sqlite3.connect(f"file:{results}/mmlab.sqlite?mode=ro", uri=True)
     try:
@@ -102,9 +96,7 @@ def stop_children():
 
 
 def test_experiment_stores_every_trial_and_compares(tmp_path):
-    profile = tmp_path / "quick.toml"
-    profile.write_text(QUICK)
-    proc = mmlab("experiment", "run", str(profile), "--results", str(tmp_path / "r"))
+    proc, _ = run_profile(tmp_path, QUICK)
     assert proc.returncode == 0, proc.stderr
     exp_id = proc.stdout.strip().splitlines()[-1]
     assert exp_id == "1"                                   # the ID is the last line
@@ -131,9 +123,7 @@ def test_experiment_stores_every_trial_and_compares(tmp_path):
 
 
 def test_host_changes_are_refused_without_consent(tmp_path):
-    profile = tmp_path / "thp.toml"
-    profile.write_text(THP_MODES.replace("host_changes = true\n", ""))
-    proc = mmlab("experiment", "run", str(profile), "--results", str(tmp_path / "r"))
+    proc, _ = run_profile(tmp_path, THP_MODES.replace("host_changes = true\n", ""))
     assert proc.returncode == 2
     assert f"would change {knobs.THP_ENABLED}" in proc.stderr
     assert "--allow-host-changes" in proc.stderr
