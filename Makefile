@@ -1,13 +1,17 @@
 # mmlab: `make demo` sets up a fresh machine and runs the tour; `make test` runs the tests.
 SHELL := /bin/bash
+# pipefail: a failing mmlab in `mmlab ... | tee` fails the recipe.  (tee to a
+# file, never to /dev/stderr: that reopens a redirected log and truncates it.)
+.SHELLFLAGS := -eo pipefail -c
 VENV := .venv
 PY := $(VENV)/bin/python
 MMLAB := $(VENV)/bin/mmlab
 # Debian packages mmlab uses: the C build (static glibc), perf for attribution,
 # QEMU/busybox/cpio for guest kernels, stress-ng as the peer stressor, util-linux
-# for mkswap/swapon, chromium to check that the HTML report renders.
+# for mkswap/swapon, chromium to check that the HTML report renders; flex, bison,
+# bc, libelf-dev and libssl-dev to build kernels from source (mmlab kernels build).
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
-	stress-ng util-linux git chromium
+	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev
 
 .PHONY: setup system venv build demo test test-slow bench clean
 
@@ -42,8 +46,9 @@ demo: setup
 	$(MMLAB) run unmap-young --reps 3 --backing shmem --sequential
 	$(MMLAB) run ksm-rmap --reps 3 --vmas 1000 --allow-host-changes
 	$(MMLAB) run ksm-rmap --reps 3 --vmas 4000 --allow-host-changes
-	id=$$($(MMLAB) experiment run experiments/pageout-thp-modes.toml | tee /dev/stderr | tail -1) \
-		&& $(MMLAB) report $$id
+	@mkdir -p build
+	$(MMLAB) experiment run experiments/pageout-thp-modes.toml | tee build/demo-thp.out
+	$(MMLAB) report $$(tail -1 build/demo-thp.out)
 	$(MMLAB) experiment run experiments/aa-pageout.toml
 
 test: setup

@@ -31,6 +31,7 @@ def global_state() -> dict[str, object]:
     state.update({f"tracefs:{n}": (tf / n).read_text().split()[0] for n in TRACEFS_SETTINGS
                   if (tf / n).exists()})
     state["swaps"] = knobs.active_swaps()
+    state["tracefs mounted"] = knobs.mounted(knobs.TRACEFS)
     return state
 
 

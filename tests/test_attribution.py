@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import probe
+from mmlab import knobs
 from mmlab.attribution import locks, stacks
 
 from .conftest import is_root, mmlab, run_profile
@@ -107,9 +107,10 @@ def test_callers_skip_the_lock_machinery():
     assert callers == Counter({
         "folio_lruvec_lock_irqsave <- folio_batch_move_lru <- lru_add_drain_cpu": 1,
         "folio_lruvec_lock_irqsave <- __page_cache_release.part.0 <- folios_put_refs": 1})
-    c = locks.Contention(locks.pair_waits(TRACE), callers)
-    shares = {caller: us for caller, _, us in c.caller_wait_us()}
+    c = locks.Contention(waits=locks.pair_waits(TRACE), callers=callers)
+    shares = {x.caller: x.wait_us for x in c.caller_waits()}
     assert sum(shares.values()) == pytest.approx(sum(w.total_us for w in c.waits))
+    assert locks.Contention.model_validate(c.model_dump()) == c     # stored and read back
 
 
 ATTRIBUTE = """\
@@ -125,7 +126,15 @@ workers = [1, 2]
 """
 
 
-@pytest.mark.skipif(not is_root() or probe.tracefs() is None, reason="needs root and tracefs")
+def _has_lock_events() -> bool:
+    """Whether this kernel has lock:contention_begin (tracefs mounted for the look)."""
+    journal = knobs.Journal()
+    with journal.session():
+        tf = knobs.Tracefs().mount(journal)
+        return tf is not None and (tf / "events/lock/contention_begin").is_dir()
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root (mmlab mounts tracefs itself)")
 def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
     run, results = run_profile(tmp_path, ATTRIBUTE, "--attribute")
     assert run.returncode == 0, run.stderr
@@ -135,8 +144,8 @@ def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
     top = {f["function"] for f in arm2["top"]}
     assert "populate_vma_page_range" in top or "__mm_populate" in top
     assert out["pairs"][0]["arm"] == "workers=2" and out["pairs"][0]["deltas"]
-    if Path(probe.tracefs(), "events/lock/contention_begin").is_dir():
-        assert any("folio_lruvec_lock" in c[0] for c in arm2["callers"]), arm2["callers"]
+    if _has_lock_events():
+        assert any("folio_lruvec_lock" in c["caller"] for c in arm2["callers"]), arm2["callers"]
     nothing = mmlab("explain", "2", "--results", str(results))
     assert nothing.returncode == 2 and "no experiment 2" in nothing.stderr
 
@@ -178,3 +187,30 @@ def test_tracepoint_events_are_counted_by_system_and_name():
     assert got == Counter({"mmap_lock:mmap_lock_start_locking": 2,
                            "mmap_lock:mmap_lock_acquire_returned": 1,
                            "compaction:mm_compaction_begin": 1})
+
+
+def _imports(path: Path) -> set[str]:
+    """The mmlab modules a source file imports, relative imports resolved."""
+    import ast
+    package = "mmlab." + path.parent.name
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
+            mod = ".".join(x for x in (base, node.module) if x)
+            out |= {mod} | {f"{mod}.{a.name}" for a in node.names}
+    return out
+
+
+def test_attribution_and_reports_depend_one_way():
+    """Attribution returns data and never imports a report; reports render
+    stored data and never import collection or the targets."""
+    src = Path(__file__).resolve().parents[1] / "src" / "mmlab"
+    for path in (src / "attribution").glob("*.py"):
+        assert not {m for m in _imports(path) if m.startswith("mmlab.report")}, path
+    for path in (src / "report").glob("*.py"):
+        bad = {m for m in _imports(path)
+               if m.startswith(("mmlab.attribution.collect", "mmlab.targets"))}
+        assert not bad, (path, bad)

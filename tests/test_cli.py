@@ -49,6 +49,26 @@ def test_errors_are_one_line_with_exit_2(args, message):
     assert len(lines) == 1 and message in lines[0], proc.stderr
 
 
+def test_bad_paths_and_usage_are_one_line_with_exit_2(tmp_path):
+    """What once escaped as tracebacks or framed usage boxes."""
+    corrupt = tmp_path / "corrupt"
+    corrupt.mkdir()
+    (corrupt / "mmlab.sqlite").write_text("not a database")
+    afile = tmp_path / "a-file"
+    afile.write_text("x")
+    cases = [
+        (("bundle", "1", str(afile), "--results", str(tmp_path / "lab")), "is not a directory"),
+        (("compare", "1", "--results", str(corrupt)), "not an mmlab store"),
+        (("compare", "1", "--results", str(afile)), "not a directory"),
+        (("run", "pageout-refault", "--reps", "0"), "--reps"),
+        (("report", "1", "--format", "pdf", "--results", str(tmp_path / "lab")), "--format"),
+    ]
+    for args, message in cases:
+        proc = mmlab(*args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], (args, proc.stderr)
+
+
 def test_workloads_json_lists_metrics_with_direction():
     proc = mmlab("workloads", "--json")
     table = {w["name"]: w for w in json.loads(proc.stdout)}

@@ -88,7 +88,7 @@ def test_min_sample_ms_becomes_the_workload_parameter():
     (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "nohugepage"]\nswap = ["lots"]'),
      r"p\.toml:12: matrix\.swap: 'lots': expected none, file:SIZE or zram:SIZE"),
     (('thp = ["hugepage", "nohugepage"]', 'thp = ["hugepage", "nohugepage"]\n"ksm.run" = ["on"]'),
-     r"p\.toml:12: matrix\.ksm\.run: 'on': KSM knobs take whole numbers"),
+     r"p\.toml:12: matrix\.ksm\.run: 'on': Input should be a valid integer"),
     (("mapping-kb = 1024", "mapping-kb = 1024\nflavour = 3"),
      r"matrix: pageout-refault: unknown parameter 'flavour'"),
     (('workload = "pageout-refault"', 'workload = "nope"'), r"p\.toml:2: workload: unknown workload"),

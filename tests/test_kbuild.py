@@ -85,10 +85,13 @@ def test_bad_sources_are_named():
         kbuild.source_tree("/tmp")
 
 
-def test_the_seed_patches_are_shipped_for_6_12():
+def test_the_seed_patches_are_shipped_for_6_12_and_7_3():
     names = {p.name for p in PATCHES.glob("*.patch")}
     assert {"seed004-ksm-rmap-walk-range-6.12.patch",
-            "seed003-zap-set-referenced-6.12.patch"} <= names
+            "seed003-zap-set-referenced-6.12.patch",
+            "seed003-zap-set-referenced-7.3.patch"} <= names
+    # 7.3 walks only the rmap_item's own page index already: no seed004 port.
+    assert "seed004-ksm-rmap-walk-range-7.3.patch" not in names
     text = (PATCHES / "seed004-ksm-rmap-walk-range-6.12.patch").read_text()
     assert "-\t\t\t\t\t       0, ULONG_MAX) {" in text and "pgoff_start, pgoff_end) {" in text
 
@@ -140,3 +143,38 @@ def test_commit_ranges_and_worktrees_come_from_git(tmp_path, monkeypatch):
         kbuild.commits(repo, shas[0])
     with pytest.raises(MmlabError, match="no commits in that range"):
         kbuild.commits(repo, f"{shas[3]}..{shas[3]}")
+
+
+def test_base_options_a_tree_does_not_define_are_left_out(tmp_path, monkeypatch):
+    """PROC_SYSCTL is gone in 7.x; the base fragment must not fail on it, while
+    a user's option that does not stick still does."""
+    tree = tmp_path / "t"
+    (tree / "init").mkdir(parents=True)
+    (tree / "init" / "Kconfig").write_text("config KSM\n\tbool \"ksm\"\nmenuconfig SWAP\n")
+    assert kbuild.kconfig_symbols(tree) == {"CONFIG_KSM", "CONFIG_SWAP"}
+    ran = []
+
+    def fake_run(argv, cwd=None, what=""):
+        ran.append(argv)
+        if argv[0].endswith("merge_config.sh"):
+            (tree / ".config").write_text("CONFIG_KSM=y\nCONFIG_SWAP=y\n")
+        return ""
+    monkeypatch.setattr(kbuild, "_run", fake_run)
+    kbuild.configure(tree, [])
+    assert (tree / ".mmlab-fragment").read_text() == "CONFIG_SWAP=y\nCONFIG_KSM=y\n"
+    frag = tmp_path / "user.config"
+    frag.write_text("CONFIG_ZRAM=y\n")
+    with pytest.raises(MmlabError, match="CONFIG_ZRAM=y did not stick"):
+        kbuild.configure(tree, [frag])
+
+
+def test_debian_sources_come_from_the_catalog(monkeypatch):
+    rows = [{"package": "linux-source-7.3", "version": "7.3~rc7-1~exp1", "suite": "experimental"},
+            {"package": "linux-source-7.3", "version": "7.3.4-1~bpo13+1",
+             "suite": "trixie-backports"},
+            {"package": "linux-source-6.12", "version": "6.12.117-1", "suite": "trixie"}]
+    monkeypatch.setattr(kernels.Apt, "catalog", lambda self: rows)
+    assert kbuild.debian_source("7.3") == ("linux-source-7.3", "7.3.4-1~bpo13+1",
+                                           "trixie-backports")
+    with pytest.raises(MmlabError, match=r"no linux-source-6.19 \(sources it has: 6.12, 7.3\)"):
+        kbuild.debian_source("6.19")

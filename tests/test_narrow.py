@@ -81,3 +81,113 @@ def test_a_noisy_step_is_placed_by_the_side_of_the_break_its_ci_is_on():
     across = {"k1": verdict("unreliable", 0.3, 0.1, 0.9), "k2": recorded["k2"]}
     with pytest.raises(MmlabError, match="is unreliable"):
         narrow.bisect(["k0", "k1", "k2"], lambda ref, k: across[k])
+
+
+# ---------------------------------------------------------------- release ranges
+
+FAKE_CATALOG = [
+    {"package": "linux-image-6.1.0-56-cloud-amd64-unsigned", "version": "6.1.192-2",
+     "suite": "bookworm-security"},
+    {"package": "linux-image-6.12.117+deb13-cloud-amd64-unsigned", "version": "6.12.117-1",
+     "suite": "trixie"},
+    {"package": "linux-image-6.12-cloud-amd64", "version": "6.12.117-1", "suite": "trixie"},
+    {"package": "linux-image-6.18.15+deb13-cloud-amd64", "version": "6.18.15-1~bpo13+1",
+     "suite": "trixie-backports"},
+    {"package": "linux-image-6.19.14+deb13-cloud-amd64", "version": "6.19.14-1~bpo13+1",
+     "suite": "trixie-backports"},
+    {"package": "linux-binary-6.19.14+deb13-cloud-amd64", "version": "6.19.14-1~bpo13+1",
+     "suite": "trixie-backports"},
+    {"package": "linux-binary-7.2.13+deb14-cloud-amd64", "version": "7.2.13-1", "suite": "sid"},
+    {"package": "linux-binary-7.3-cloud-amd64", "version": "7.3~rc7-1~exp1",
+     "suite": "experimental"},
+    {"package": "linux-binary-7.3.4+deb13-cloud-amd64", "version": "7.3.4-1~bpo13+1",
+     "suite": "trixie-backports"},
+    {"package": "linux-image-7.3.4+deb13-amd64", "version": "7.3.4-1~bpo13+1",
+     "suite": "trixie-backports"},
+    {"package": "linux-binary-7.3.4+deb13-amd64", "version": "7.3.4-1~bpo13+1",
+     "suite": "trixie-backports"},
+]
+
+
+@pytest.fixture
+def catalog(monkeypatch):
+    """A recorded catalog instead of the registry: no network, no apt."""
+    from mmlab import kernels
+    monkeypatch.setattr(kernels.Apt, "catalog", lambda self: FAKE_CATALOG)
+    return kernels
+
+
+def test_a_release_range_is_one_kernel_per_series_the_catalog_has(catalog):
+    assert catalog.expand(["debian:6.12..debian:7.3"]) == [
+        "debian:6.12", "debian:6.18", "debian:6.19", "debian:7.2", "debian:7.3"]
+    assert catalog.expand(["host", "debian:6.1.192..debian:6.19"]) == [
+        "host", "debian:6.1.192", "debian:6.12", "debian:6.18", "debian:6.19"]
+    assert catalog.expand(["debian:6.12", "local:x"]) == ["debian:6.12", "local:x"]
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("debian:7.3..debian:6.12", "from older to newer"),
+    ("debian:6.12..debian:9.9", r"9\.9 is not a release series the Debian catalog has"),
+    ("debian:6.12..debian:7.3-generic", "same flavour"),
+    ("debian:6.12..local:x", "a release range is debian:X.Y..debian:X.Y"),
+])
+def test_bad_release_ranges_are_one_line_errors(catalog, bad, why):
+    with pytest.raises(MmlabError, match=why) as exc:
+        catalog.expand([bad])
+    assert "\n" not in str(exc.value)
+
+
+def test_resolution_takes_the_newest_package_of_either_packaging(catalog):
+    e = catalog.resolve("7.3")
+    assert (e.upstream, e.suite, e.packaging) == ("7.3.4", "trixie-backports", "split")
+    assert e.packages[0] == "linux-binary-7.3.4+deb13-cloud-amd64"      # not the rc, not the meta
+    assert catalog.resolve("6.19").packaging == "split"
+    assert catalog.resolve("6.18").packaging == "signed"
+    old = catalog.resolve("6.12")
+    assert old.packaging == "unsigned" and old.packages == (
+        "linux-image-6.12.117+deb13-cloud-amd64-unsigned",)             # not the series meta
+    assert catalog.resolve("7.3-generic").flavour == "generic"
+    assert catalog.resolve("6.1.192").suite == "bookworm-security"
+    with pytest.raises(MmlabError, match=r"no 6\.12\.5 cloud kernel"):
+        catalog.resolve("6.12.5")
+
+
+def test_debian_versions_compare_as_dpkg_does():
+    from mmlab.kernels import compare_versions as cmp
+    assert cmp("7.3~rc7-1~exp1", "7.3.4-1~bpo13+1") < 0
+    assert cmp("6.12.117-1", "6.12.117-1~deb12u1") > 0
+    assert cmp("6.12.100-1", "6.12.99-1") > 0
+    assert cmp("1:1.0-1", "2.0-1") > 0 and cmp("6.1.192-2", "6.1.192-2") == 0
+
+
+def test_a_profile_kernel_axis_takes_a_release_range(catalog):
+    plan = experiment.parse("""
+name = "range"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = { kernel = "debian:6.12" }
+[matrix]
+kernel = ["debian:6.12..debian:7.3"]
+""")
+    assert [a.kernel for a in plan.arms] == ["debian:6.12", "debian:6.18", "debian:6.19",
+                                             "debian:7.2", "debian:7.3"]
+    assert plan.profile.matrix["kernel"][-1] == "debian:7.3"       # stored expanded
+    with pytest.raises(MmlabError, match=r"<profile>:\d+: matrix\.kernel: .*9\.9 is not"):
+        experiment.parse(plan.text.replace("debian:7.3\"]", "debian:9.9\"]"))
+    with pytest.raises(MmlabError, match="a release range debian:X.Y..debian:X.Y only in a "
+                                         "matrix"):
+        experiment.parse(plan.text.replace('baseline = { kernel = "debian:6.12" }',
+                                           'baseline = { cpus = 1 }\n'
+                                           'kernel = "debian:6.12..debian:7.3"')
+                         .replace('kernel = ["debian:6.12..debian:7.3"]', "cpus = [1, 2]"))
+
+
+def test_narrow_takes_a_release_range(tmp_path):
+    """The CLI expands --kernels with the real catalog before the search; a
+    bad range is one line."""
+    from .conftest import mmlab
+    proc = mmlab("narrow", "experiments/pageout-kernels-cpus.toml", "--kernels",
+                 "debian:6.12..debian:9.9", "--results", str(tmp_path / "r"))
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "is not a release series" in proc.stderr

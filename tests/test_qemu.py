@@ -8,6 +8,7 @@ import base64
 import gzip
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 
@@ -17,9 +18,10 @@ from mmlab import kernels, workloads
 from mmlab.errors import MmlabError
 from mmlab.knobs import HostSettings
 from mmlab.targets import initramfs, qemu
-from mmlab.targets.host import TrialFailed
+from mmlab.attribution.guest import Instrumentation
+from mmlab.mmwork import TrialFailed
 
-from .conftest import mmlab, run_profile
+from .conftest import MMLAB, mmlab, run_profile
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (make setup installs it)")
@@ -28,10 +30,14 @@ TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
 
 @pytest.fixture(scope="session")
 def k612() -> kernels.Kernel:
-    try:
-        return kernels.get("debian:6.12")
-    except MmlabError:
-        return kernels.add_debian("6.12")
+    return kernels.ensure("debian:6.12")
+
+
+@pytest.fixture(scope="session")
+def k73() -> kernels.Kernel:
+    """The newest release: trixie-backports, the split packaging (linux-binary,
+    linux-base, linux-modules).  Fetched once, then cached."""
+    return kernels.ensure("debian:7.3")
 
 
 def test_a_debian_kernel_is_cached_with_its_config(k612):
@@ -44,10 +50,10 @@ def test_a_debian_kernel_is_cached_with_its_config(k612):
 
 
 def test_unknown_versions_and_kernels_are_clear_errors():
-    with pytest.raises(MmlabError, match=r"debian:5\.99: no Debian cloud kernel package"):
-        kernels.resolve_debian("5.99")
+    with pytest.raises(MmlabError, match=r"debian:5\.99: the Debian catalog has no 5\.99 cloud"):
+        kernels.resolve("5.99")
     with pytest.raises(MmlabError, match=r"debian:six: expected debian:MAJOR\.MINOR"):
-        kernels.resolve_debian("six")
+        kernels.resolve("six")
     with pytest.raises(MmlabError, match=r"unknown kernel 'local:nope'.*mmlab kernels add"):
         kernels.get("local:nope")
 
@@ -166,7 +172,7 @@ def test_an_oom_kill_in_the_guest_is_a_failed_trial(k612):
 
 def test_missing_trace_functions_are_skipped_not_fatal(k612):
     guest = qemu.Guest(k612, memory_mb=256, timeout_s=120)
-    instrument = qemu.Instrumentation(count=("no_such_function_mmlab", "folio_alloc_swap"))
+    instrument = Instrumentation(count=("no_such_function_mmlab", "folio_alloc_swap"))
     (s,) = qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
                     instrument=instrument)
     assert s.counts["trace_skipped.no_such_function_mmlab"] == 1
@@ -193,7 +199,152 @@ name = "A"
     assert run.returncode == 0, run.stderr
     out = json.loads(mmlab("explain", "1", "--results", str(results), "--json").stdout)
     (g,) = out["guest_traces"]
-    rows = {(figure, func): value for figure, func, value, _ in g["rows"]}
+    rows = {(f["figure"], f["function"]): f["value"] for f in g["figures"]}
     first = workloads.get("pageout-refault").mm_paths[0]       # counted and timed by default
     assert rows[("calls", first)] > 0 and rows[("timed_calls", first)] > 0
     assert g["accelerator"] in ("tcg", "kvm")
+
+
+# ---------------------------------------------------------------- the catalog, swap and NUMA
+
+def test_a_split_packaged_kernel_from_another_suite_is_cached_whole(k73):
+    """7.3: vmlinuz from linux-binary, config from linux-base, zram and
+    virtio_blk from linux-modules; the exact package version and suite kept."""
+    assert k73.version.startswith("7.3.") and k73.packaging == "split"
+    assert k73.suite not in ("bookworm", "") and k73.package_version.startswith("7.3.")
+    assert k73.config_sha256 == hashlib.sha256(k73.config.read_bytes()).hexdigest()
+    assert k73.features()["ZRAM"] == "m" and "zram" in k73.modules and "virtio_blk" in k73.modules
+    assert all((k73.image.parent / "modules" / f"{m}.ko").read_bytes()[:4] == b"\x7fELF"
+               for m in k73.modules)                     # decompressed for busybox insmod
+    assert k73.identity().startswith(k73.version + " (" + k73.package_version)
+
+
+def test_cache_entries_of_other_versions_are_skipped(tmp_path, k612):
+    good = json.loads((k612.image.parent / "kernel.json").read_text())
+    old = {k: v for k, v in good.items() if k in ("name", "version", "source", "config_sha256",
+                                                  "dir", "details")}
+    for name, record in (("old", {**old, "name": "debian:old"}),
+                         ("new", {**good, "name": "debian:new", "from_the_future": 1})):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "kernel.json").write_text(json.dumps(record))
+    (got,) = kernels.cached(tmp_path)
+    assert got.name == "debian:old" and got.format == 1 and got.modules == []
+
+
+def _pageout(k, swap, **guest):
+    g = qemu.Guest(k, memory_mb=256, timeout_s=180, **guest)
+    (s,) = qemu.run(g, workloads.get("pageout-refault"), {"mapping-kb": 4096, "rounds": 2,
+                                                           "min-ms": 0}, 1, 0,
+                    HostSettings(swap=swap))
+    return s
+
+
+@pytest.mark.parametrize("swap", ["zram:64M", "file:64M"])
+def test_a_guest_swaps_to_zram_or_a_virtio_disk(k73, swap):
+    """The audit's swap state comes from inside the guest, as on the host:
+    swap configured, pages really written out, and a slower refault."""
+    s = _pageout(k73, swap)
+    assert s.state["swap_total_kb"] == pytest.approx(64 * 1024, abs=8)
+    assert s.state["after_pageout_swap_kb"] > 0 and s.vmstat_delta["pswpout"] >= 1024
+    none = _pageout(k73, "none")
+    assert none.state["swap_total_kb"] == 0 and none.vmstat_delta["pswpout"] == 0
+    assert s.metrics["post_touch_ns_per_page"] > 2 * none.metrics["post_touch_ns_per_page"]
+
+
+def test_numa_guest_migrates_every_ksm_page_with_move_pages(k73):
+    g = qemu.Guest(k73, memory_mb=512, timeout_s=300, numa_nodes=2)
+    (s,) = qemu.run(g, workloads.get("ksm-rmap"), {"vmas": 200, "trigger": "move",
+                                                   "no-writer": True}, 1, 0, HostSettings())
+    assert s.state["numa_nodes"] == 2 and s.state["guest_numa_nodes"] == 2
+    assert s.counts["ksm_pages"] > 0 and s.counts["ksm_pages_migrated"] == s.counts["ksm_pages"]
+    assert not s.errors and s.metrics["ms_per_migrated_page"] > 0
+
+
+def test_numa_qemu_arguments_split_memory_and_vcpus():
+    args = qemu.numa_args(2, 3, 1000)
+    assert args == ["-object", "memory-backend-ram,id=mem0,size=500M",
+                    "-numa", "node,nodeid=0,cpus=0,cpus=2,memdev=mem0",
+                    "-object", "memory-backend-ram,id=mem1,size=500M",
+                    "-numa", "node,nodeid=1,cpus=1,memdev=mem1"]
+    assert qemu.numa_args(1, 4, 1000) == []
+    with pytest.raises(MmlabError, match="less than 64 MiB"):
+        qemu.numa_args(4, 1, 128)
+
+
+def test_a_profile_runs_swap_and_numa_arms_in_guests(k73, tmp_path):
+    proc, results = run_profile(tmp_path, """
+name = "guest-swap-numa"
+workload = "mremap-churn"
+kernel = "debian:7.3"
+memory_mb = 256
+timeout_s = 120
+repetitions = 3
+metrics = ["ops_per_s_cpu"]
+baseline = "plain"
+[params]
+seconds = 0.2
+numa-move = true
+[[arms]]
+name = "plain"
+[[arms]]
+name = "zram-numa"
+set = { swap = "zram:32M", numa_nodes = 2 }
+""")
+    assert proc.returncode == 0, proc.stderr
+    assert "6 run now" in proc.stdout and "failed" not in proc.stdout.replace("0 failed", "")
+    from mmlab.store import Store
+    by_arm = Store(results).samples_by_arm(1)
+    assert len(by_arm["zram-numa"]) == len(by_arm["plain"]) == 3
+    for s in by_arm["zram-numa"]:            # measured inside the guest, as on the host
+        assert s.state["swap_total_kb"] > 0 and s.state["guest_numa_nodes"] == 2
+        assert s.state["numa_nodes"] == 2
+    for s in by_arm["plain"]:
+        assert s.state["swap_total_kb"] == 0 and s.state["guest_numa_nodes"] == 1
+
+
+def test_host_arms_refuse_numa_nodes(tmp_path):
+    from mmlab import experiment
+    with pytest.raises(MmlabError, match=r"numa_nodes: 2: NUMA nodes are made for guests"):
+        experiment.parse("""
+name = "x"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = "a"
+[[arms]]
+name = "a"
+set = { numa_nodes = 2 }
+""")
+
+
+def test_catalog_errors_are_one_line(tmp_path):
+    """A bad name, an unknown release, and a registry that cannot be reached."""
+    import os
+    import socket
+    with socket.socket() as sock:                 # a local port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "MMLAB_KERNEL_CACHE": str(tmp_path / "kernels"),
+           "MMLAB_APT_MIRROR": f"http://127.0.0.1:{port}/debian"}
+    unreachable = subprocess.run([*MMLAB, "kernels", "add", "debian:7.3"], capture_output=True,
+                                 text=True, env=env, timeout=120)
+    assert unreachable.returncode == 2
+    assert unreachable.stderr.count("\n") == 1
+    assert f"the Debian registry at http://127.0.0.1:{port}/debian cannot be reached" in \
+        unreachable.stderr
+    for spec, why in (("debian:7.3.x", "expected debian:MAJOR.MINOR"),
+                      ("debian:9.1", r"the Debian catalog has no 9.1 cloud kernel"),
+                      ("debian:6.12.999", "no 6.12.999 cloud kernel")):
+        proc = mmlab("kernels", "add", spec)
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert re.search(why, proc.stderr), proc.stderr
+
+
+def test_kernels_available_lists_both_packagings(k73):
+    proc = mmlab("kernels", "available")
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[0]: line.split() for line in proc.stdout.splitlines()[1:]}
+    assert rows["debian:7.3"][-1] == "split" and rows["debian:6.12"][-1] in ("unsigned", "signed")
+    assert rows["debian:7.3-generic"][3] == "generic"
+    one = mmlab("kernels", "available", "7.3", "--json")
+    assert {e["series"] for e in json.loads(one.stdout)} == {"7.3"}

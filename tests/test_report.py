@@ -1,24 +1,47 @@
 """Reports and bundles, on a store filled with known samples (so verdicts and
-the regzbot line are predictable), and one live bundle whose reproducer is
-built with gcc alone and run."""
+the regzbot line are predictable), golden files of the text and HTML
+reports, and one live bundle whose reproducer is built with gcc alone and run.
+
+The goldens are tests/golden/report.txt and report.html, rendered from a
+fixture store built here through the Store API (a hand-made workload table,
+plan, samples, environments and attribution: no mmwork, no clock, no
+machine facts).  After an intended change to what reports say, regenerate
+them with
+
+    MMLAB_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q tests/test_report.py -k golden
+
+and read the diff of tests/golden/ before committing it.
+"""
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import json
+import os
+import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import pytest
 
 from mmlab import experiment
-from mmlab.report import bundle, data, html, text
+from mmlab.attribution.events import EventCounts
+from mmlab.attribution.guest import GuestTrace
+from mmlab.attribution.locks import Contention, LockWaits
+from mmlab.attribution.stacks import StackProfile
+from mmlab.build import WORKLOAD_SRC
+from mmlab.report import bundle, data, html, reproducer, text
 from mmlab.samples import Sample
 from mmlab.store import Store
+from mmlab.workloads import Metric, Param, Workload, registry
 
 from .conftest import mmlab, run_profile
 
+# Four rounds of two comparisons: only tests without the family correction
+# can call them (Holm would need p < 0.025, four rounds give 0.029 at best).
 PROFILE = """\
 name = "kernels"
 description = "pageout on two kernels, CPUs 1 and 2"
@@ -26,6 +49,7 @@ workload = "pageout-refault"
 repetitions = 5
 metrics = ["cycle_ns_per_page"]
 baseline = { kernel = "debian:6.1" }
+correction = "none"
 [params]
 mapping-kb = 1024
 [matrix]
@@ -72,8 +96,10 @@ def test_text_report_fits_a_mailing_list_and_says_everything(store_with_results)
                     "Reproduce"):
         assert section in lines
     assert "kernel: debian:6.12 vs debian:6.1" in report
-    row = next(line for line in lines if line.lstrip().startswith("cpus=1 "))
-    assert "+30.0%" in row and "1.300" in row and "regression" in row
+    head = lines.index("  kernel: debian:6.12 vs debian:6.1") + 1
+    assert lines[head].split()[:3] == ["cpus", "debian:6.1", "debian:6.12"]   # axis values
+    row = lines[head + 1]
+    assert row.split()[0] == "1" and "+30.0%" in row and "1.300" in row and "regression" in row
     assert "tcg (emulated timings" in report
     assert "4 of 20 trials did not run (interrupted)" in report
     assert lines[-1] == "#regzbot introduced: 6.1..6.12"
@@ -132,10 +158,27 @@ def test_the_reproducer_builds_with_gcc_alone_and_prints_the_same_metrics(tmp_pa
     samples = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(samples) == 2
     assert samples[0]["params"]["thp"] == "hugepage" and samples[0]["params"]["mapping-kb"] == 1024
-    assert set(samples[0]["metrics"]) == {"prefault_ns_per_page", "advise_ns_per_page",
-                                          "post_touch_ns_per_page", "cycle_ns_per_page"}
+    assert set(samples[0]["metrics"]) == {m.name for m in registry()["pageout-refault"].metrics}
     report = mmlab("report", "1", "--results", str(results))
     assert "thp: hugepage vs nohugepage" in report.stdout
+
+
+def test_the_makefile_and_every_reproducer_use_the_one_harness_list(tmp_path):
+    """workloads/harness.list is the only list of the harness files: make builds
+    mmwork from its .c files in its order, and each reproducer is its files in
+    its order, local includes dropped, then the workload."""
+    pieces = reproducer.harness()
+    dry = subprocess.run(["make", "-n", "-B", "-C", str(WORKLOAD_SRC), f"OUT={tmp_path}"],
+                         capture_output=True, text=True, check=True).stdout
+    core_c = [p.name for p in pieces if p.suffix == ".c"]
+    assert [w for w in dry.split() if w.endswith(".c")][:len(core_c)] == core_c
+    for wl in registry().values():
+        src = reproducer.source(wl, {}, "t")
+        assert not re.search(r'^\s*#\s*include\s+"', src, re.M), wl.name
+        # Each file opens with " * <its name> - <its one concern>".
+        at = [src.index(f" * {p.name} - ") for p in pieces]
+        assert at == sorted(at), wl.name
+        assert f'.name = "{wl.name}"' in src[at[-1]:]
 
 
 def test_a_report_of_an_ab_run_that_never_started_names_the_patch(tmp_path):
@@ -149,3 +192,174 @@ def test_a_report_of_an_ab_run_that_never_started_names_the_patch(tmp_path):
     assert "20 of 20 trials did not run" in report
     assert "has 0 samples; verdicts need 3" in report
     assert all(len(line) <= 80 for line in report.splitlines())
+
+
+# ---------------------------------------------------------------- golden files
+
+GOLDEN = Path(__file__).parent / "golden"
+
+GOLDEN_PROFILE = """\
+# golden fixture: written by tests/test_report.py, never run
+name = "golden"
+description = "pageout and refault with and without THP, on this kernel and in a guest"
+workload = "pageout-refault"
+repetitions = 6
+metrics = ["cycle_ns_per_page", "advise_ns_per_page"]
+baseline = { thp = "nohugepage" }
+focus = "do_madvise"
+[params]
+mapping-kb = 1024
+[matrix]
+kernel = ["host", "debian:6.12"]
+thp = ["hugepage", "nohugepage"]
+"""
+
+WORKLOAD = Workload(
+    name="pageout-refault", seed="001", summary="MADV_PAGEOUT of a THP mapping, then refault",
+    params=(Param("mapping-kb", "size_kb", "4096", "mapping size"),
+            Param("thp", "choice", "hugepage", "THP mode of the mapping",
+                  choices=("hugepage", "nohugepage"))),
+    metrics=(Metric("cycle_ns_per_page", "ns", "lower", "pageout and refault, per page"),
+             Metric("advise_ns_per_page", "ns", "lower", "MADV_PAGEOUT, per page")),
+    mm_paths=("shrink_folio_list",), vmstat=("thp_split_page",), tracepoints=("vmscan",),
+    host_settings=())
+
+# Per arm: (cycle, advise) medians; None: the metric is missing (so NaN figures).
+MEDIANS = {"kernel=host,thp=hugepage": (1400.0, 200.0),
+           "kernel=host,thp=nohugepage": (1000.0, 400.0),
+           "kernel=debian:6.12,thp=hugepage": (3010.0, 900.0),
+           "kernel=debian:6.12,thp=nohugepage": (3000.0, None)}
+JITTER = (1.0, 1.01, 0.99, 1.02, 0.98)          # per round: the samples' spread
+ENV = {"kernel": "6.18.0-golden", "cpus": 2, "cpu_model": "Golden CPU @ 2.0GHz",
+       "governor": "performance", "mmlab_version": "0.1.0", "git_commit": "0123456789ab"}
+GUEST_ENV = {"target": "qemu", "guest_kernel": "debian:6.12",
+             "guest_kernel_version": "6.12.0-golden", "guest_kernel_source": "linux-image (golden)"}
+
+
+def golden_plan(text: str = GOLDEN_PROFILE) -> experiment.Plan:
+    """The plan experiment.parse would make of `text`, without asking mmwork."""
+    profile = experiment.Profile.model_validate(tomllib.loads(text))
+    arms = [experiment.Arm(name=f"kernel={kernel},thp={thp}", values={"kernel": kernel, "thp": thp},
+                           params={**profile.params, "thp": thp}, kernel=kernel)
+            for kernel in profile.matrix["kernel"] for thp in profile.matrix["thp"]]
+    return experiment.Plan(profile=profile, text=text, path="experiments/golden.toml",
+                           workload=WORKLOAD, arms=arms,
+                           order=experiment.schedule([a.name for a in arms],
+                                                     profile.repetitions, profile.seed))
+
+
+def golden_sample(arm: experiment.Arm, rnd: int) -> Sample:
+    cycle, advise = MEDIANS[arm.name]
+    huge = arm.values["thp"] == "hugepage"
+    where = ({"target": "host"} if arm.kernel == "host"
+             else {"target": "qemu", "accelerator": "tcg", "guest_kernel": arm.kernel})
+    return Sample(workload=WORKLOAD.name, sample=0, mmwork_version="golden", params=arm.params,
+                  metrics={"cycle_ns_per_page": cycle * JITTER[rnd],
+                           "advise_ns_per_page": advise and advise * JITTER[rnd]},
+                  counts={"pages": 256.0},
+                  rusage=dict.fromkeys(("user_s", "sys_s", "minflt", "majflt", "nvcsw",
+                                        "nivcsw"), 0.0),
+                  vmstat_delta={"pgfault": 256.0, **({"thp_split_page": 1.0} if huge else {})},
+                  state={**where, "thp_backed_fraction": 1.0 if huge else 0.0}, errors={})
+
+
+def golden_attribution(arm: experiment.Arm) -> dict[str, dict]:
+    """Host arms: stacks, locks and tracepoints; guest arms: an in-guest trace."""
+    huge = arm.values["thp"] == "hugepage"
+    if arm.kernel != "host":
+        calls = 1024.0 if huge else 512.0
+        return {"guest_trace": GuestTrace(
+            trace={"trace_calls.shrink_folio_list": calls,
+                   "trace_total_us.shrink_folio_list": calls * 3.5,
+                   "trace_max_us.shrink_folio_list": 41.25,
+                   "trace_skipped.split_huge_page_to_list_to_order": 1.0},
+            units=1024.0, unit="pages", accelerator="tcg").model_dump()}
+    split = "__madvise;do_madvise;shrink_folio_list;__folio_split 61440\n" if huge else ""
+    folded = (split + "__madvise;do_madvise;shrink_folio_list;pageout 40960\n"
+              "__madvise;do_madvise;lru_add_drain 10240\n"
+              "refault;handle_mm_fault;do_anonymous_page 51200\n")
+    metrics = {"cycle_ns_per_page": MEDIANS[arm.name][0] * 1.1}
+    return {
+        "stacks": StackProfile(folded=folded, units=256, unit="pages",
+                               metrics=metrics).model_dump(),
+        "locks": Contention(
+            waits=[LockWaits("00000000abe5191", 40, 1200.0, 90.5)],
+            callers={"folio_lruvec_lock_irqsave <- folio_batch_move_lru <- lru_add_drain_cpu": 30,
+                     "folio_lruvec_lock_irqsave <- __page_cache_release <- folios_put_refs": 10},
+            metrics_waits=metrics, metrics_stacks=metrics).model_dump(),
+        "events": EventCounts(
+            systems=["vmscan"], counts={"vmscan:mm_vmscan_write_folio": 512 if huge else 256},
+            lost=7 if huge else 0, units=256, unit="pages", metrics=metrics).model_dump()}
+
+
+def fill_golden_store(store: Store, plan: experiment.Plan) -> int:
+    """Every trial done, except one failed boot and the last round (never run)."""
+    exp = store.create_experiment(plan)
+    for t in store.trials(exp):
+        arm = plan.arm(t.arm)
+        if t.round == plan.profile.repetitions - 1:
+            continue
+        store.start_trial(t.id)
+        env = ENV if arm.kernel == "host" else {**ENV, **GUEST_ENV}
+        if t.round == 2 and arm.name == "kernel=debian:6.12,thp=hugepage":
+            store.fail_trial(t.id, "guest did not boot: Kernel panic; console: ...", env)
+            continue
+        store.finish_trial(t.id, [golden_sample(arm, t.round)], env)
+    for arm in plan.arms:
+        for kind, found in golden_attribution(arm).items():
+            store.save_attribution(exp, arm.name, kind, found)
+    return exp
+
+
+@pytest.fixture
+def golden(tmp_path) -> data.ReportData:
+    store = Store(tmp_path / "r")
+    return data.gather(store, fill_golden_store(store, golden_plan()))
+
+
+def normalised_html(page: str) -> str:
+    """PNG bytes depend on matplotlib and its fonts: only their place is compared."""
+    return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,PNG", page)
+
+
+def check_golden(name: str, got: str) -> None:
+    """Compare with tests/golden/NAME, or write it when MMLAB_UPDATE_GOLDEN=1."""
+    path = GOLDEN / name
+    if os.environ.get("MMLAB_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got)
+        return
+    want = path.read_text() if path.exists() else ""
+    if got != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            f"tests/golden/{name}", "rendered now"))
+        pytest.fail(f"the report differs from tests/golden/{name}; if the change is intended, "
+                    "regenerate with MMLAB_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q "
+                    f"tests/test_report.py -k golden\n{diff}", pytrace=False)
+
+
+def test_golden_text_report(golden):
+    check_golden("report.txt", text.render(golden))
+
+
+def test_golden_html_report(golden):
+    check_golden("report.html", normalised_html(html.render(golden)))
+
+
+def test_reports_read_the_stored_environment_not_this_machine(tmp_path, monkeypatch):
+    """The host kernel in a regzbot line is the one the trials recorded."""
+    import platform
+    monkeypatch.setattr(platform, "release", lambda: "0.0.0-not-this")
+    plan = golden_plan(GOLDEN_PROFILE.replace('baseline = { thp = "nohugepage" }',
+                                              'baseline = { kernel = "host" }'))
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    for t in store.trials(exp):
+        if t.round == plan.profile.repetitions - 1:
+            continue
+        sample = golden_sample(plan.arm(t.arm), t.round)
+        sample.state = {}                   # the same state, so the pair is comparable
+        store.start_trial(t.id)
+        store.finish_trial(t.id, [sample], ENV)
+    report = text.render(data.gather(store, exp))
+    assert report.splitlines()[-1] == "#regzbot introduced: v6.18.0..6.12"

@@ -1,6 +1,8 @@
 """Experiments end to end on this kernel: stored, compared, refused without
 consent, and interrupted by SIGINT and SIGKILL without losing or repeating a
-trial or leaving a global setting changed."""
+trial or leaving a global setting changed.  Adaptive rounds on the fake
+target: added at the planned looks until the verdicts decide, bounded by the
+maximum and the time budget, and resumable in the middle of added rounds."""
 
 from __future__ import annotations
 
@@ -14,9 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import knobs
+from mmlab import experiment, knobs, runner, verdicts
+from mmlab.errors import Interrupted, MmlabError
+from mmlab.store import Store
+from mmlab.targets import TrialError
 
 from .conftest import MMLAB, is_root, mmlab, run_profile
+from .fake_target import FakeLab, FakeTarget
 
 THP = Path(knobs.THP_ENABLED)
 
@@ -120,6 +126,19 @@ def test_experiment_stores_every_trial_and_compares(tmp_path):
     assert "quick" in listing and "populate-unmap" in listing
     shown = mmlab("show", exp_id, "--results", str(tmp_path / "r")).stdout
     assert "6 done" in shown and "order: 0:" in shown
+    for r in rows:                                      # how each verdict was reached
+        assert r["method"] == "unpaired" and r["rounds"] == 3 and r["looks"] == 1
+        assert r["correction"] == "Holm over 2 tests" and r["stopped"]
+    assert ",outliers" in csv_out.splitlines()[0]
+    # limits on resume: checked, stored, and nothing run twice
+    bad = mmlab("experiment", "resume", exp_id, "--results", str(tmp_path / "r"),
+                "--max-repetitions", "2")
+    assert bad.returncode == 2 and "--max-repetitions" in bad.stderr
+    again = mmlab("experiment", "resume", exp_id, "--results", str(tmp_path / "r"),
+                  "--budget", "0.5")
+    assert again.returncode == 0, again.stderr
+    assert "0 run now, 6 already done" in again.stdout and "3 rounds (0 added)" in again.stdout
+    assert Store(tmp_path / "r").plan(1).profile.budget_s == 0.5
 
 
 def test_host_changes_are_refused_without_consent(tmp_path):
@@ -184,3 +203,164 @@ def test_ctrl_c_replans_the_trial_and_restores_at_once(tmp_path, stop_children):
     assert st.get("running", 0) == 0 and st.get("failed", 0) == 0 and st["done"] >= 2
     assert THP.read_text() == before
     assert not (knobs.state_dir() / "journal.json").exists()
+
+
+# ---------------------------------------------------------------- adaptive rounds (fake target)
+
+ADAPTIVE = """\
+name = "adaptive"
+workload = "pageout-refault"
+repetitions = 12
+max_repetitions = 25
+metrics = ["cycle_ns_per_page", "advise_ns_per_page"]
+baseline = "A"
+seed = 4
+
+[params]
+mapping-kb = 1024
+
+[[arms]]
+name = "A"
+
+[[arms]]
+name = "B"
+
+[[arms]]
+name = "C"
+"""
+
+
+def adaptive_run(tmp_path, fake: FakeTarget, text: str = ADAPTIVE):
+    plan = experiment.parse(text, "adaptive.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    looks = []
+    result = runner.run(store, exp_id, plan, FakeLab(fake), on_look=looks.append)
+    return store, exp_id, plan, result, looks
+
+
+def rounds_of(store: Store, exp_id: int) -> list[int]:
+    return [t.round for t in store.trials(exp_id)]
+
+
+def test_a_clear_answer_stops_at_the_minimum(tmp_path):
+    store, exp_id, plan, result, looks = adaptive_run(tmp_path, FakeTarget({"C": 1.3}, cv=0.005))
+    assert (result.rounds, result.added, len(looks)) == (12, 0, 1)
+    assert result.stopped == "every judged pair is decided"
+    judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
+    by = {(c.arm, c.metric): c for c in judged.comparisons}
+    assert {c.verdict for (arm, _), c in by.items() if arm == "C"} == {"regression"}
+    assert {c.verdict for (arm, _), c in by.items() if arm == "B"} == {"no change"}
+    for c in judged.comparisons:
+        assert (c.rounds, c.look, c.looks, c.method) == (12, 1, 3, "paired-wilcoxon")
+        assert c.stopped == "decided at look 1 of 3 (12 rounds)"
+        assert c.correction == "Holm over 4 tests" and c.p_adjusted >= c.p_value
+
+
+def test_rounds_are_added_at_the_planned_looks_until_the_maximum(tmp_path):
+    store, exp_id, plan, result, looks = adaptive_run(tmp_path, FakeTarget(cv=0.3))
+    assert [j.rounds for j in looks] == [12, 18, 25]
+    assert [j.next_rounds for j in looks] == [18, 25, None]
+    assert (result.rounds, result.added) == (25, 13)
+    assert result.stopped == "the maximum of 25 rounds was reached"
+    # the extended plan is the plan the seed would have drawn whole, every arm once a round
+    assert store.plan(exp_id).order == experiment.schedule(["A", "B", "C"], 25, 4)
+    assert rounds_of(store, exp_id) == sorted(rounds_of(store, exp_id))
+    judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
+    assert {c.verdict for c in judged.comparisons} == {"unreliable"}
+    assert all(c.stopped == result.stopped and c.rounds == 25 for c in judged.comparisons)
+
+
+def test_the_time_budget_stops_adding_rounds(tmp_path):
+    text = ADAPTIVE.replace("seed = 4", "seed = 4\nbudget_s = 0.000001")
+    store, exp_id, plan, result, looks = adaptive_run(tmp_path, FakeTarget(cv=0.3), text)
+    assert (result.rounds, result.added) == (12, 0)
+    assert result.stopped.startswith("the time budget of 0 s ran out")
+    judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
+    assert judged.next_rounds is None and judged.stopped == result.stopped
+
+
+class Interrupting(FakeTarget):
+    """Ctrl-C during the trial number `at` (counted from 1)."""
+
+    def __init__(self, at: int, **kw):
+        super().__init__(**kw)
+        self.at = at
+
+    def run_trial(self, arm, plan):
+        if len(self.trials) + 1 == self.at:
+            self.trials.append(arm.name)
+            raise Interrupted
+        return super().run_trial(arm, plan)
+
+
+def test_ctrl_c_in_added_rounds_resumes_from_the_store(tmp_path):
+    plan = experiment.parse(ADAPTIVE, "adaptive.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    with pytest.raises(Interrupted):            # in round 14, after the first look added rounds
+        runner.run(store, exp_id, plan, FakeLab(Interrupting(41, cv=0.3)))
+    st = {t.status for t in store.trials(exp_id)}
+    assert st == {"done", "planned"} and len(store.trials(exp_id)) == 18 * 3
+    assert store.measurements(exp_id).pending == 54 - 40
+    judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
+    assert judged.next_rounds is None and "planned trials not run yet" in judged.stopped
+    resumed = runner.run(store, exp_id, store.plan(exp_id), FakeLab(FakeTarget(cv=0.3, seed=2)))
+    assert (resumed.skipped, resumed.rounds) == (40, 25)
+    trials = store.trials(exp_id)
+    assert len(trials) == 75 and {t.status for t in trials} == {"done"}
+    assert store.plan(exp_id).order == experiment.schedule(["A", "B", "C"], 25, 4)
+
+
+def test_limits_from_the_command_line_are_stored_and_checked(tmp_path):
+    plan = experiment.parse(ADAPTIVE, "adaptive.toml")
+    wider = experiment.with_limits(plan, max_repetitions=40, budget_s=60)
+    assert (wider.profile.max_repetitions, wider.profile.budget_s) == (40, 60)
+    with pytest.raises(MmlabError, match="below repetitions"):
+        experiment.with_limits(plan, max_repetitions=5)
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    assert store.set_limits(exp_id, max_repetitions=30).profile.max_repetitions == 30
+    assert store.plan(exp_id).profile.max_repetitions == 30
+    assert store.plan(exp_id).profile.budget_s is None
+
+
+def test_samples_of_one_trial_count_once(tmp_path):
+    """samples_per_trial = 3: the paired analysis sees one value per trial."""
+    text = ADAPTIVE.replace("repetitions = 12\nmax_repetitions = 25",
+                            "repetitions = 8\nsamples_per_trial = 3")
+    store, exp_id, plan, result, _ = adaptive_run(tmp_path, FakeTarget({"C": 1.3}), text)
+    m = store.measurements(exp_id)
+    assert sum(len(t.samples) for t in m.trials) == 72
+    assert len(m.series("C", "cycle_ns_per_page").values) == 8
+    judged = verdicts.judge(plan, m)
+    assert {(c.n, c.n_baseline) for c in judged.comparisons} == {(8, 8)}
+    assert store.samples_by_arm(exp_id)["C"] == m.by_arm["C"]
+
+
+class FailingSome(FakeTarget):
+    """Arm B's trials of the rounds in `rounds` fail."""
+
+    def __init__(self, rounds: set[int], **kw):
+        super().__init__(**kw)
+        self.fail_rounds = rounds
+
+    def run_trial(self, arm, plan):
+        if arm.name == "B" and self.trials.count("B") in self.fail_rounds:
+            self.trials.append(arm.name)
+            raise TrialError("B: failed on purpose", {})
+        return super().run_trial(arm, plan)
+
+
+def test_failed_trials_pair_the_complete_rounds_or_fall_back_to_unpaired(tmp_path):
+    store, exp_id, plan, result, _ = adaptive_run(tmp_path, FailingSome({2, 5}, cv=0.005,
+                                                                      factors={"C": 1.3}))
+    assert result.failed == 2
+    judged = verdicts.judge(plan, store.measurements(exp_id))
+    b = [c for c in judged.comparisons if c.arm == "B"]
+    assert {(c.method, c.n) for c in b} == {("paired-wilcoxon", 10)}      # 12 rounds, 2 failed
+    text = ADAPTIVE.replace("repetitions = 12\nmax_repetitions = 25", "repetitions = 7")
+    store, exp_id, plan, result, _ = adaptive_run(tmp_path / "few", FailingSome({2, 5}), text)
+    judged = verdicts.judge(plan, store.measurements(exp_id))
+    assert {(c.method, c.n, c.n_baseline) for c in judged.comparisons if c.arm == "B"} \
+        == {("unpaired", 5, 7)}                                          # 5 complete: too few

@@ -3,6 +3,8 @@ hand-built samples whose states are known."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -15,32 +17,96 @@ def draws(center: float, cv: float, n: int, seed: int) -> list[float]:
     return list(np.random.default_rng(seed).normal(center, center * cv, n))
 
 
-def judge(a, b, higher=False, tol=0.05, max_cv=0.10):
-    return stats.compare("m_ns", "A", "B", a, b, higher, tol, max_cv, seed=3)
+def rounds(values: list[float]) -> stats.Series:
+    """Values of rounds 0, 1, ... (positions 2r and 2r + 1 of a two-arm plan)."""
+    return stats.Series(tuple(values), tuple(range(len(values))),
+                        tuple(2 * r for r in range(len(values))))
+
+
+CRIT = stats.Criteria(min_rounds=15, max_rounds=15)      # one look: alpha 0.05, 90% CI
+
+
+def judge(a, b, higher=False, crit=CRIT):
+    return stats.compare("m_ns", "A", "B", a, b, higher, crit, seed=3)
+
+
+def drifting(n: int, seed: int, shared: float = 0.06, own: float = 0.01,
+             effect: float = 1.0) -> tuple[list[float], list[float]]:
+    """Two arms sharing a per-round factor: what interleaving is for."""
+    rng = np.random.default_rng(seed)
+    drift = rng.lognormal(0, shared, n)
+    return (list(100 * effect * drift * rng.lognormal(0, own, n)),
+            list(100 * drift * rng.lognormal(0, own, n)))
 
 
 def test_a_30_percent_slowdown_is_a_regression_with_a_ci_around_it():
-    c = judge(draws(130, 0.02, 15, 1), draws(100, 0.02, 15, 2))
-    assert c.verdict == "regression"
+    a, b = draws(130, 0.02, 15, 1), draws(100, 0.02, 15, 2)
+    c = judge(rounds(a), rounds(b))
+    assert c.verdict == "regression" and c.method == "paired-wilcoxon"
     assert c.ci_low < 1.3 < c.ci_high and c.ci_low > 1.05
-    assert c.p_value < 1e-4
-    assert judge(draws(130, 0.02, 15, 1), draws(100, 0.02, 15, 2), higher=True).verdict \
-        == "improvement"
+    assert c.p_value == pytest.approx(sps.wilcoxon(np.log(np.array(a) / b)).pvalue)
+    assert judge(rounds(a), rounds(b), higher=True).verdict == "improvement"
 
 
 def test_the_same_distribution_is_no_change():
-    c = judge(draws(100, 0.01, 15, 5), draws(100, 0.01, 15, 6))
+    c = judge(rounds(draws(100, 0.01, 15, 5)), rounds(draws(100, 0.01, 15, 6)))
     assert c.verdict == "no change" and 0.95 < c.ci_low <= c.ci_high < 1.05
 
 
-def test_unreliable_when_noisy_small_or_ambiguous():
-    assert judge(draws(100, 0.4, 15, 7), draws(100, 0.4, 15, 8)).verdict == "unreliable"
+def test_pairing_decides_what_the_unpaired_method_cannot():
+    """Round drift of 12 % shared, 1 % own: unpaired it straddles, paired it is
+    no change, and a 10 % slowdown a regression; the arms are flagged noisy,
+    the pair still gets its verdict."""
+    a, b = drifting(15, 7, shared=0.12)
+    assert judge(a, b).verdict == "unreliable"                       # no rounds: unpaired
+    paired = judge(rounds(a), rounds(b))
+    assert paired.verdict == "no change" and paired.method == "paired-wilcoxon"
+    a, b = drifting(15, 8, shared=0.15, effect=1.10)
+    slow = judge(rounds(a), rounds(b))
+    assert slow.verdict == "regression" and "robust CV" in slow.noisy
+    assert "noisy" in slow.reason
+
+
+def test_one_outlier_round_is_named_not_dropped_and_does_not_break_the_verdict():
+    a, b = draws(110, 0.02, 15, 9), draws(100, 0.02, 15, 10)
+    b[4] *= 1.8                                   # one disturbed baseline trial
+    c = judge(rounds(a), rounds(b))
+    assert c.verdict == "regression" and c.method == "paired-wilcoxon" and c.n == 15
+    assert [(o.round, o.arm, o.position) for o in c.outliers] == [(4, "B", 8)]
+    assert c.outliers[0].factor == pytest.approx(1.8, rel=0.1)
+    assert "round 4 B (trial 8) x1." in str(c.outliers[0])
+
+
+def test_several_outlier_rounds_switch_to_median_and_sign_test():
+    a, b = draws(110, 0.02, 20, 11), draws(100, 0.02, 20, 12)
+    for r in (2, 9, 15):
+        a[r] *= 1.3
+    c = judge(rounds(a), rounds(b), crit=stats.Criteria(min_rounds=20, max_rounds=20))
+    assert c.method == "paired-sign" and c.verdict == "regression"
+    assert {o.round for o in c.outliers} == {2, 9, 15}
+    d = np.log(np.array(a) / b)
+    assert c.ratio == pytest.approx(np.exp(np.median(d)))
+
+
+def test_too_few_complete_rounds_fall_back_to_unpaired_with_the_noise_gate():
+    a, b = rounds(draws(130, 0.02, 15, 13)), rounds(draws(100, 0.02, 15, 14))
+    few = stats.Series(a.values[:5], a.rounds[:5], a.positions[:5])
+    c = judge(few, b)                             # 5 common rounds: too few to pair
+    assert c.method == "unpaired" and c.verdict == "regression"
+    noisy = judge(rounds(draws(100, 0.4, 5, 7)), rounds(draws(100, 0.4, 15, 8)))
+    assert noisy.method == "unpaired" and noisy.verdict == "unreliable"
+    assert "too noisy for the unpaired method" in noisy.reason
     assert "too few samples" in judge([1.0, 2.0], [1.0, 2.0, 3.0]).reason
-    c = judge(draws(105, 0.02, 9, 9), draws(100, 0.02, 9, 10))   # 5 % change, 5 % tolerance
-    assert c.verdict == "unreliable" and "straddles" in c.reason
 
 
-def test_p_value_is_mann_whitney_and_ci_is_reproducible():
+def test_a_change_inside_the_tolerance_is_not_a_regression():
+    a, b = drifting(15, 15, effect=1.03)
+    c = judge(rounds(a), rounds(b))
+    assert c.verdict == "no change" or "inside" in c.reason
+    assert c.verdict != "regression"
+
+
+def test_unpaired_ci_is_reproducible_and_p_is_mann_whitney():
     a, b = draws(110, 0.03, 11, 11), draws(100, 0.03, 11, 12)
     c1, c2 = judge(a, b), judge(a, b)
     assert (c1.ci_low, c1.ci_high) == (c2.ci_low, c2.ci_high)
@@ -50,6 +116,15 @@ def test_p_value_is_mann_whitney_and_ci_is_reproducible():
 def test_one_disturbed_round_does_not_make_an_arm_noisy():
     calm = draws(100, 0.01, 9, 13)
     assert stats.summarize(calm + [130.0]).rcv < 0.03 < stats.summarize(calm + [130.0]).cv
+
+
+def test_a_comparison_survives_json_and_csv():
+    a, b = draws(110, 0.02, 15, 9), draws(100, 0.02, 15, 10)
+    b[4] *= 1.8
+    c = judge(rounds(a), rounds(b))
+    again = stats.Comparison(**json.loads(json.dumps(c.as_dict())))
+    assert again == c
+    assert c.as_row()["outliers"].startswith("round 4 B (trial 8)")
 
 
 def sample(state: dict | None = None, vmstat: dict | None = None, errors: dict | None = None,
@@ -97,3 +172,103 @@ def test_a_ksm_walk_that_migrated_nothing_is_a_different_state():
     assert f.check == "KSM pages compaction moved"
     assert f.matters_for("walk_trigger_ms")
     assert not f.matters_for("ms_per_migrated_page")   # already per migrated page
+
+
+def test_the_kernel_under_test_never_excuses_a_page_state_difference():
+    """Seed 001's trap: 6.19 backed the mapping with THPs, 6.12 did not."""
+    new = [sample({"kernel": "6.19", "thp_backed_fraction": 1.0, "swap_total_kb": 0,
+                   "swap_used_kb": 0, "ksm_merged_fraction": 0.0},
+                  {"thp_fault_alloc": 8, "thp_split_page": 8, "pswpout": 0}) for _ in range(3)]
+    old = [sample({"kernel": "6.12", "thp_backed_fraction": 0.0, "swap_total_kb": 0,
+                   "swap_used_kb": 1000, "ksm_merged_fraction": 1.0},
+                  {"thp_fault_alloc": 0, "thp_split_page": 0, "pswpout": 300}) for _ in range(3)]
+    found = audit.audit_pair("6.19", "6.12", new, old, differing_axes={"kernel"})
+    checks = {f.check for f in found}
+    assert {"THP backing of the mapping", "THP faults, splits and swap-out fallbacks",
+            "swap used", "pages swapped out", "KSM merging"} <= checks
+    assert "kernel" not in checks                                      # asked for: it may differ
+    thp = next(f for f in found if f.check == "THP backing of the mapping")
+    assert str(thp).endswith("1 in 6.19 vs 0 in 6.12: the kernel changed the page state")
+    for axis in ("cpus", "memory_mb"):
+        assert audit.audit_pair("a", "b", new, old, {axis})
+    # The axis that asks for THP (and only that one) explains THP backing.
+    thp_pair = {f.check for f in audit.audit_pair("a", "b", new, old, {"thp", "kernel"})}
+    assert "THP backing of the mapping" not in thp_pair and "swap used" in thp_pair
+
+
+def mthp(sizes: dict[int, str], top: str = "madvise", **events: float) -> dict:
+    """The state mmwork records on a kernel with mTHP: each size's mode and
+    its counters over the sample (all zero unless given, e.g. alloc_64=8)."""
+    state: dict = {"mthp": "available", "thp_enabled": top, "thp_pmd_size_kb": 2048}
+    for kb, mode in sizes.items():
+        state[f"mthp_{kb}kB_enabled"] = mode
+        for c in audit.MTHP_COUNTERS:
+            state[f"mthp_{kb}kB_{c}"] = 0.0
+    for name, v in events.items():
+        counter, kb = name.rsplit("_", 1)
+        state[f"mthp_{kb}kB_{dict(alloc='anon_fault_alloc').get(counter, counter)}"] = v
+    return state
+
+
+NO_MTHP = {"mthp": "not available", "thp_enabled": "madvise", "thp_pmd_size_kb": 2048}
+
+
+def test_a_kernel_that_backs_the_mapping_with_mthp_is_not_comparable():
+    """6.19 with 64 kB mTHP on against a kernel without mTHP: AnonHugePages
+    is 0 on both, yet one side's memory was large folios."""
+    new = [sample({"kernel": "6.19", **mthp({64: "always", 2048: "inherit"}, alloc_64=256)})
+           for _ in range(3)]
+    old = [sample({"kernel": "6.1", **NO_MTHP}) for _ in range(3)]
+    found = audit.audit_pair("6.19", "6.1", new, old, differing_axes={"kernel"})
+    assert {f.check for f in found} == {"mTHP sizes enabled",
+                                        "mTHP allocations, fallbacks, splits and swap-outs"}
+    sizes = next(f for f in found if f.check == "mTHP sizes enabled")
+    assert str(sizes) == ("mTHP sizes enabled: anon_thp_sizes 64kB=always, 2048kB=madvise in "
+                          "6.19 vs 2048kB=madvise in 6.1: the kernel changed the page state")
+    (alloc,) = [f for f in found if "anon_fault_alloc" in f.detail]
+    assert "mthp_64kB_anon_fault_alloc 256 in 6.19 vs not available in 6.1" in alloc.detail
+    # The THP axes (and mapping shape) ask for it; cpus and memory never do.
+    assert audit.audit_pair("a", "b", new, old, {"thp_mode", "kernel"}) == []
+    assert audit.audit_pair("a", "b", new, old, {"align", "kernel"}) == []
+    assert audit.audit_pair("a", "b", new, old, {"cpus"})
+    # A kernel without mTHP and one with every small size off ran in the same state.
+    off = [sample({"kernel": "6.12", **mthp({64: "never", 2048: "inherit"})}) for _ in range(3)]
+    assert audit.audit_pair("6.12", "6.1", off, old, {"kernel"}) == []
+    # Splitting mTHPs on one side only (same modes) is a different state too.
+    split = [sample({"kernel": "6.12", **mthp({64: "never", 2048: "inherit"}, split_64=3)})
+             for _ in range(3)]
+    (f,) = audit.audit_pair("a", "b", split, off, {"kernel"})
+    assert "mthp_64kB_split 3 in a vs 0 in b" in f.detail
+    # The PMD size is the THP checks' business, on every kernel alike.
+    pmd = [sample({"kernel": "6.12", **mthp({64: "never", 2048: "inherit"}, alloc_2048=8)})
+           for _ in range(3)]
+    assert audit.audit_pair("a", "b", pmd, old, {"kernel"}) == []
+
+
+def test_kernel_mm_actors_are_excused_only_by_the_axis_that_sets_them():
+    actors = {"damon": "off", "khugepaged": "defrag=1 pages_to_scan=4096 "
+              "scan_sleep_millisecs=10000 max_ptes_none=511", "ksmd": "run=0",
+              "compaction_proactiveness": "20"}
+    quiet = [sample(actors) for _ in range(3)]
+    damon = [sample({**actors, "damon": "kdamond 0 (paddr: pageout)"}) for _ in range(3)]
+    for axes in (set(), {"kernel"}, {"thp"}, {"sysctl.vm.swappiness"}, {"ksm.run"}):
+        (f,) = audit.audit_pair("A", "B", damon, quiet, axes)
+        assert str(f) == "kernel mm actors: damon kdamond 0 (paddr: pageout) in A vs off in B"
+    ksmd = [sample({**actors, "ksmd": "run=1"}) for _ in range(3)]
+    assert audit.audit_pair("A", "B", ksmd, quiet, {"ksm.run"}) == []
+    assert audit.audit_pair("A", "B", ksmd, quiet, {"ksm.pages_to_scan"})
+    proactive = [sample({**actors, "compaction_proactiveness": "0"}) for _ in range(3)]
+    assert audit.audit_pair("A", "B", proactive, quiet,
+                            {"sysctl.vm.compaction_proactiveness"}) == []
+    assert audit.audit_pair("A", "B", proactive, quiet, {"sysctl.vm.swappiness"})
+    # A kdamond started halfway through an arm splits the arm too.
+    (f,) = audit.audit_arm("A", quiet[:2] + damon[:1])
+    assert f.check == "kernel mm actors" and "varied within arm A" in f.detail
+
+
+def test_an_arm_run_without_probes_cannot_show_the_same_state():
+    blind = [sample() for _ in range(3)]
+    for s in blind:
+        s.params["no-probes"] = True
+    (f,) = audit.audit_pair("A", "B", [sample({"damon": "off"}) for _ in range(3)], blind, set())
+    assert f.check == "page state measured" and "B ran with --no-probes" in f.detail

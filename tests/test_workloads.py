@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from mmlab import knobs, workloads
+from mmlab import audit, knobs, probe, workloads
 from mmlab.samples import parse_line
 
 from .conftest import is_root, mmwork, samples_of
@@ -15,7 +16,9 @@ from .conftest import is_root, mmwork, samples_of
 CONTRACT_KEYS = {"workload", "sample", "params", "metrics", "counts", "rusage", "vmstat_delta",
                  "state", "errors"}
 COMMON_STATE = {"thp_enabled", "swap_total_kb", "swap_used_kb", "ksm_run", "kernel",
-                "page_size_kb", "lru_gen_enabled"}
+                "page_size_kb", "lru_gen_enabled", "mthp", "damon", "khugepaged", "ksmd",
+                "compaction_proactiveness"}
+THP = "/sys/kernel/mm/transparent_hugepage"
 
 
 def check_contract(sample: dict, workload: str) -> None:
@@ -66,6 +69,64 @@ def test_pageout_refault_hugepage_really_gets_thp():
     if s["state"]["swap_total_kb"] == 0:
         assert s["state"]["after_pageout_anon_huge_kb"] == 0
         assert s["vmstat_delta"]["thp_split_page"] > 0
+
+
+def test_per_page_metrics_come_as_median_round_and_total_over_total():
+    """Every per-page metric has a _total twin (the mean, as reproducers
+    report it), both declared in the table with the statistic they are."""
+    for wl in workloads.registry().values():
+        names = {m.name for m in wl.metrics}
+        for m in wl.metrics:
+            if m.name.endswith("_per_page") and wl.name != "ksm-rmap":
+                assert f"{m.name}_total" in names and "median" in m.help, m.name
+                total = wl.metric(f"{m.name}_total")
+                assert total.direction == m.direction and "total time over total pages" in \
+                    total.help
+    (s,) = samples_of("pageout-refault", "--mapping-kb", "4096", "--rounds", "3", "--min-ms",
+                      "0", "--warmups", "0")
+    m = s["metrics"]
+    assert m["cycle_ns_per_page_total"] == pytest.approx(
+        m["advise_ns_per_page_total"] + m["post_touch_ns_per_page_total"], rel=1e-3)
+    assert m["advise_ns_per_page_total"] >= 0.5 * m["advise_ns_per_page"]
+    (p,) = samples_of("populate-unmap", "--workers", "1", "--bytes", "16K", "--seconds", "0.1")
+    assert p["metrics"]["populate_ns_per_page"] > 0 and p["counts"]["pages"] == 4 * p["counts"]["ops"]
+    assert p["metrics"]["populate_ns_per_page_total"] >= 0.5 * p["metrics"]["populate_ns_per_page"]
+
+
+def test_align_pmd_or_none_is_recorded_with_where_the_mapping_started():
+    for align in ("pmd", "none"):
+        (s,) = samples_of("pageout-refault", "--mapping-kb", "6000", "--align", align,
+                          "--rounds", "2", "--min-ms", "0", "--warmups", "0")
+        assert s["params"]["align"] == align
+        offset = s["state"]["mapping_start_mod_2m_kb"]
+        assert 0 <= offset < 2048 and offset % 4 == 0
+        if align == "pmd":
+            assert offset == 0 and s["state"]["mapping_pmd_aligned_fraction"] == 1
+    assert workloads.get("pageout-refault").param("align").default == "pmd"
+    (u,) = samples_of("unmap-young", "--backing", "anon", "--size-kb", "4096", "--align", "pmd",
+                      "--rounds", "1", "--min-ms", "0", "--warmups", "0")
+    assert u["state"]["mapping_start_mod_2m_kb"] == 0 and u["params"]["align"] == "pmd"
+    assert workloads.get("unmap-young").param("align").default == "none"
+
+
+def test_samples_carry_mthp_per_size_and_the_kernels_mm_actors():
+    (s,) = samples_of("pageout-refault", "--mapping-kb", "1024", "--rounds", "1", "--min-ms",
+                      "0", "--warmups", "0")
+    st = s["state"]
+    # The same facts, worded the same way, as the probe stores with every trial.
+    assert {k: st[k] for k in probe.mm_actors()} == probe.mm_actors()
+    sizes = sorted(int(d.name[10:-2]) for d in Path(THP).glob("hugepages-*kB")
+                   if (d / "enabled").exists())
+    if not sizes:
+        assert st["mthp"] == "not available"
+        assert not [k for k in st if k.startswith("mthp_")]    # no zeros it never counted
+        return
+    assert st["mthp"] == "available"
+    for kb in sizes:
+        assert st[f"mthp_{kb}kB_enabled"] == knobs.read_setting(f"{THP}/hugepages-{kb}kB/enabled")
+        for counter in audit.MTHP_COUNTERS:
+            if Path(f"{THP}/hugepages-{kb}kB/stats/{counter}").exists():
+                assert st[f"mthp_{kb}kB_{counter}"] >= 0
 
 
 def test_mremap_churn_counts_ops_like_stress_ng():
@@ -145,3 +206,96 @@ def test_bad_arguments_give_one_line_and_exit_2(args, message):
     assert proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0]
+
+
+# ------------------------------------------------------- no observer effect
+#
+# State probes (smaps, pagemap, /proc and sysfs reads) sit outside every timed
+# window; --no-probes drops them all.  A paired A/A shows that dropping them
+# changes no timed metric: probes-on and probes-off processes run in pairs,
+# in alternating order, and the median of the per-pair log ratios must lie
+# within a bound made from the pairs' own spread: four standard errors of
+# that median (1.2533 * 1.4826 * MAD / sqrt(n)), and never less than 3 %.  A
+# smaps read between two timed phases (what pageout-refault did) moved advise
+# time by 5-7 %, which this bound catches on this machine.
+
+AA_FLOOR = 0.015
+AA_CASES = {
+    # workload: (arguments, timed metrics compared, pairs)
+    "pageout-refault": (("--mapping-kb", "16384", "--rounds", "8", "--min-ms", "0",
+                         "--samples", "3"),
+                        ("prefault_ns_per_page", "advise_ns_per_page", "post_touch_ns_per_page",
+                         "cycle_ns_per_page", "advise_ns_per_page_total",
+                         "cycle_ns_per_page_total"), 15),
+    "unmap-young": (("--backing", "shmem", "--size-kb", "4096", "--rounds", "6", "--min-ms", "0",
+                     "--samples", "3"),
+                    ("unmap_ns_per_page", "touch_ns_per_page", "unmap_ns_per_page_total"), 9),
+    "populate-unmap": (("--workers", "2", "--bytes", "64K", "--seconds", "0.15", "--samples", "2"),
+                       ("populate_ns_per_page", "unmap_ns_per_page", "ops_per_s_real"), 7),
+    # One worker: with two on two shared CPUs, wall time follows the neighbours.
+    "mremap-churn": (("--workers", "1", "--seconds", "0.15", "--samples", "2"),
+                     ("ops_per_s_real", "ops_per_s_cpu"), 9),
+    # One process merges and compacts once per sample; compaction time varies
+    # with the whole machine's memory, so the bound here is wide.
+    "ksm-rmap": (("--vmas", "400", "--samples", "3"), ("walk_trigger_ms",), 6),
+}
+
+
+def aa_judge(log_ratios: list[float]) -> tuple[float, float]:
+    """The median per-pair log ratio and the bound it must stay within."""
+    r = np.asarray(log_ratios)
+    med = float(np.median(r))
+    spread = 1.4826 * float(np.median(np.abs(r - med)))
+    return med, max(AA_FLOOR, 4 * 1.2533 * spread / np.sqrt(len(r)))
+
+
+def test_the_aa_judge_catches_a_probe_sized_shift_and_passes_noise():
+    rng = np.random.default_rng(12)
+    for _ in range(20):
+        med, bound = aa_judge(list(rng.normal(0.0, 0.01, 11)))
+        assert abs(med) <= bound
+        med, bound = aa_judge(list(rng.normal(0.06, 0.01, 11)))   # seed 001's smaps: 5-7 %
+        assert abs(med) > bound
+    # Noisier pairs widen the bound, and a large enough shift still fails.
+    med, bound = aa_judge(list(rng.normal(0.5, 0.1, 7)))
+    assert 0.03 < bound < 0.5 < abs(med) + 0.1 and abs(med) > bound
+
+
+def _run_metrics(workload: str, args: tuple[str, ...], metrics: tuple[str, ...],
+                 probes: bool) -> dict[str, float]:
+    samples = samples_of(workload, *args, *(() if probes else ("--no-probes",)))
+    for s in samples:
+        assert s["params"]["no-probes"] is not probes
+        if probes:
+            check_contract(s, workload)
+        else:   # nothing read: no vmstat deltas, no page state beyond the pointers'
+            assert not s["vmstat_delta"] and "thp_enabled" not in s["state"]
+            assert not {"thp_backed_fraction", "vmas_actual", "anon_huge_kb"} & s["state"].keys()
+    return {m: float(np.median([s["metrics"][m] for s in samples])) for m in metrics}
+
+
+@pytest.mark.parametrize("workload", [
+    *(w for w in AA_CASES if w != "ksm-rmap"),
+    pytest.param("ksm-rmap", marks=[
+        pytest.mark.host_changes,
+        pytest.mark.skipif(not is_root() or not Path("/sys/kernel/mm/ksm/run").exists(),
+                           reason="ksm-rmap starts and stops KSM: root only")]),
+])
+def test_turning_state_probes_off_changes_no_timed_metric(workload):
+    args, metrics, pairs = AA_CASES[workload]
+    ratios: dict[str, list[float]] = {m: [] for m in metrics}
+    for i in range(pairs):
+        order = (True, False) if i % 2 == 0 else (False, True)
+        runs = {probes: _run_metrics(workload, args, metrics, probes) for probes in order}
+        for m in metrics:
+            ratios[m].append(float(np.log(runs[True][m] / runs[False][m])))
+    figures = []
+    for m in metrics:
+        med, bound = aa_judge(ratios[m])
+        figures.append((m, med, bound))
+        print(f"A/A {workload} {m}: probes on/off {np.exp(med):.3f}x "
+              f"(median log ratio {med:+.3f}, bound ±{bound:.3f}, {pairs} pairs)")
+    far = [f"{m}: {np.exp(med):.3f}x, median log ratio {med:+.3f} beyond ±{bound:.3f} "
+           f"(pairs: {' '.join(f'{r:+.3f}' for r in ratios[m])})"
+           for m, med, bound in figures if abs(med) > bound]
+    assert not far, f"{workload}: state probes change timed metrics: " + "; ".join(far)

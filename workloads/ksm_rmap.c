@@ -14,6 +14,14 @@
  * A writer thread keeps splitting and re-merging one VMA of the same
  * anon_vma, which needs that lock for write, and records its longest stall.
  *
+ * --trigger move migrates the KSM pages deterministically instead: one
+ * move_pages(MPOL_MF_MOVE_ALL) call sends every data page to the next NUMA
+ * node (a guest with numa_nodes = 2).  Compaction reaches our KSM pages only
+ * when they sit in a block it chooses to empty; move_pages always moves all
+ * of them, through the same rmap walks.  An address whose KSM page is
+ * already on its way with an earlier address of the same call reports
+ * EBUSY; those are counted (move_pages_busy), not failures.
+ *
  * --pattern guard splits with mprotect(PROT_NONE) (JVM-style guard pages);
  * --pattern holes punches MADV_DONTNEED holes (DB-style), which does not
  * split VMAs at all; --pattern guard-install uses MADV_GUARD_INSTALL
@@ -31,6 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -40,8 +49,10 @@
 
 #define KSM "/sys/kernel/mm/ksm/"
 #define WRITER_PAGES 4
+#define MPOL_MF_MOVE_ALL_ (1 << 2)
 
 static const char *const pattern_choices[] = { "guard", "holes", "guard-install", NULL };
+static const char *const trigger_choices[] = { "compact", "move", NULL };
 
 static const struct mm_param params[] = {
 	{ "vmas", MM_INT, "2000", "pages in the split range, one VMA each with --pattern guard "
@@ -49,15 +60,21 @@ static const struct mm_param params[] = {
 	{ "pattern", MM_CHOICE, "guard", "how the range is split", 0, 0, pattern_choices },
 	{ "merge-timeout-s", MM_FLOAT, "60", "give up waiting for KSM after this long", 0, 0, NULL },
 	{ "no-writer", MM_FLAG, NULL, "no concurrent VMA writer thread", 0, 0, NULL },
+	{ "trigger", MM_CHOICE, "compact", "what migrates the KSM pages: compact_memory, or "
+	  "move_pages() of every data page to the next NUMA node (needs 2+ nodes)", 0, 0,
+	  trigger_choices },
 	{ NULL },
 };
 
 static const struct mm_metric metrics[] = {
-	{ "walk_trigger_ms", "ms", 0, "the write to /proc/sys/vm/compact_memory (migrations + rmap walks)" },
-	{ "ms_per_migrated_page", "ms", 0, "walk_trigger_ms per KSM page that compaction moved" },
-	{ "writer_max_stall_ms", "ms", 0, "longest mprotect() of the concurrent writer (anon_vma lock wait)" },
+	{ "walk_trigger_ms", "ms", 0, "the write to compact_memory or the move_pages() call "
+	  "(migrations + rmap walks; one per sample)" },
+	{ "ms_per_migrated_page", "ms", 0, "walk_trigger_ms per KSM page that the trigger moved (one walk: total time over "
+	  "total pages; null with --no-probes, which cannot tell the pages moved)" },
+	{ "writer_max_stall_ms", "ms", 0, "longest mprotect() of the concurrent writer (anon_vma lock wait; the "
+	  "maximum over the walk)" },
 	{ "pages_sharing", "pages", 1, "this process's pages merged by KSM (ksm_merging_pages)" },
-	{ "ksm_merge_s", "s", 0, "time KSM took to merge the range" },
+	{ "ksm_merge_s", "s", 0, "time KSM took to merge the range (polled every 20 ms)" },
 	{ NULL },
 };
 
@@ -69,7 +86,8 @@ static const char *const mm_paths[] = {
 
 static const char *const vmstat[] = {
 	"compact_migrate_scanned", "compact_free_scanned", "compact_isolated",
-	"pgmigrate_success", "pgmigrate_fail", "compact_stall", "thp_split_page", NULL,
+	"pgmigrate_success", "pgmigrate_fail", "compact_stall", "thp_split_page",
+	"numa_pages_migrated", NULL,
 };
 
 static const char *const host_settings[] = {
@@ -177,6 +195,65 @@ static void split_range(struct mm_ctx *c, char *base, long vmas, const char *pat
 	}
 }
 
+/* Online NUMA nodes, from a list like "0-1,3" (1 when there is no list). */
+static int online_nodes(void)
+{
+	char buf[128];
+	int n = 0;
+	if (mm_read_text("/sys/devices/system/node/online", buf, sizeof(buf)))
+		return 1;
+	for (char *p = buf; *p;) {
+		long a = strtol(p, &p, 10), b = a;
+		if (*p == '-')
+			b = strtol(p + 1, &p, 10);
+		n += (int)(b - a + 1);
+		if (*p != ',')
+			break;
+		p++;
+	}
+	return n > 0 ? n : 1;
+}
+
+/*
+ * Send every data page (each maps a KSM page) to the node after the one it
+ * is on.  MPOL_MF_MOVE_ALL: a KSM page is mapped many times, and plain
+ * MPOL_MF_MOVE moves only pages mapped once.  Returns the timed call's ns.
+ */
+static uint64_t move_to_next_node(struct mm_ctx *c, char *base, long vmas, int nodes)
+{
+	const long n = (vmas + 1) / 2;
+	void **pages = calloc((size_t)n, sizeof(*pages));
+	int *target = calloc((size_t)n, sizeof(*target));
+	int *status = calloc((size_t)n, sizeof(*status));
+	uint64_t ns = 0;
+
+	if (nodes < 2)
+		mm_die(c, "--trigger move needs two NUMA nodes (this system has %d; in a guest, "
+		       "set numa_nodes = 2)", nodes);
+	for (long i = 0; i < n; i++)
+		pages[i] = base + 2 * i * MM_PAGE_SIZE;
+	if (syscall(SYS_move_pages, 0, n, pages, NULL, status, 0))
+		mm_error("move_pages_query", errno);
+	for (long i = 0; i < n; i++)
+		target[i] = status[i] >= 0 ? (status[i] + 1) % nodes : 0;
+	uint64_t t0 = mm_now_ns();
+	if (syscall(SYS_move_pages, 0, n, pages, target, status, MPOL_MF_MOVE_ALL_))
+		mm_error("move_pages", errno);
+	ns = mm_now_ns() - t0;
+	long busy = 0;
+	for (long i = 0; i < n; i++) {
+		if (status[i] == -EBUSY)
+			busy++;
+		else if (status[i] < 0)
+			mm_error("move_pages_page", -status[i]);
+	}
+	mm_count(c, "move_pages_busy", (double)busy);
+	free(pages);
+	free(target);
+	free(status);
+	return ns;
+}
+
 /* Run ksmd flat out until this process's pages are merged or time is up. */
 static double ksm_merge(struct mm_ctx *c, long want, long *merged)
 {
@@ -208,9 +285,10 @@ static int ksm_sample(struct mm_ctx *c)
 	const size_t len = (size_t)npages * MM_PAGE_SIZE;
 	const long data = (vmas + 1) / 2;
 	struct writer w = { 0 };
-	struct mm_smaps sm;
+	struct mm_smaps sm = { 0 };
 	long merged = 0;
 	const long sharing_before = mm_read_long(KSM "pages_sharing") + mm_read_long(KSM "pages_shared");
+	const int nodes = online_nodes();	/* sysfs: read before anything is timed */
 
 	char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (base == MAP_FAILED) {
@@ -225,14 +303,23 @@ static int ksm_sample(struct mm_ctx *c)
 	if (madvise(base, len, MADV_MERGEABLE))
 		mm_error("madvise_mergeable", errno);
 	split_range(c, base, vmas, pattern);
-	mm_smaps_range(base, len, &sm);
 
 	double merge_s = ksm_merge(c, data, &merged);
 
 	uint64_t *before = calloc((size_t)vmas, sizeof(uint64_t));
 	uint64_t *after = calloc((size_t)vmas, sizeof(uint64_t));
 	uint64_t *moved = calloc((size_t)vmas, sizeof(uint64_t));
-	read_pfns(base, vmas, before);
+	/*
+	 * The one probe inside the round (none with --no-probes): which KSM
+	 * pages the walk moved can only be told from their PFNs after the merge
+	 * and before the walk.  It reads this range's PTEs (a few page-table
+	 * pages) while the walk migrates pages all over memory; the probes-off
+	 * A/A in tests/test_workloads.py measures walk_trigger_ms with and
+	 * without it.
+	 */
+	const int probes = mm_probes(c);
+	if (probes)
+		read_pfns(base, vmas, before);
 
 	w.page = base + (vmas + 1) * MM_PAGE_SIZE;
 	if (!mm_arg_long(c, "no-writer")) {
@@ -240,18 +327,27 @@ static int ksm_sample(struct mm_ctx *c)
 		while (!w.started)
 			sched_yield();
 	}
-	uint64_t t0 = mm_now_ns();
-	int fd = open("/proc/sys/vm/compact_memory", O_WRONLY | O_CLOEXEC);
-	if (fd < 0 || write(fd, "1", 1) != 1)
-		mm_error("compact_memory", errno);
-	if (fd >= 0)
-		close(fd);
-	uint64_t t1 = mm_now_ns();
+	uint64_t t0 = mm_now_ns(), t1;
+	if (!strcmp(mm_arg_str(c, "trigger"), "move")) {
+		t1 = t0 + move_to_next_node(c, base, vmas, nodes);
+	} else {
+		int fd = open("/proc/sys/vm/compact_memory", O_WRONLY | O_CLOEXEC);
+		if (fd < 0 || write(fd, "1", 1) != 1)
+			mm_error("compact_memory", errno);
+		if (fd >= 0)
+			close(fd);
+		t1 = mm_now_ns();
+	}
 	if (!mm_arg_long(c, "no-writer")) {
 		w.stop = 1;
 		pthread_join(w.thread, NULL);
 	}
-	read_pfns(base, vmas, after);
+	/* State probes after the timed walk: PFNs, then the VMA count (the
+	 * writer leaves its VMA as it found it). */
+	if (probes) {
+		read_pfns(base, vmas, after);
+		mm_smaps_range(base, len, &sm);
+	}
 
 	/* Data pages whose PFN changed were remapped by migration. */
 	long mappings_moved = 0, nmoved = 0;
@@ -268,19 +364,23 @@ static int ksm_sample(struct mm_ctx *c)
 
 	const double walk_ms = (double)(t1 - t0) / 1e6;
 	mm_metric(c, "walk_trigger_ms", walk_ms);
-	mm_metric(c, "ms_per_migrated_page", ksm_pages_moved ? walk_ms / (double)ksm_pages_moved : NAN);
+	mm_metric(c, "ms_per_migrated_page",
+		  ksm_pages_moved ? walk_ms / (double)ksm_pages_moved : NAN);
 	mm_metric(c, "writer_max_stall_ms", (double)w.max_ns / 1e6);
 	mm_metric(c, "pages_sharing", (double)merged);
 	mm_metric(c, "ksm_merge_s", merge_s);
 	mm_count(c, "writer_ops", (double)w.ops);
 	mm_count(c, "data_pages", (double)data);
-	mm_count(c, "ksm_pages", (double)ksm_pages);
-	mm_count(c, "ksm_pages_migrated", (double)ksm_pages_moved);
-	mm_count(c, "mappings_migrated", (double)mappings_moved);
-	mm_state_num(c, "vmas_actual", (double)sm.vmas);
 	mm_state_num(c, "ksm_merged_fraction", (double)merged / (double)data);
-	mm_state_num(c, "ksm_max_page_sharing", (double)mm_read_long(KSM "max_page_sharing"));
-	mm_state_num(c, "ksm_use_zero_pages", (double)mm_read_long(KSM "use_zero_pages"));
+	if (probes) {
+		mm_count(c, "ksm_pages", (double)ksm_pages);
+		mm_count(c, "ksm_pages_migrated", (double)ksm_pages_moved);
+		mm_count(c, "mappings_migrated", (double)mappings_moved);
+		mm_state_num(c, "vmas_actual", (double)sm.vmas);
+		mm_state_num(c, "ksm_max_page_sharing", (double)mm_read_long(KSM "max_page_sharing"));
+		mm_state_num(c, "ksm_use_zero_pages", (double)mm_read_long(KSM "use_zero_pages"));
+	}
+	mm_state_num(c, "numa_nodes", (double)nodes);
 
 	free(before);
 	free(after);

@@ -8,12 +8,16 @@
  * folio_batch_move_lru) and every unmap frees through release_pages, both
  * under the lruvec lock, which is where many workers contend.  --numa-move
  * adds mbind(MPOL_MF_MOVE), which isolates the folios from the LRU first and
- * was seen to remove most of the system time.
+ * was seen to remove most of the system time.  Like stress-ng's
+ * --mremap-numa it binds each mapping to another node in turn, so with two
+ * or more nodes (a guest with numa_nodes = 2) every other mapping really
+ * migrates; with one node the bind moves nothing.
  */
 #define _GNU_SOURCE
 #include "common.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -27,15 +31,18 @@ static const struct mm_param params[] = {
 	  "--mremap-bytes by the instance count; this is the per-worker size)",
 	  4096, 1L << 36, NULL },
 	{ "seconds", MM_FLOAT, "2", "measured run time per sample", 0, 0, NULL },
-	{ "numa-move", MM_FLAG, NULL, "mbind(MPOL_BIND, node 0, MPOL_MF_MOVE) each mapping", 0, 0, NULL },
+	{ "numa-move", MM_FLAG, NULL, "mbind(MPOL_BIND, MPOL_MF_MOVE) each mapping to the next "
+	  "NUMA node in turn", 0, 0, NULL },
 	{ NULL },
 };
 
 static const struct mm_metric metrics[] = {
-	{ "ops_per_s_real", "ops/s", 1, "bogo ops per second of wall time (stress-ng 'real time')" },
-	{ "ops_per_s_cpu", "ops/s", 1, "bogo ops per second of usr+sys time (stress-ng 'usr+sys time')" },
-	{ "sys_s", "s", 0, "system time of all workers" },
-	{ "usr_s", "s", 0, "user time of all workers" },
+	{ "ops_per_s_real", "ops/s", 1, "bogo ops per second of wall time (stress-ng 'real time'; "
+	  "total ops over the whole sample)" },
+	{ "ops_per_s_cpu", "ops/s", 1, "bogo ops per second of usr+sys time (stress-ng 'usr+sys "
+	  "time'; total ops over total CPU time)" },
+	{ "sys_s", "s", 0, "system time of all workers (whole sample)" },
+	{ "usr_s", "s", 0, "user time of all workers (whole sample)" },
 	{ NULL },
 };
 
@@ -64,12 +71,31 @@ static int remap(char **buf, size_t old_sz, size_t new_sz)
 	return 0;
 }
 
+/* Online NUMA nodes, from a list like "0-1,3" (1 when there is no list). */
+static int online_nodes(void)
+{
+	char buf[128];
+	int n = 0;
+	if (mm_read_text("/sys/devices/system/node/online", buf, sizeof(buf)))
+		return 1;
+	for (char *p = buf; *p;) {
+		long a = strtol(p, &p, 10), b = a;
+		if (*p == '-')
+			b = strtol(p + 1, &p, 10);
+		n += (int)(b - a + 1);
+		if (*p != ',')
+			break;
+		p++;
+	}
+	return n > 0 ? n : 1;
+}
+
 static int churn_worker(struct mm_ctx *c, int index)
 {
 	const size_t bytes = (size_t)mm_arg_long(c, "bytes") & ~(MM_PAGE_SIZE - 1);
 	const double seconds = mm_arg_double(c, "seconds");
 	const int numa_move = (int)mm_arg_long(c, "numa-move");
-	const unsigned long node0 = 1;
+	const int nodes = online_nodes() > 64 ? 64 : online_nodes();
 	const uint64_t start = mm_now_ns();
 	long n = 0;
 
@@ -81,8 +107,9 @@ static int churn_worker(struct mm_ctx *c, int index)
 			mm_error("mmap", errno);
 			continue;
 		}
-		if (numa_move && syscall(SYS_mbind, buf, sz, MPOL_BIND_, &node0,
-					 sizeof(node0) * 8, MPOL_MF_MOVE_))
+		const unsigned long node = 1UL << ((n + index) % nodes);
+		if (numa_move && syscall(SYS_mbind, buf, sz, MPOL_BIND_, &node,
+					 sizeof(node) * 8, MPOL_MF_MOVE_))
 			mm_error("mbind", errno);
 		for (; sz / 2 > MM_PAGE_SIZE; sz /= 2)
 			if (remap(&buf, sz, sz / 2))
@@ -106,6 +133,8 @@ static int churn_sample(struct mm_ctx *c)
 
 	ops = mm_shared_alloc((size_t)workers * sizeof(*ops));
 	double usr0, sys0, usr1, sys1;
+	/* Nothing probes page state while the workers run; the harness reads
+	 * vmstat before and after the sample. */
 	mm_children_cpu_s(&usr0, &sys0);
 	int rc = mm_run_workers(c, workers, churn_worker, &real_ns);
 	mm_children_cpu_s(&usr1, &sys1);
@@ -122,6 +151,7 @@ static int churn_sample(struct mm_ctx *c)
 	mm_count(c, "ops", (double)total);
 	mm_count(c, "real_s", real);
 	mm_count(c, "workers", workers);
+	mm_state_num(c, "numa_nodes", (double)online_nodes());
 	return rc;
 }
 

@@ -12,7 +12,9 @@
  * a read() sets PG_referenced again, the mapping is touched so its PTEs are
  * young); --page-state warm leaves the folios as the previous round left them
  * (active).  --backing anon is the control: anon folios are not marked
- * accessed on zap.
+ * accessed on zap.  What backed the mapping (PMD-mapped or not) is read from
+ * smaps on one extra untimed round once all timed rounds are over: a smaps
+ * read between the touch and the munmap walks the PTEs the munmap zaps.
  */
 #define _GNU_SOURCE
 #include "common.h"
@@ -24,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #ifndef MADV_COLD
@@ -42,12 +45,19 @@ static const struct mm_param params[] = {
 	{ "rounds", MM_INT, "4", "minimum map/touch/unmap rounds per worker and sample", 1, 1000000, NULL },
 	{ "min-ms", MM_INT, "100", "minimum measured time per worker and sample in ms", 0, 3600000, NULL },
 	{ "dir", MM_PATH, "/var/tmp", "directory for --backing file", 0, 0, NULL },
+	{ "align", MM_CHOICE, "none", "where the mapping starts: none = a plain mmap() of the size; "
+	  "pmd = on a 2 MiB boundary, so THP (file, shmem or anon) can map it by PMD", 0, 0,
+	  mm_align_choices },
 	{ NULL },
 };
 
+#define MEDIAN " (median round of all workers, per page)"
+#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
-	{ "unmap_ns_per_page", "ns", 0, "munmap of the young mapping, per page" },
-	{ "touch_ns_per_page", "ns", 0, "read-touch that made the PTEs young, per page" },
+	{ "unmap_ns_per_page", "ns", 0, "munmap of the young mapping" MEDIAN },
+	{ "touch_ns_per_page", "ns", 0, "read-touch that made the PTEs young" MEDIAN },
+	{ "unmap_ns_per_page_total", "ns", 0, "munmap of the young mapping" TOTAL },
+	{ "touch_ns_per_page_total", "ns", 0, "read-touch that made the PTEs young" TOTAL },
 	{ NULL },
 };
 
@@ -60,13 +70,17 @@ static const char *const vmstat[] = {
 	"pgactivate", "pgdeactivate", "pgfault", "pgmajfault", "pgpgin", NULL,
 };
 
-struct uy_result {
-	long rounds;
-	uint64_t unmap_ns, touch_ns;
-	long file_pmd_kb, shmem_pmd_kb, anon_huge_kb;
+/* Shared between the workers and the parent. */
+struct uy_shared {
+	struct mm_hist unmap, touch;	/* round durations, pooled */
+	int finished;			/* workers done with their timed rounds */
+	long aligned_rounds, rounds;
+	double start_mod_2m_kb;		/* worker 0's last mapping */
+	struct mm_smaps probe;		/* worker 0's probe round */
+	int probed;
 };
 
-static struct uy_result *res;
+static struct uy_shared *sh;
 
 static int open_backing(struct mm_ctx *c, int index, size_t len)
 {
@@ -120,56 +134,91 @@ static void make_cold_referenced(char *p, size_t len, int fd)
 	}
 }
 
+/*
+ * One round: map, put the folios in the --page-state, read-touch (timed),
+ * munmap (timed).  With `probe` set it also reads smaps between the touch
+ * and the munmap; such a round's times are never used, because the smaps
+ * walk visits the very PTEs the munmap then zaps.
+ */
+static int uy_round(struct mm_ctx *c, int fd, size_t len, uint64_t *touch_ns,
+		    uint64_t *unmap_ns, struct mm_smaps *probe, char **start)
+{
+	const int seq = (int)mm_arg_long(c, "sequential");
+	const int cold = !strcmp(mm_arg_str(c, "page-state"), "cold");
+	const size_t align = mm_align_bytes(mm_arg_str(c, "align"));
+	char *p = fd >= 0 ? mm_map(len, align, PROT_READ, MAP_SHARED, fd)
+			  : mm_map(len, align, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS, -1);
+	if (!p)
+		return -1;
+	*start = p;
+	if (seq && madvise(p, len, MADV_SEQUENTIAL))
+		mm_error("madvise_sequential", errno);
+	if (fd < 0)
+		mm_touch_write(p, len, 1);	/* anon: allocate real pages */
+	if (cold) {
+		mm_touch_read(p, len);
+		make_cold_referenced(p, len, fd);
+	}
+	uint64_t t0 = mm_now_ns();
+	mm_touch_read(p, len);
+	uint64_t t1 = mm_now_ns();
+	if (probe)
+		mm_smaps_range(p, len, probe);
+	uint64_t t2 = mm_now_ns();
+	if (munmap(p, len))
+		mm_error("munmap", errno);
+	uint64_t t3 = mm_now_ns();
+	*touch_ns = t1 - t0;
+	*unmap_ns = t3 - t2;
+	return 0;
+}
+
 static int uy_worker(struct mm_ctx *c, int index)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024;
-	const int seq = (int)mm_arg_long(c, "sequential");
-	const int cold = !strcmp(mm_arg_str(c, "page-state"), "cold");
+	const int workers = (int)mm_arg_long(c, "workers");
 	const long min_rounds = mm_arg_long(c, "rounds");
 	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct uy_result r = { 0 };
+	static struct mm_hist unmap, touch;	/* this worker's */
+	uint64_t touch_ns, unmap_ns;
+	long rounds = 0, aligned = 0;
+	char *start = NULL;
 	int fd = open_backing(c, index, len);
 
 	if (fd == -2)
 		return 1;
-	const uint64_t start = mm_now_ns();
-	while (r.rounds < min_rounds || !mm_deadline_passed(start, min_s)) {
-		char *p = fd >= 0 ? mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)
-				  : mmap(NULL, len, PROT_READ | PROT_WRITE,
-					 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED) {
-			mm_error("mmap", errno);
+	/* Fault the histograms in before the first timed call, not during. */
+	mm_hist_clear(&unmap);
+	mm_hist_clear(&touch);
+	const uint64_t t_start = mm_now_ns();
+	while (rounds < min_rounds || !mm_deadline_passed(t_start, min_s)) {
+		if (uy_round(c, fd, len, &touch_ns, &unmap_ns, NULL, &start))
 			return 1;
+		mm_hist_add(&touch, touch_ns);
+		mm_hist_add(&unmap, unmap_ns);
+		aligned += mm_pmd_offset_kb(start) == 0;
+		rounds++;
+	}
+	mm_hist_merge(&sh->unmap, &unmap);
+	mm_hist_merge(&sh->touch, &touch);
+	__atomic_fetch_add(&sh->rounds, rounds, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->aligned_rounds, aligned, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->finished, 1, __ATOMIC_RELEASE);
+	if (index == 0) {
+		sh->start_mod_2m_kb = mm_pmd_offset_kb(start);
+		/* The state probe: one extra round, once every worker's timed
+		 * rounds are over, so that it overlaps none of them. */
+		if (mm_probes(c)) {
+			const struct timespec ms = { 0, 1000000 };
+			while (__atomic_load_n(&sh->finished, __ATOMIC_ACQUIRE) < workers)
+				nanosleep(&ms, NULL);
+			if (!uy_round(c, fd, len, &touch_ns, &unmap_ns, &sh->probe, &start))
+				sh->probed = 1;
 		}
-		if (seq && madvise(p, len, MADV_SEQUENTIAL))
-			mm_error("madvise_sequential", errno);
-		if (fd < 0)
-			mm_touch_write(p, len, 1);	/* anon: allocate real pages */
-		if (cold) {
-			mm_touch_read(p, len);
-			make_cold_referenced(p, len, fd);
-		}
-		uint64_t t0 = mm_now_ns();
-		mm_touch_read(p, len);
-		uint64_t t1 = mm_now_ns();
-		if (r.rounds == 0) {
-			struct mm_smaps s;
-			mm_smaps_range(p, len, &s);
-			r.file_pmd_kb = s.file_pmd_kb;
-			r.shmem_pmd_kb = s.shmem_pmd_kb;
-			r.anon_huge_kb = s.anon_huge_kb;
-		}
-		uint64_t t2 = mm_now_ns();
-		if (munmap(p, len))
-			mm_error("munmap", errno);
-		uint64_t t3 = mm_now_ns();
-		r.touch_ns += t1 - t0;
-		r.unmap_ns += t3 - t2;
-		r.rounds++;
 	}
 	if (fd >= 0)
 		close(fd);
-	res[index] = r;
 	return 0;
 }
 
@@ -177,32 +226,33 @@ static int uy_sample(struct mm_ctx *c)
 {
 	const int workers = (int)mm_arg_long(c, "workers");
 	const double pages_per_round = (double)mm_arg_long(c, "size-kb") * 1024 / MM_PAGE_SIZE;
-	struct uy_result sum = { 0 };
 	uint64_t real_ns;
 	struct statfs fs;
 
-	res = mm_shared_alloc((size_t)workers * sizeof(*res));
+	sh = mm_shared_alloc(sizeof(*sh));
 	int rc = mm_run_workers(c, workers, uy_worker, &real_ns);
-	for (int i = 0; i < workers; i++) {
-		sum.rounds += res[i].rounds;
-		sum.unmap_ns += res[i].unmap_ns;
-		sum.touch_ns += res[i].touch_ns;
-	}
-	sum.file_pmd_kb = res[0].file_pmd_kb;
-	sum.shmem_pmd_kb = res[0].shmem_pmd_kb;
-	sum.anon_huge_kb = res[0].anon_huge_kb;
-	munmap(res, (size_t)workers * sizeof(*res));
-	if (rc || !sum.rounds)
+	struct uy_shared r = *sh;
+	munmap(sh, sizeof(*sh));
+	if (rc || !r.rounds)
 		return 1;
 
-	const double pages = pages_per_round * (double)sum.rounds;
-	mm_metric(c, "unmap_ns_per_page", (double)sum.unmap_ns / pages);
-	mm_metric(c, "touch_ns_per_page", (double)sum.touch_ns / pages);
-	mm_count(c, "rounds", (double)sum.rounds);
+	const double pages = pages_per_round * (double)r.rounds;
+	mm_metric(c, "unmap_ns_per_page", mm_hist_median(&r.unmap) / pages_per_round);
+	mm_metric(c, "touch_ns_per_page", mm_hist_median(&r.touch) / pages_per_round);
+	mm_metric(c, "unmap_ns_per_page_total", (double)r.unmap.sum_ns / pages);
+	mm_metric(c, "touch_ns_per_page_total", (double)r.touch.sum_ns / pages);
+	mm_count(c, "rounds", (double)r.rounds);
 	mm_count(c, "pages", pages);
-	mm_state_num(c, "file_pmd_mapped_kb", (double)sum.file_pmd_kb);
-	mm_state_num(c, "shmem_pmd_mapped_kb", (double)sum.shmem_pmd_kb);
-	mm_state_num(c, "anon_huge_kb", (double)sum.anon_huge_kb);
+	/* Where the mappings started: pointers, not probes. */
+	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)r.aligned_rounds / (double)r.rounds);
+	mm_state_num(c, "mapping_start_mod_2m_kb", r.start_mod_2m_kb);
+	if (!mm_probes(c))
+		return 0;
+	if (r.probed) {
+		mm_state_num(c, "file_pmd_mapped_kb", (double)r.probe.file_pmd_kb);
+		mm_state_num(c, "shmem_pmd_mapped_kb", (double)r.probe.shmem_pmd_kb);
+		mm_state_num(c, "anon_huge_kb", (double)r.probe.anon_huge_kb);
+	}
 	if (!strcmp(mm_arg_str(c, "backing"), "file") && !statfs(mm_arg_str(c, "dir"), &fs)) {
 		char magic[32];
 		snprintf(magic, sizeof(magic), "0x%lx", (unsigned long)fs.f_type);

@@ -6,6 +6,7 @@ import csv
 import dataclasses
 import io
 import json
+import re
 import signal
 import sys
 from pathlib import Path
@@ -13,19 +14,22 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import experiment, kernels, knobs, probe, runner, verdicts, workloads
+from . import experiment, kernels, knobs, mmwork, probe, runner, selftest, verdicts, workloads
+from .attribution.guest import Instrumentation
 from .errors import Interrupted, MmlabError
 from .knobs import HostSettings
 from .report import terminal
 from .store import Store, status_counts
-from .targets import host, qemu
+from .targets import Lab, qemu
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
                   help="Reproduce, measure and explain Linux mm performance reports.")
 experiment_app = typer.Typer(no_args_is_help=True, help="Run profiles: interleaved, resumable.")
 app.add_typer(experiment_app, name="experiment")
 kernels_app = typer.Typer(no_args_is_help=True, help="Kernel images for QEMU guests.")
 app.add_typer(kernels_app, name="kernels")
+selftest_app = typer.Typer(no_args_is_help=True, help="How well mmlab's own methods work.")
+app.add_typer(selftest_app, name="selftest")
 
 RESULTS = typer.Option("mmlab-results", "--results", help="lab directory holding the store")
 ALLOW = typer.Option(False, "--allow-host-changes",
@@ -92,7 +96,7 @@ def run(ctx: typer.Context,
     with _progress(disable=as_json) as progress:
         task = progress.add_task(f"{wl.name}", total=reps)
         for _ in range(reps):
-            for sample in host.run(wl, params, samples=1):
+            for sample in mmwork.run(wl, params, samples=1):
                 samples.append(sample)
                 if as_json:
                     typer.echo(sample.model_dump_json())
@@ -117,7 +121,7 @@ def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, k
     """All repetitions in one boot of the guest kernel."""
     guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
     split = lambda text: tuple(f for f in text.split(",") if f)  # noqa: E731
-    instrument = (qemu.Instrumentation(split(trace_count), split(trace_time))
+    instrument = (Instrumentation(split(trace_count), split(trace_time))
                   if trace_count or trace_time else None)
     if not as_json:
         typer.echo(f"booting {kernel} ({guest.kernel.version}) with {vcpus} vCPU(s), "
@@ -143,21 +147,29 @@ ATTRIBUTE = typer.Option(False, "--attribute",
                          help="after the timing trials, attribution trials (perf, lock tracing)")
 
 
-def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool,
-              attribute: bool = False) -> None:
+def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, lab: Lab,
+              attribute: bool = False, with_controls: bool = True) -> None:
     out = terminal.console()
     with _progress() as progress:
         task = progress.add_task("starting", total=len(plan.order))
+        lab.say = progress.console.print
 
         def on_trial(trial, index, total):
-            progress.update(task, completed=index,
+            progress.update(task, completed=index, total=total,
                             description=f"trial {index + 1}/{total} arm {trial.arm}")
-        result = runner.run(store, exp_id, plan, allow, on_trial,
-                            say=lambda text: progress.console.print(text))
+
+        def on_look(judged):
+            if judged.next_rounds:
+                lab.say(f"after {judged.rounds} rounds {len(judged.undecided)} comparison(s) "
+                        f"undecided: rounds added up to {judged.next_rounds}")
+        result = runner.run(store, exp_id, plan, lab, on_trial, on_look, with_controls)
+    lab.say = out.print
+    plan = store.plan(exp_id)          # with the matched-state controls the run added
     out.print(f"trials: {result.done} run now, {result.skipped} already done, "
-              f"{result.failed} failed")
+              f"{result.failed} failed; {result.rounds} rounds ({result.added} added): "
+              f"{result.stopped}")
     if attribute or plan.profile.attribute:
-        n = runner.attribute(store, exp_id, plan, allow, say=out.print)
+        n = runner.attribute(store, exp_id, plan, lab, say=out.print)
         out.print(f"attribution stored for {n} arm(s): mmlab explain {exp_id}")
     for t in store.trials(exp_id, status="failed")[:5]:
         out.print(f"[red]failed[/red] trial {t.position} ({terminal.escape(t.arm)}): "
@@ -166,47 +178,62 @@ def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, allow: bool,
     typer.echo(exp_id)
 
 
-def _load(store: Store, exp_id: int) -> experiment.Plan:
-    row = store.experiment(exp_id)
-    return experiment.parse(row["profile_text"], row["profile_path"])
-
-
 def _print_comparison(store: Store, exp_id: int, plan: experiment.Plan) -> None:
     out = terminal.console()
-    samples = store.samples_by_arm(exp_id)
-    wl = workloads.get(plan.profile.workload)
-    out.print(terminal.arm_summary_table(wl, samples, plan.profile.metrics))
-    judged = verdicts.judge(plan, samples)
+    measured = store.measurements(exp_id)
+    samples = measured.by_arm
+    out.print(terminal.arm_summary_table(plan.workload, samples, plan.profile.metrics))
+    judged = verdicts.judge(plan, measured)
     for line in terminal.accelerator_notes(samples):
         out.print(line)
-    out.print(terminal.compare_table(f"experiment {exp_id}: {plan.profile.name}",
+    out.print(terminal.compare_table(plan, f"experiment {exp_id}: {plan.profile.name}",
                                      judged.comparisons))
-    for line in terminal.reasons(judged.comparisons):
+    for line in terminal.reasons(judged.comparisons, judged.matched):
         out.print(terminal.escape(line))
+
+
+MAX_REPS = typer.Option(None, "--max-repetitions", min=3,
+                        help="rounds at most (overrides the profile's max_repetitions)")
+BUDGET = typer.Option(None, "--budget", min=0.001,
+                      help="seconds of trials after which no rounds are added (budget_s)")
+NO_CONTROLS = typer.Option(False, "--no-controls",
+                           help="do not add matched-state control arms for pairs the audit "
+                                "finds in different page states")
 
 
 @experiment_app.command("run")
 def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
                    results: Path = RESULTS, allow_host_changes: bool = ALLOW,
-                   attribute: bool = ATTRIBUTE) -> None:
+                   attribute: bool = ATTRIBUTE, max_repetitions: int = MAX_REPS,
+                   budget: float = BUDGET, no_controls: bool = NO_CONTROLS) -> None:
     """Expand PROFILE, store its plan, run it; prints the experiment ID last."""
-    plan = experiment.load(profile)
-    runner.check_consent(plan, allow_host_changes)
+    plan = experiment.with_limits(experiment.load(profile), max_repetitions, budget)
+    lab = Lab(allow_host_changes, say=terminal.console().print)
+    runner.check(plan, lab)
     for warning in plan.warnings():
         typer.echo(f"mmlab: warning: {warning}", err=True)
     store = Store(results)
     exp_id = store.create_experiment(plan)
-    typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {plan.profile.repetitions} "
-               f"rounds, seed {plan.profile.seed}, store {store.dir}", err=True)
-    _run_plan(store, exp_id, plan, allow_host_changes, attribute)
+    p = plan.profile
+    rounds = (f"{p.repetitions}" if p.rounds_at_most == p.repetitions
+              else f"{p.repetitions} to {p.rounds_at_most}")
+    typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {rounds} rounds, seed {p.seed}, "
+               f"store {store.dir}", err=True)
+    _run_plan(store, exp_id, plan, lab, attribute, not no_controls)
 
 
 @experiment_app.command("resume")
 def experiment_resume(exp_id: int = typer.Argument(...), results: Path = RESULTS,
-                      allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE) -> None:
-    """Finish an interrupted experiment without repeating finished trials."""
+                      allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE,
+                      max_repetitions: int = MAX_REPS, budget: float = BUDGET,
+                      no_controls: bool = NO_CONTROLS) -> None:
+    """Finish an interrupted experiment without repeating finished trials, and
+    add rounds while its verdicts are undecided and its limits allow."""
     store = Store(results)
-    _run_plan(store, exp_id, _load(store, exp_id), allow_host_changes, attribute)
+    plan = store.plan(exp_id)
+    experiment.with_limits(plan, max_repetitions, budget)        # checked before stored
+    _run_plan(store, exp_id, store.set_limits(exp_id, max_repetitions, budget),
+              Lab(allow_host_changes), attribute, not no_controls)
 
 
 @app.command()
@@ -222,15 +249,16 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     from its baseline (needs an experiment run with --attribute)."""
     from .attribution import explain as ex
     store = Store(results)
-    plan = _load(store, exp_id)
+    plan = store.plan(exp_id)
     focus = focus or plan.profile.focus
-    attributed = store.attributions(exp_id)
+    attributed = ex.load(store.attributions(exp_id))
     if not attributed:
         raise MmlabError(f"experiment {exp_id} has no attribution: run it with --attribute "
                          f"(mmlab experiment resume {exp_id} --attribute adds it)")
     found = ex.explain_experiment(plan, attributed, store.samples_by_arm(exp_id), focus)
     if svg:
-        for path in ex.write_flamegraphs(svg, attributed, list(verdicts.pairs(plan)), focus):
+        from .report import flamegraph
+        for path in flamegraph.write(svg, found):
             typer.echo(f"wrote {path}", err=True)
     if as_json:
         typer.echo(json.dumps(found.to_json(), indent=1))
@@ -242,7 +270,7 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
         out.print(terminal.arm_explanation(a))
     out.print(terminal.overhead_table(found.arms))
     for p in found.pairs:
-        out.print(terminal.pair_explanation(p))
+        out.print(terminal.pair_explanation(plan, p))
 
 
 @app.command("experiments")
@@ -256,7 +284,7 @@ def show(exp_id: int = typer.Argument(...), results: Path = RESULTS) -> None:
     """One experiment: its profile, environment, execution order and per-arm figures."""
     store = Store(results)
     row = store.experiment(exp_id)
-    plan = _load(store, exp_id)
+    plan = store.plan(exp_id)
     out = terminal.console()
     out.print(f"[bold]experiment {exp_id}[/bold]: {row['name']} ({row['workload']}), "
               f"profile {row['profile_path']} sha256 {row['profile_hash'][:12]}, seed {row['seed']}")
@@ -271,8 +299,8 @@ def show(exp_id: int = typer.Argument(...), results: Path = RESULTS) -> None:
                                   f"({e['git_commit']})"))
     order = " ".join(f"{t.position}:{t.arm}" for t in trials[:30])
     out.print(terminal.escape(f"order: {order}{' ...' if len(trials) > 30 else ''}"))
-    wl = workloads.get(plan.profile.workload)
-    out.print(terminal.arm_summary_table(wl, store.samples_by_arm(exp_id), plan.profile.metrics))
+    out.print(terminal.arm_summary_table(plan.workload, store.samples_by_arm(exp_id),
+                                         plan.profile.metrics))
 
 
 @app.command()
@@ -281,11 +309,12 @@ def compare(exp_id: int = typer.Argument(...), results: Path = RESULTS,
             as_csv: bool = typer.Option(False, "--csv", help="CSV, one comparison per row")) -> None:
     """Verdicts per metric and pair of arms, with CIs, p-values and the state audit."""
     store = Store(results)
-    plan = _load(store, exp_id)
+    plan = store.plan(exp_id)
     if not (as_json or as_csv):
         _print_comparison(store, exp_id, plan)
         return
-    rows = [c.as_dict() for c in verdicts.judge(plan, store.samples_by_arm(exp_id)).comparisons]
+    judged = verdicts.judge(plan, store.measurements(exp_id)).comparisons
+    rows = [c.as_dict() if as_json else c.as_row() for c in judged]
     if as_json:
         typer.echo(json.dumps(rows, indent=1))
         return
@@ -321,6 +350,8 @@ def bundle(exp_id: int = typer.Argument(...), directory: Path = typer.Argument(.
     order, raw and summary data, attribution, plots, reproducers, manifest."""
     from .report import bundle as bundler
     from .report import data
+    if directory.exists() and not directory.is_dir():
+        raise MmlabError(f"{directory}: exists and is not a directory")
     path = bundler.write(data.gather(Store(results), exp_id), directory, tar)
     typer.echo(f"wrote {path}")
 
@@ -329,7 +360,9 @@ def bundle(exp_id: int = typer.Argument(...), directory: Path = typer.Argument(.
 def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its kernel axis is "
                                                     "replaced"),
            kernel_list: str = typer.Option(None, "--kernels",
-                                           help="K1,K2,...,Kn ordered oldest to newest"),
+                                           help="K1,K2,...,Kn ordered oldest to newest; a "
+                                                "release range debian:6.12..debian:7.3 is one "
+                                                "kernel per release series"),
            source: Path = typer.Option(None, "--source", help="a git kernel tree (with --commits)"),
            commit_range: str = typer.Option(None, "--commits",
                                             help="OLD..NEW: build and narrow commit by commit"),
@@ -345,11 +378,11 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
     if plan.warnings():
         raise MmlabError(plan.warnings()[0])
     metric = metric or plan.profile.metrics[0]
-    workloads.get(plan.profile.workload).metric(metric)
+    plan.workload.metric(metric)
     if bool(kernel_list) == bool(source and commit_range):
         raise MmlabError("narrow takes either --kernels K1,...,Kn or --source TREE --commits A..B")
     if kernel_list:
-        names = [k.strip() for k in kernel_list.split(",") if k.strip()]
+        names = kernels.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
         ensure = lambda name: None  # noqa: E731
     else:
         shas = kbuild.commits(source, commit_range)
@@ -365,8 +398,8 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
     def compare_pair(ref: str, kernel: str):
         ensure(ref)
         ensure(kernel)
-        c = narrowing.experiment_step(store, plan, ref, kernel, metric, allow_host_changes,
-                                      out.print)
+        c = narrowing.experiment_step(store, plan, ref, kernel, metric, Lab(allow_host_changes,
+                                                                            out.print))
         out.print(terminal.escape(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio "
                                   f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], "
                                   f"p {c.p_value:.2g} ({c.reason})"))
@@ -381,18 +414,60 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
 
 
 @kernels_app.command("add")
-def kernels_add(spec: str = typer.Argument(..., help="debian:6.12, debian:6.1.192, or a bzImage"),
+def kernels_add(spec: str = typer.Argument(..., help="debian:6.12, debian:7.3.4, "
+                                                   "debian:6.12-generic, or a bzImage"),
                 config: Path = typer.Option(None, "--config", help="the .config of a local image"),
                 name: str = typer.Option(None, "--name", help="name for a local image")) -> None:
-    """Fetch a Debian kernel package (apt) or register a local bzImage."""
+    """Fetch a Debian kernel from the catalog of every suite (apt, nothing
+    installed) or register a local bzImage."""
     if spec.startswith("debian:"):
+        if kernels.is_range(spec):
+            for one in kernels.expand([spec]):
+                kernels_add(one, None, None)
+            return
         k = kernels.add_debian(spec.removeprefix("debian:"))
     else:
         if config is None:
             raise MmlabError(f"{spec}: a local image needs --config path/to/.config")
         k = kernels.add_local(Path(spec), config, name)
-    typer.echo(f"{k.name}: {k.version} from {k.source}, config sha256 {k.config_sha256[:12]}, "
-               f"in {k.dir}")
+    typer.echo(f"{k.name}: {k.identity()} from {k.source}, config sha256 "
+               f"{k.config_sha256[:12]}, {len(k.modules)} guest modules, in {k.dir}")
+
+
+@kernels_app.command("available")
+def kernels_available(series: str = typer.Argument(None, help="a release series (6.12) for "
+                                                              "every version in it"),
+                      refresh: bool = typer.Option(False, "--refresh",
+                                                   help="read the package lists again now"),
+                      as_json: bool = typer.Option(False, "--json", help="print JSON")) -> None:
+    """What the Debian catalog can fetch: each release series with its newest
+    patch level, flavour, suite and packaging (or every version of SERIES)."""
+    apt = kernels.Apt()
+    apt.refresh(force=refresh)
+    found = kernels.entries(apt.catalog())
+    if series:
+        if not re.fullmatch(r"\d+\.\d+", series):
+            raise MmlabError(f"{series}: expected a release series like 6.12")
+        rows = [e for e in found if e.series == series]
+        if not rows:
+            raise MmlabError(f"no {series} kernels in the Debian catalog (release series it has: "
+                             f"{', '.join(kernels.series_available(apt))})")
+    else:
+        newest: dict[tuple[str, str], kernels.Entry] = {}
+        for e in found:            # sorted oldest first: the last one wins
+            newest[(e.series, e.flavour)] = e
+        rows = sorted(newest.values(), key=lambda e: (e.flavour, kernels._series_key(e.series)))
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(e) for e in rows], indent=1))
+        return
+    typer.echo(f"{'name':<22} {'newest' if not series else 'version':<10} {'package version':<22} "
+               f"{'flavour':<8} {'suite':<18} packaging")
+    for e in rows:
+        flav = "" if e.flavour == "cloud" else f"-{e.flavour}"
+        name = f"debian:{e.upstream if series else e.series}{flav}"
+        typer.echo(f"{name:<22} {e.upstream:<10} {e.package_version:<22} {e.flavour:<8} "
+                   f"{e.suite:<18} {e.packaging}")
+    typer.echo(f"suites read: {', '.join(apt.served())}", err=True)
 
 
 def _build(source: str, patches: list[Path], fragments: list[Path], name: str | None):
@@ -440,7 +515,7 @@ def ab(profile: Path = typer.Argument(..., help="a [matrix] profile; the kernel 
     exp_id = store.create_experiment(derived)
     typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",
                err=True)
-    _run_plan(store, exp_id, derived, allow_host_changes, attribute)
+    _run_plan(store, exp_id, derived, Lab(allow_host_changes), attribute)
 
 
 @kernels_app.command("list")
@@ -470,21 +545,50 @@ def restore() -> None:
     typer.echo("restored: " + ("; ".join(done) if done else "(nothing had changed)"))
 
 
+@selftest_app.command("verdicts")
+def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min=10,
+                                                      help="simulated profiles per cell"),
+                      seed: int = typer.Option(1, "--seed")) -> None:
+    """The verdicts' operating characteristics at the defaults, by simulation:
+    false alarms, "no change" in A/A runs, power and rounds used; exit status 1
+    when a target is missed."""
+    if selftest.print_report(experiments, seed):
+        raise typer.Exit(1)
+
+
 def _interrupt(_signo: int, _frame: object) -> None:
     raise Interrupted
 
 
 def main() -> None:
+    """The one error policy: every failure the user can cause or meet (bad
+    input, a usage error, a missing tool, a file that cannot be read or
+    written) is one line on stderr and exit status 2; Ctrl-C is 130."""
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
     try:
-        app()
+        status = app(standalone_mode=False)
+    except typer.TyperException as exc:   # click's usage errors, as typer vendors them
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()
+            sys.exit(2)
+        ctx = getattr(exc, "ctx", None)
+        where = f" {ctx.command_path.removeprefix('mmlab').strip()}" if ctx else ""
+        _fail(f"mmlab{where}: {exc.format_message()}")
     except MmlabError as exc:
-        typer.echo(f"mmlab: {exc}", err=True)
-        sys.exit(2)
-    except Interrupted:
+        _fail(f"mmlab: {exc}")
+    except OSError as exc:
+        _fail(f"mmlab: {exc.filename or ''}{': ' if exc.filename else ''}"
+              f"{exc.strerror or exc}")
+    except (Interrupted, typer.Abort):
         typer.echo("mmlab: interrupted; global settings restored", err=True)
         sys.exit(130)
+    sys.exit(status if isinstance(status, int) else 0)
+
+
+def _fail(line: str) -> None:
+    typer.echo(" ".join(line.split()), err=True)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

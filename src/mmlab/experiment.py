@@ -13,24 +13,44 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import json
 import math
 import random
 import re
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+import tomli_w
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError,
+                      ValidationInfo, field_validator)
 
-from . import knobs, workloads
+from . import kernels, knobs, workloads
 from .errors import MmlabError
+from .names import axis_text
 
-SETTING_AXES = ("thp_mode", "thp_defrag", "swap", "cpus", "kernel", "memory_mb")
-KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?|(local|build):[A-Za-z0-9._+-]+)$")
-SETTING_PREFIXES = ("ksm.", "sysctl.")
+KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?(-generic)?"
+                         r"|(local|build):[A-Za-z0-9._+-]+)$")
 Scalar = str | int | float | bool
+CPU_LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def _kernel_name(value: str) -> str:
+    if not KERNEL_NAME.match(value):
+        raise ValueError("expected host, debian:MAJOR.MINOR[.PATCH][-generic], local:NAME or "
+                         "build:NAME (a release range debian:X.Y..debian:X.Y only in a matrix)")
+    return value
+
+
+def _cpu_spec(value: object) -> str:
+    """A vCPU or CPU count (2) or, on the host, a CPU list ("0-1,3")."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
+            or isinstance(value, str) and CPU_LIST.match(value):
+        return str(value)
+    raise ValueError('expected a CPU count like 2 or, on the host, a CPU list like "0-1,3"')
+
+
+KernelName = Annotated[str, AfterValidator(_kernel_name)]
+CpuSpec = Annotated[Any, AfterValidator(_cpu_spec)]
 
 
 class ArmEntry(BaseModel):
@@ -46,7 +66,7 @@ class Profile(BaseModel):
     name: str = Field(min_length=1)
     description: str = ""
     workload: str
-    kernel: str = "host"          # or debian:6.12, local:NAME: a guest in QEMU
+    kernel: KernelName = "host"   # or debian:6.12, local:NAME: a guest in QEMU
     memory_mb: int = Field(default=1024, ge=128)
     timeout_s: float = Field(default=600, gt=0, description="per guest trial")
     cmdline: str = ""             # added to a guest kernel's command line
@@ -57,7 +77,11 @@ class Profile(BaseModel):
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []
-    repetitions: int = Field(ge=3, description="trials per arm")
+    repetitions: int = Field(ge=3, description="rounds before the first look: the minimum")
+    max_repetitions: int | None = Field(default=None, ge=3, description="rounds at most; "
+                                        "None: repetitions (one look, no rounds added)")
+    budget_s: float | None = Field(default=None, gt=0, description="no rounds are added once "
+                                   "the finished trials took this long")
     warmups: int | None = Field(default=None, ge=0)
     samples_per_trial: int = Field(default=1, ge=1)
     min_sample_ms: int | None = Field(default=None, ge=0)
@@ -65,17 +89,23 @@ class Profile(BaseModel):
     baseline: str | dict[str, Scalar]
     tolerance: float = Field(default=0.05, gt=0, lt=1)
     max_cv: float = Field(default=0.10, gt=0)
-    alpha: float = Field(default=0.05, gt=0, lt=1)
+    alpha: float = Field(default=0.05, gt=0, lt=1)       # false alarms, family and looks
+    confidence: float = Field(default=0.90, gt=0.5, lt=1)  # the interval; "no change" test
+    correction: Literal["holm", "none"] = "holm"
     seed: int = 1
     host_changes: bool = False
 
-    @field_validator("kernel")
+    @field_validator("max_repetitions")
     @classmethod
-    def kernel_name(cls, v: str) -> str:
-        if not KERNEL_NAME.match(v):
-            raise ValueError(f"{v!r}: expected host, debian:MAJOR.MINOR[.PATCH], local:NAME "
-                             "or build:NAME")
-        return v
+    def max_not_below_min(cls, value: int | None, info: ValidationInfo) -> int | None:
+        least = info.data.get("repetitions")
+        if value is not None and least is not None and value < least:
+            raise ValueError(f"{value} is below repetitions = {least} (the minimum)")
+        return value
+
+    @property
+    def rounds_at_most(self) -> int:
+        return self.max_repetitions or self.repetitions
 
     @field_validator("matrix")
     @classmethod
@@ -86,51 +116,91 @@ class Profile(BaseModel):
         return m
 
 
-@dataclass(frozen=True)
-class Arm:
+class SettingAxes(BaseModel):
+    """The axes that are settings rather than workload parameters, typed: a
+    bad value is refused here with the axis named.  `ksm.<knob>` and
+    `sysctl.<name>` axes arrive as the `ksm` and `sysctl` tables."""
+    model_config = ConfigDict(extra="forbid")
+
+    thp_mode: knobs.ThpMode | None = None
+    thp_defrag: knobs.ThpDefragMode | None = None
+    swap: knobs.SwapSpec | None = None
+    cpus: CpuSpec | None = None
+    kernel: KernelName | None = None
+    memory_mb: Annotated[StrictInt, Field(ge=128)] | None = None
+    numa_nodes: Annotated[StrictInt, Field(ge=1, le=8)] | None = None   # guests only
+    ksm: dict[str, StrictInt] = {}
+    sysctl: dict[str, Scalar] = {}
+
+    @classmethod
+    def split(cls, values: dict[str, Scalar]) -> tuple[dict[str, Any], dict[str, Scalar]]:
+        """(setting axes as this model's input, workload parameters)."""
+        settings: dict[str, Any] = {"ksm": {}, "sysctl": {}}
+        params: dict[str, Scalar] = {}
+        for axis, value in values.items():
+            table, dot, knob = axis.partition(".")
+            if dot and table in ("ksm", "sysctl"):
+                settings[table][knob] = value
+            elif axis in cls.model_fields:
+                settings[axis] = value
+            else:
+                params[axis] = value
+        return settings, params
+
+
+class Arm(BaseModel):
+    """One arm of the plan, everything a target needs to run its trials."""
+    model_config = ConfigDict(frozen=True)
+
     name: str
     values: dict[str, Scalar]          # the axis values that define it
     params: dict[str, Scalar]          # workload parameters, base + arm
-    settings: knobs.HostSettings
+    settings: knobs.HostSettings = knobs.HostSettings()
     cpus: str | None = None            # host: a CPU list to pin to; guest: the vCPU count
     kernel: str = "host"
     memory_mb: int = 1024
+    numa_nodes: int = 1                # guests: NUMA nodes (QEMU -numa)
+    control_of: str | None = None      # a matched-state control of this arm (controls.py)
+    control: str | None = None         # the state it forces, e.g. "thp=nohugepage"
 
     @property
-    def is_guest(self) -> bool:
-        return self.kernel != "host"
-
-    def spec(self) -> dict[str, Any]:
-        return {"values": self.values, "params": self.params, "cpus": self.cpus,
-                "kernel": self.kernel, "memory_mb": self.memory_mb,
-                "settings": {"thp": self.settings.thp, "thp_defrag": self.settings.thp_defrag,
-                             "swap": self.settings.swap, "ksm": self.settings.ksm,
-                             "sysctl": self.settings.sysctl}}
+    def target(self) -> str:
+        """Where its trials run: "host" or "qemu:<kernel>"."""
+        return "host" if self.kernel == "host" else f"qemu:{self.kernel}"
 
 
-@dataclass
-class Plan:
+class Plan(BaseModel):
+    """A validated profile expanded into arms and a schedule, with the
+    workload's table as it was at planning time.  It is stored whole, so
+    reading an experiment back never needs the profile parser or mmwork."""
+
     profile: Profile
     text: str
     path: str
+    workload: workloads.Workload
     arms: list[Arm]
-    order: list[tuple[int, str]] = field(default_factory=list)   # (round, arm name)
+    order: list[tuple[int, str]] = []   # (round, arm name)
 
     @property
     def profile_hash(self) -> str:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
     def smallest_p(self) -> float:
-        """The smallest two-sided Mann-Whitney p two arms of this size can reach:
-        2 / C(2n, n) with n samples each (0.1 for n = 3)."""
-        n = self.profile.repetitions * self.profile.samples_per_trial
-        return min(1.0, 2 / math.comb(2 * n, n))
+        """The smallest two-sided p the most rounds this profile may run can
+        give: each trial is one observation, so with n rounds it is the smaller
+        of Wilcoxon signed-rank's 2 / 2^n (paired) and Mann-Whitney's
+        2 / C(2n, n) (unpaired): 0.1 for n = 3."""
+        n = self.profile.rounds_at_most
+        return min(1.0, 2 / 2 ** n, 2 / math.comb(2 * n, n))
 
     def warnings(self) -> list[str]:
         p = self.smallest_p()
         if p >= self.profile.alpha:
-            n = self.profile.repetitions * self.profile.samples_per_trial
-            return [f"{self.path}: with {n} samples per arm the smallest possible p is "
+            n = self.profile.rounds_at_most
+            return [f"{self.path}: with at most {n} rounds the smallest possible p is "
                     f"{p:.3g} >= alpha {self.profile.alpha}: this profile can show 'no change' "
                     "but never a significant regression or improvement (use 4 or more)"]
         return []
@@ -186,12 +256,20 @@ def parse(text: str, path: str = "<profile>") -> Plan:
     try:
         profile = Profile.model_validate(raw)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            msg = "unknown key"
-        raise MmlabError(f"{_where(path, text, err['loc'])}: {msg}") from exc
+        raise MmlabError(f"{_where(path, text, exc.errors()[0]['loc'])}: "
+                         f"{_message(exc)}") from exc
+    return build(profile, text, path)
 
+
+def _message(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    return "unknown key" if err["type"] == "extra_forbidden" else \
+        err["msg"].removeprefix("Value error, ")
+
+
+def build(profile: Profile, text: str, path: str) -> Plan:
+    """Expand a validated profile into its arms and schedule.  Each arm's
+    parameters are checked by mmwork itself, once, here."""
     def fail(loc: tuple, msg: str) -> MmlabError:
         return MmlabError(f"{_where(path, text, loc)}: {msg}")
 
@@ -207,14 +285,19 @@ def parse(text: str, path: str = "<profile>") -> Plan:
     if bool(profile.matrix) == bool(profile.arms):
         raise fail(("matrix",), "give either a non-empty [matrix] or [[arms]], not both or neither")
 
+    if any(isinstance(v, str) and ".." in v for v in profile.matrix.get("kernel", [])):
+        try:   # a release range: one kernel per release series the catalog has
+            expanded = kernels.expand(profile.matrix["kernel"])
+        except MmlabError as exc:
+            raise fail(("matrix", "kernel"), str(exc)) from exc
+        profile = profile.model_copy(update={"matrix": {**profile.matrix, "kernel": expanded}})
     base = dict(profile.params)
     if profile.min_sample_ms is not None:
         base.update(_sample_length(wl, profile.min_sample_ms, fail))
     arms = _expand(profile, wl, base, fail)
     _check_baseline(profile, arms, fail)
-    plan = Plan(profile=profile, text=text, path=path, arms=arms)
-    plan.order = schedule([a.name for a in arms], profile.repetitions, profile.seed)
-    return plan
+    return Plan(profile=profile, text=text, path=path, workload=wl, arms=arms,
+                order=schedule([a.name for a in arms], profile.repetitions, profile.seed))
 
 
 def _sample_length(wl: workloads.Workload, ms: int, fail) -> dict[str, Scalar]:
@@ -226,66 +309,31 @@ def _sample_length(wl: workloads.Workload, ms: int, fail) -> dict[str, Scalar]:
     raise fail(("min_sample_ms",), f"{wl.name} has no sample-length parameter")
 
 
-def _is_setting(axis: str) -> bool:
-    return axis in SETTING_AXES or axis.startswith(SETTING_PREFIXES)
-
-
 def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
          wl: workloads.Workload, loc: tuple, fail, profile: Profile) -> Arm:
-    params = dict(base)
-    settings = knobs.HostSettings()
-    cpus = None
-    kernel, memory_mb = profile.kernel, profile.memory_mb
-    for axis, value in values.items():
-        if axis == "thp_mode":
-            if value not in knobs.THP_MODES:
-                raise fail(loc + (axis,), f"{value!r} is not one of {', '.join(knobs.THP_MODES)}")
-            settings.thp = str(value)
-        elif axis == "thp_defrag":
-            if value not in knobs.THP_DEFRAG_MODES:
-                raise fail(loc + (axis,), f"{value!r} is not one of "
-                           f"{', '.join(knobs.THP_DEFRAG_MODES)}")
-            settings.thp_defrag = str(value)
-        elif axis == "swap":
-            if not knobs.SWAP_SPEC.match(str(value)):
-                raise fail(loc + (axis,), f"{value!r}: expected none, file:SIZE or zram:SIZE "
-                           "(SIZE like 256M)")
-            settings.swap = str(value)
-        elif axis == "cpus":
-            if isinstance(value, bool) or not (
-                    isinstance(value, int) and value > 0
-                    or re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(value))):
-                raise fail(loc + (axis,), f"{value!r}: expected a CPU count like 2 or, on "
-                           "the host, a CPU list like \"0-1,3\"")
-            cpus = str(value)
-        elif axis == "kernel":
-            if not KERNEL_NAME.match(str(value)):
-                raise fail(loc + (axis,), f"{value!r}: expected host, debian:MAJOR.MINOR"
-                           "[.PATCH], local:NAME or build:NAME")
-            kernel = str(value)
-        elif axis == "memory_mb":
-            if isinstance(value, bool) or not isinstance(value, int) or value < 128:
-                raise fail(loc + (axis,), f"{value!r}: expected a whole number of MiB >= 128")
-            memory_mb = value
-        elif axis.startswith("ksm."):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise fail(loc + (axis,), f"{value!r}: KSM knobs take whole numbers")
-            settings.ksm[axis[4:]] = value
-        elif axis.startswith("sysctl."):
-            settings.sysctl[axis[7:]] = str(value)
-        else:
-            params[axis] = value
+    raw, params = SettingAxes.split(values)
+    try:
+        axes = SettingAxes.model_validate(raw)
+    except ValidationError as exc:
+        axis = ".".join(map(str, exc.errors()[0]["loc"][:2]))
+        raise fail(loc + (axis,), f"{values.get(axis)!r}: {_message(exc)}") from exc
+    params = {**base, **params}
     try:
         wl.check(params)
     except MmlabError as exc:
         raise fail(loc, str(exc)) from exc
+    kernel = axes.kernel or profile.kernel
+    cpus = axes.cpus
     if kernel != "host" and cpus is not None and not cpus.isdigit():
         raise fail(loc + ("cpus",), f"{cpus!r}: a guest takes a vCPU count, not a CPU list")
-    if kernel != "host" and settings.swap not in (None, "none"):
-        raise fail(loc + ("swap",), f"{settings.swap!r}: guests have no swap device yet "
-                   "(only swap = \"none\" runs in QEMU)")
+    if kernel == "host" and axes.numa_nodes not in (None, 1):
+        raise fail(loc + ("numa_nodes",), f"{axes.numa_nodes!r}: NUMA nodes are made for guests "
+                   "(QEMU -numa); the host has the nodes it has")
+    settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
+                                  ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()})
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
-               kernel=kernel, memory_mb=memory_mb)
+               kernel=kernel, memory_mb=axes.memory_mb or profile.memory_mb,
+               numa_nodes=axes.numa_nodes or 1)
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:
@@ -299,13 +347,10 @@ def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], f
     arms = []
     for combo in itertools.product(*(profile.matrix[a] for a in axes)):
         values = dict(zip(axes, combo))
-        name = ",".join(f"{a}={_text(v)}" for a, v in values.items())
+        name = ",".join(f"{a}={axis_text(v)}" for a, v in values.items())
         arms.append(_arm(name, values, base, wl, ("matrix",), fail, profile))
     return arms
 
-
-def _text(v: Scalar) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)
 
 
 def _check_baseline(profile: Profile, arms: list[Arm], fail) -> None:
@@ -317,7 +362,7 @@ def _check_baseline(profile: Profile, arms: list[Arm], fail) -> None:
     for axis, value in profile.baseline.items():
         if axis not in profile.matrix:
             raise fail(("baseline", axis), f"'{axis}' is not a matrix axis")
-        if _text(value) not in map(_text, profile.matrix[axis]):
+        if axis_text(value) not in map(axis_text, profile.matrix[axis]):
             raise fail(("baseline", axis), f"{value!r} is not a value of axis '{axis}'")
 
 
@@ -327,72 +372,69 @@ def baseline_for(plan: Plan, arm: Arm) -> Arm | None:
     A string baseline names one arm.  A table baseline ({thp = "nohugepage"})
     pairs each arm with the arm that shares all its other axis values, so a
     two-axis matrix gives one comparison per value of the other axis.
+    A matched-state control is judged against the control of its arm's
+    baseline that forces the same state.
     """
+    if arm.control_of is not None:
+        base_arm = baseline_for(plan, plan.arm(arm.control_of))
+        return None if base_arm is None else next(
+            (a for a in plan.arms if a.control_of == base_arm.name and a.control == arm.control),
+            None)
     base = plan.profile.baseline
+    arms = [a for a in plan.arms if a.control_of is None]
     if isinstance(base, str):
-        return None if arm.name == base else next(a for a in plan.arms if a.name == base)
+        return None if arm.name == base else next(a for a in arms if a.name == base)
     want = {**arm.values, **base}
-    if all(_text(arm.values[k]) == _text(v) for k, v in base.items()):
+    if all(axis_text(arm.values[k]) == axis_text(v) for k, v in base.items()):
         return None
-    return next((a for a in plan.arms
-                 if all(_text(a.values[k]) == _text(v) for k, v in want.items())), None)
+    return next((a for a in arms
+                 if all(axis_text(a.values[k]) == axis_text(v) for k, v in want.items())), None)
 
 
-def schedule(arm_names: list[str], repetitions: int, seed: int) -> list[tuple[int, str]]:
-    """Every arm once per round, each round shuffled by the seed: reproducible."""
+def schedule(arm_names: list[str], repetitions: int, seed: int,
+             start: int = 0) -> list[tuple[int, str]]:
+    """Every arm once per round, each round shuffled by the seed: reproducible.
+    Rounds `start`..`repetitions`-1 of the same sequence are the rounds an
+    adaptive run adds, so a plan extended look by look is the plan that would
+    have been drawn whole."""
     rng = random.Random(seed)
     order = []
     for rnd in range(repetitions):
         names = list(arm_names)
         rng.shuffle(names)
-        order += [(rnd, n) for n in names]
+        if rnd >= start:
+            order += [(rnd, n) for n in names]
     return order
+
+
+def with_limits(plan: Plan, max_repetitions: int | None = None,
+                budget_s: float | None = None) -> Plan:
+    """The plan with the maximum rounds or the time budget overridden (command
+    line), validated like the profile's own keys."""
+    update = {k: v for k, v in (("max_repetitions", max_repetitions), ("budget_s", budget_s))
+              if v is not None}
+    if not update:
+        return plan
+    try:
+        profile = Profile.model_validate({**plan.profile.model_dump(), **update})
+    except ValidationError as exc:
+        raise MmlabError(f"{plan.path}: {_message(exc)}") from exc
+    return plan.model_copy(update={"profile": profile})
 
 
 # ---------------------------------------------------------------- derived profiles
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, int | float):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)          # a JSON string is a valid TOML basic string
-    if isinstance(v, list):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{_toml_key(k)} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise MmlabError(f"cannot write {v!r} as TOML")
-
-
-def _toml_key(k: str) -> str:
-    return k if re.fullmatch(r"[A-Za-z0-9_-]+", k) else json.dumps(k)
-
-
-def to_toml(raw: dict[str, Any]) -> str:
-    """A profile's parsed TOML written back (scalars and inline tables first,
-    then [params] and [matrix]); enough for the shapes profiles have."""
-    top = {k: v for k, v in raw.items() if k not in ("params", "matrix", "arms")}
-    lines = [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in top.items()]
-    for table in ("params", "matrix"):
-        if raw.get(table):
-            lines += ["", f"[{table}]"]
-            lines += [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in raw[table].items()]
-    for arm in raw.get("arms", []):
-        lines += ["", "[[arms]]"] + [f"{_toml_key(k)} = {_toml_value(v)}" for k, v in arm.items()]
-    return "\n".join(lines) + "\n"
-
-
 def with_kernels(plan: Plan, kernels: list[str], note: str) -> Plan:
     """The same profile with `kernel` as an axis over `kernels` and the first of
-    them as the baseline: the experiment narrow and ab run."""
-    raw = tomllib.loads(plan.text)
-    if raw.get("arms"):
+    them as the baseline: the experiment narrow and ab run.  Its text, the
+    derived profile written as TOML under a note naming the source, is what
+    the store and the bundle keep, and runs again as it is."""
+    if plan.profile.arms:
         raise MmlabError(f"{plan.path}: kernel comparisons need a [matrix] profile, not [[arms]]")
-    raw.pop("kernel", None)
-    raw["matrix"] = {"kernel": kernels, **{k: v for k, v in raw.get("matrix", {}).items()
-                                          if k != "kernel"}}
-    raw["baseline"] = {"kernel": kernels[0]}
+    matrix = {"kernel": kernels, **{k: v for k, v in plan.profile.matrix.items() if k != "kernel"}}
+    derived = plan.profile.model_copy(update={"kernel": "host", "matrix": matrix,
+                                              "baseline": {"kernel": kernels[0]}})
     source = hashlib.sha256(plan.text.encode()).hexdigest()[:16]
-    text = f"# {note}; derived from {plan.path} (sha256 {source})\n" + to_toml(raw)
-    return parse(text, plan.path)
+    body = tomli_w.dumps(derived.model_dump(exclude_none=True, exclude_defaults=True))
+    return build(derived, f"# {note}; derived from {plan.path} (sha256 {source})\n" + body,
+                 plan.path)

@@ -1,11 +1,13 @@
 """Kernels built from source, with patches and config fragments, cached.
 
-SOURCE is `debian-source:6.12` (the linux-source package, installed with apt
-and unpacked once into the cache) or a path to a kernel tree.  Each build
+SOURCE is `debian-source:7.3` (the newest linux-source-7.3 package of any
+suite, fetched with mmlab's own apt and unpacked once into the cache; nothing
+is installed on the host) or a path to a kernel tree.  Each build
 works in a hard-linked copy of the pristine tree (GNU patch replaces the
 files it changes, so the pristine tree is never touched), starts from
 tinyconfig plus BASE_FRAGMENT (what the workloads, the QEMU target and the
 in-guest tracing need: madvise, /proc/sys, smaps/pagemap, THP, KSM, swap,
+zram and a virtio disk for guest swap, NUMA from ACPI for `numa_nodes`,
 compaction, kprobes, hist triggers, function_graph, ACPI power-off), adds the
 user's fragments, and checks that every requested option really ended up in
 the final config.  The result is cached under a key hashed from the source
@@ -24,7 +26,7 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from . import kernels
+from . import kernels, proc
 from .errors import MmlabError
 
 BASE_FRAGMENT = """\
@@ -71,6 +73,14 @@ CONFIG_DYNAMIC_FTRACE=y
 CONFIG_KPROBES=y
 CONFIG_KPROBE_EVENTS=y
 CONFIG_HIST_TRIGGERS=y
+CONFIG_BLK_DEV=y
+CONFIG_ZRAM=y
+CONFIG_CRYPTO=y
+CONFIG_CRYPTO_LZO=y
+CONFIG_VIRTIO_MENU=y
+CONFIG_VIRTIO_PCI=y
+CONFIG_VIRTIO_BLK=y
+CONFIG_X86_64_ACPI_NUMA=y
 """
 
 FRAGMENT_LINE = re.compile(r'^(CONFIG_[A-Za-z0-9_]+)=(y|m|n|-?\d+|0x[0-9a-fA-F]+|"[^"]*")$'
@@ -82,11 +92,7 @@ def build_cache() -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
-    proc = subprocess.run(argv, cwd=cwd, capture_output=True, text=True)
-    if proc.returncode:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        raise MmlabError(f"{what or argv[0]} failed: {' | '.join(tail)}")
-    return proc.stdout
+    return proc.run(argv, cwd=cwd, what=what or argv[0]).stdout
 
 
 def source_tree(spec: str) -> tuple[Path, str]:
@@ -94,30 +100,57 @@ def source_tree(spec: str) -> tuple[Path, str]:
     if spec.startswith("debian-source:"):
         series = spec.removeprefix("debian-source:")
         if not re.fullmatch(r"\d+\.\d+", series):
-            raise MmlabError(f"{spec}: expected debian-source:MAJOR.MINOR, e.g. debian-source:6.12")
-        pkg = f"linux-source-{series}"
-        tarball = Path(f"/usr/src/{pkg}.tar.xz")
-        if not tarball.exists():
-            _run(["apt-get", "install", "-y", "-qq", pkg], what=f"apt-get install {pkg}")
-        version = _run(["dpkg-query", "-W", "-f=${Version}", pkg]).strip()
+            raise MmlabError(f"{spec}: expected debian-source:MAJOR.MINOR, e.g. debian-source:7.3")
+        pkg, version, suite = debian_source(series)
         tree = kernels.cache_dir().parent / "src" / f"{pkg}_{version}"
         if not (tree / ".mmlab-unpacked").exists():
-            tree.parent.mkdir(parents=True, exist_ok=True)
-            tmp = tree.with_name(tree.name + ".partial")
-            shutil.rmtree(tmp, ignore_errors=True)
-            with tarfile.open(tarball) as t:
-                t.extractall(tmp, filter="fully_trusted")
-            shutil.rmtree(tree, ignore_errors=True)
-            (tmp / pkg).rename(tree)
-            shutil.rmtree(tmp)
-            (tree / ".mmlab-unpacked").touch()
+            _unpack_source(pkg, version, tree)
         return tree, f"{spec} {version}"
     tree = Path(spec).resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"{spec}: not a kernel source tree (no Makefile and Kconfig)")
-    head = subprocess.run(["git", "-C", str(tree), "describe", "--always", "--dirty"],
-                          capture_output=True, text=True)
+    head = proc.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False)
     return tree, f"{tree} {head.stdout.strip() or 'no git'}"
+
+
+def debian_source(series: str, apt: kernels.Apt | None = None) -> tuple[str, str, str]:
+    """(package, newest version, suite) of linux-source-SERIES in the catalog."""
+    apt = apt or kernels.Apt()
+    pkg = f"linux-source-{series}"
+    rows = [r for r in apt.catalog() if r["package"] == pkg]
+    if not rows:
+        have = sorted({r["package"].removeprefix("linux-source-") for r in apt.catalog()
+                       if r["package"].startswith("linux-source-")}, key=kernels._series_key)
+        raise MmlabError(f"debian-source:{series}: the Debian catalog has no {pkg} (sources it "
+                         f"has: {', '.join(have) or 'none'})")
+    best = max(rows, key=lambda r: kernels._VKey(r["version"]))
+    return pkg, best["version"], best["suite"]
+
+
+def _unpack_source(pkg: str, version: str, tree: Path) -> None:
+    """apt-get download the source package with mmlab's apt (nothing is
+    installed on the host) and unpack its tarball as `tree`, once."""
+    apt = kernels.Apt()
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tree.with_name(tree.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        apt.run("apt-get", "download", f"{pkg}={version}", cwd=tmp,
+                what=f"apt-get download {pkg}={version}")
+        (deb,) = tmp.glob("*.deb")
+        _run(["dpkg-deb", "-x", str(deb), str(tmp / "x")], what=f"dpkg-deb -x {deb.name}")
+        deb.unlink()
+        tarballs = list((tmp / "x/usr/src").glob(f"{pkg}.tar.*"))
+        if not tarballs:
+            raise MmlabError(f"{pkg} {version}: no /usr/src/{pkg}.tar.* in the package")
+        with tarfile.open(tarballs[0]) as t:
+            t.extractall(tmp / "src", filter="fully_trusted")
+        shutil.rmtree(tree, ignore_errors=True)
+        (tmp / "src" / pkg).rename(tree)
+        (tree / ".mmlab-unpacked").touch()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def check_fragment(path: Path) -> list[str]:
@@ -151,8 +184,8 @@ def apply_patch(tree: Path, patch: Path) -> None:
     """Dry run first; a patch that does not apply names its file and hunk."""
     if not patch.is_file():
         raise MmlabError(f"{patch}: no such patch")
-    dry = subprocess.run(["patch", "-p1", "--dry-run", "--batch", "-d", str(tree), "-i",
-                          str(patch.resolve())], capture_output=True, text=True)
+    dry = proc.run(["patch", "-p1", "--dry-run", "--batch", "-d", str(tree), "-i",
+                    str(patch.resolve())], check=False)
     if dry.returncode:
         current, failed = "?", []
         for line in dry.stdout.splitlines():
@@ -167,8 +200,24 @@ def apply_patch(tree: Path, patch: Path) -> None:
          what=f"patch {patch}")
 
 
+def kconfig_symbols(tree: Path) -> set[str]:
+    """Every CONFIG_ symbol the tree's Kconfig files define."""
+    found: set[str] = set()
+    for f in tree.rglob("Kconfig*"):
+        try:
+            found.update(re.findall(r"^\s*(?:menu)?config\s+(\w+)", f.read_text(errors="replace"),
+                                    re.M))
+        except OSError:
+            continue
+    return {f"CONFIG_{s}" for s in found}
+
+
 def configure(tree: Path, fragments: list[Path]) -> None:
-    wanted = BASE_FRAGMENT.splitlines()
+    """tinyconfig + BASE_FRAGMENT + the user's fragments.  A base option this
+    tree does not define (PROC_SYSCTL is gone in 7.x: /proc/sys is always
+    there) is left out; every other requested =y must stick."""
+    known = kconfig_symbols(tree)
+    wanted = [line for line in BASE_FRAGMENT.splitlines() if line.split("=")[0] in known]
     for f in fragments:
         wanted += check_fragment(f)
     _run(["make", "-s", "tinyconfig"], cwd=tree, what="make tinyconfig")
@@ -223,14 +272,14 @@ def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | 
 def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
     jobs = str(os.cpu_count() or 1)
     with open(log, "w") as out:
-        proc = subprocess.Popen(["make", f"-j{jobs}", "bzImage"], cwd=tree, stdout=subprocess.PIPE,
+        make = subprocess.Popen(["make", f"-j{jobs}", "bzImage"], cwd=tree, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
-        assert proc.stdout is not None
-        for line in proc.stdout:
+        assert make.stdout is not None
+        for line in make.stdout:
             out.write(line)
             if on_line:
                 on_line(line.rstrip())
-        rc = proc.wait()
+        rc = make.wait()
     if rc:
         tail = log.read_text().strip().splitlines()[-8:]
         raise MmlabError(f"kernel build failed (log {log}): " + " | ".join(tail))

@@ -13,20 +13,22 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Literal
 
+from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
+
+from . import proc
 from .errors import MmlabError
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
 KSM_DIR = "/sys/kernel/mm/ksm"
-THP_MODES = ("always", "madvise", "never")
-THP_DEFRAG_MODES = ("always", "defer", "defer+madvise", "madvise", "never")
 SWAP_SPEC = re.compile(r"^(none|file:\d+[KMG]|zram:\d+[KMG])$")
+TRACEFS = "/sys/kernel/tracing"
+TRACEFS_CANDIDATES = (TRACEFS, "/sys/kernel/debug/tracing")
 
 
 def state_dir() -> Path:
@@ -52,15 +54,18 @@ def _write(path: str, value: str) -> None:
 
 
 def _run(*argv: str) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True)
-    if proc.returncode:
-        raise MmlabError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.returncode}")
+    proc.run(list(argv), what=" ".join(argv))
 
 
 def active_swaps() -> list[tuple[str, int]]:
     """(path, priority) of every active swap area, from /proc/swaps."""
     lines = Path("/proc/swaps").read_text().splitlines()[1:]
     return [(f[0], int(f[4])) for f in (ln.split() for ln in lines) if len(f) >= 5]
+
+
+def mounted(path: str) -> bool:
+    """Whether a filesystem is mounted at `path` (from /proc/mounts)."""
+    return any(line.split()[1] == path for line in Path("/proc/mounts").read_text().splitlines())
 
 
 def _pid_alive(pid: int) -> bool:
@@ -114,8 +119,9 @@ class Journal:
         self._append({"kind": "file", "path": path, "old": read_setting(path)})
 
     def record(self, kind: str, **fields: object) -> None:
-        """Remember a swap area turned off ("swapon") or one mmlab added
-        ("swapfile", "zram"), before doing it."""
+        """Remember a swap area turned off ("swapon"), one mmlab added
+        ("swapfile", "zram") or a filesystem it mounted ("mount"), before
+        doing it."""
         self._append({"kind": kind, **fields})
 
     def restore(self, keep: int = 0) -> list[str]:
@@ -176,6 +182,10 @@ def _undo(e: dict) -> str:
         if not any(p == e["path"] for p, _ in active_swaps()):
             _run("swapon", "-p", str(e["priority"]), e["path"])
         return f"swapon {e['path']}"
+    if kind == "mount":
+        if mounted(e["path"]):
+            _run("umount", e["path"])
+        return f"unmounted {e['path']}"
     raise MmlabError(f"journal entry of unknown kind {kind!r}")
 
 
@@ -187,64 +197,72 @@ def parse_size(text: str) -> int:
     return int(m.group(1)) << {"K": 10, "M": 20, "G": 30}[m.group(2)]
 
 
-@dataclass
-class HostSettings:
-    """The global settings one arm asks for; None means 'leave as it is'."""
+class SettingFile:
+    """A sysfs or procfs value file: read the value in force, apply a wanted one
+    (the old value journaled first), restored by the journal's "file" entry."""
 
-    thp: str | None = None
-    thp_defrag: str | None = None
-    swap: str | None = None                  # none | file:SIZE | zram:SIZE
-    ksm: dict[str, int] = field(default_factory=dict)
-    sysctl: dict[str, str] = field(default_factory=dict)
+    def __init__(self, path: str):
+        self.path = path
 
-    def changes(self) -> list[str]:
-        """The settings that differ from the running system, in words."""
-        out = []
-        for path, want in self.files():
-            have = read_setting(path) if Path(path).exists() else "absent"
-            if have != want:
-                out.append(f"{path}: {have} -> {want}")
-        if self.swap is not None:
-            have = ", ".join(p for p, _ in active_swaps()) or "none"
-            if not (self.swap == "none" and have == "none"):
-                out.append(f"swap: {have} -> {self.swap}")
-        return out
+    def read(self) -> str:
+        return read_setting(self.path) if Path(self.path).exists() else "absent"
 
-    def files(self) -> list[tuple[str, str]]:
-        """(setting file, wanted value) pairs; swap is handled apart."""
-        files = []
-        if self.thp:
-            files.append((THP_ENABLED, self.thp))
-        if self.thp_defrag:
-            files.append((THP_DEFRAG, self.thp_defrag))
-        files += [(f"{KSM_DIR}/{k}", str(v)) for k, v in self.ksm.items()]
-        files += [("/proc/sys/" + k.replace(".", "/"), str(v)) for k, v in self.sysctl.items()]
-        return files
+    def apply(self, value: str, journal: Journal) -> None:
+        if not Path(self.path).exists():
+            raise MmlabError(f"{self.path}: not on this kernel")
+        journal.record_file(self.path)
+        if read_setting(self.path) != value:
+            _write(self.path, value)
 
 
-def apply(settings: HostSettings, journal: Journal, allowed: bool) -> list[str]:
-    """Put the host in `settings`, journaling first; refuse unless allowed."""
-    changes = settings.changes()
-    if changes and not allowed:
-        raise MmlabError(f"would change {changes[0]}; set host_changes = true in the "
-                         "profile or pass --allow-host-changes")
-    for path, want in settings.files():
-        if not Path(path).exists():
-            raise MmlabError(f"{path}: not on this kernel")
-        journal.record_file(path)
-        if read_setting(path) != want:
-            _write(path, want)
-    if settings.swap is not None:
-        _apply_swap(settings.swap, journal)
-    return changes
+class ThpEnabled(SettingFile):
+    """transparent_hugepage/enabled: which anonymous mappings may get THPs."""
+
+    def __init__(self):
+        super().__init__(THP_ENABLED)
 
 
-def _apply_swap(spec: str, journal: Journal) -> None:
-    kind, _, size = spec.partition(":")
-    for path, prio in active_swaps():
-        journal.record("swapon", path=path, priority=prio)
-        _run("swapoff", path)
-    if kind == "file":
+class ThpDefrag(SettingFile):
+    """transparent_hugepage/defrag: how hard a THP fault tries to compact."""
+
+    def __init__(self):
+        super().__init__(THP_DEFRAG)
+
+
+class KsmKnob(SettingFile):
+    """One file under /sys/kernel/mm/ksm (run, pages_to_scan, max_page_sharing...)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"{KSM_DIR}/{name}")
+
+
+class Sysctl(SettingFile):
+    """A sysctl by its dotted name (vm.swappiness -> /proc/sys/vm/swappiness)."""
+
+    def __init__(self, name: str):
+        super().__init__("/proc/sys/" + name.replace(".", "/"))
+
+
+class Swap:
+    """The swap areas in use: none, a swap file, or a zram device.  Applying
+    turns every active area off first (journaled "swapon", turned back on at
+    restore) and journals what it adds ("swapfile", "zram") before adding it."""
+
+    def read(self) -> str:
+        return ", ".join(p for p, _ in active_swaps()) or "none"
+
+    def apply(self, spec: str, journal: Journal) -> None:
+        kind, _, size = spec.partition(":")
+        for path, prio in active_swaps():
+            journal.record("swapon", path=path, priority=prio)
+            _run("swapoff", path)
+        if kind == "file":
+            self._add_file(parse_size(size), journal)
+        elif kind == "zram":
+            self._add_zram(parse_size(size), journal)
+
+    @staticmethod
+    def _add_file(size: int, journal: Journal) -> None:
         path = state_dir() / "swapfile"
         journal.record("swapfile", path=str(path))
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,16 +271,97 @@ def _apply_swap(spec: str, journal: Journal) -> None:
             # Written, not fallocated: swapon rejects files with unwritten extents
             # on some filesystems.
             chunk = b"\0" * (1 << 20)
-            for _ in range(parse_size(size) >> 20):
+            for _ in range(size >> 20):
                 f.write(chunk)
         _run("mkswap", "-q", str(path))
         _run("swapon", str(path))
-    elif kind == "zram":
+
+    @staticmethod
+    def _add_zram(size: int, journal: Journal) -> None:
         dev = _free_zram()
         journal.record("zram", device=dev)
-        _write(f"/sys/block/{Path(dev).name}/disksize", str(parse_size(size)))
+        _write(f"/sys/block/{Path(dev).name}/disksize", str(size))
         _run("mkswap", "-q", dev)
         _run("swapon", "-p", "100", dev)
+
+
+class Tracefs:
+    """The tracing filesystem.  A fresh machine may not have it mounted;
+    as root, mmlab mounts it for a collection pass (as perf does) and the
+    journal unmounts it afterwards, like any other global change."""
+
+    @staticmethod
+    def find() -> Path | None:
+        """Where tracefs is mounted now, or None."""
+        return next((Path(c) for c in TRACEFS_CANDIDATES if Path(c, "events").is_dir()), None)
+
+    def mount(self, journal: Journal) -> Path | None:
+        """tracefs, mounted first if needed and possible (root); None if not."""
+        found = self.find()
+        if found or os.geteuid() != 0 or not Path(TRACEFS).is_dir():
+            return found
+        journal.record("mount", path=TRACEFS)
+        _run("mount", "-t", "tracefs", "nodev", TRACEFS)
+        return self.find()
+
+
+ThpMode = Literal["always", "madvise", "never"]
+ThpDefragMode = Literal["always", "defer", "defer+madvise", "madvise", "never"]
+
+
+def _swap_spec(value: str) -> str:
+    if not SWAP_SPEC.match(value):
+        raise ValueError("expected none, file:SIZE or zram:SIZE (SIZE like 256M)")
+    return value
+
+
+SwapSpec = Annotated[str, AfterValidator(_swap_spec)]
+
+
+class HostSettings(BaseModel):
+    """The global settings one arm asks for; None means 'leave as it is'.
+    Each field is validated here, so a profile's bad value is named by key."""
+    model_config = ConfigDict(extra="forbid")
+
+    thp: ThpMode | None = None
+    thp_defrag: ThpDefragMode | None = None
+    swap: SwapSpec | None = None              # none | file:SIZE | zram:SIZE
+    ksm: dict[str, StrictInt] = {}
+    sysctl: dict[str, str] = {}
+
+    def files(self) -> list[tuple[SettingFile, str]]:
+        """(setting file, wanted value) pairs; swap is not a file and is apart."""
+        out: list[tuple[SettingFile, str]] = []
+        if self.thp:
+            out.append((ThpEnabled(), self.thp))
+        if self.thp_defrag:
+            out.append((ThpDefrag(), self.thp_defrag))
+        out += [(KsmKnob(k), str(v)) for k, v in self.ksm.items()]
+        out += [(Sysctl(k), v) for k, v in self.sysctl.items()]
+        return out
+
+    def changes(self) -> list[str]:
+        """The settings that differ from the running system, in words."""
+        out = [f"{knob.path}: {knob.read()} -> {want}" for knob, want in self.files()
+               if knob.read() != want]
+        if self.swap is not None:
+            have = Swap().read()
+            if not (self.swap == "none" and have == "none"):
+                out.append(f"swap: {have} -> {self.swap}")
+        return out
+
+
+def apply(settings: HostSettings, journal: Journal, allowed: bool) -> list[str]:
+    """Put the host in `settings`, journaling first; refuse unless allowed."""
+    changes = settings.changes()
+    if changes and not allowed:
+        raise MmlabError(f"would change {changes[0]}; set host_changes = true in the "
+                         "profile or pass --allow-host-changes")
+    for knob, want in settings.files():
+        knob.apply(want, journal)
+    if settings.swap is not None:
+        Swap().apply(settings.swap, journal)
+    return changes
 
 
 def _free_zram() -> str:

@@ -21,11 +21,9 @@ from dataclasses import dataclass
 
 from . import experiment, runner, verdicts
 from .errors import MmlabError
-from .stats import Comparison
+from .stats import Comparison, Verdict
 from .store import Store
-
-CHANGED = ("regression", "improvement")
-
+from .targets import Lab
 
 @dataclass(frozen=True)
 class Step:
@@ -37,11 +35,11 @@ class Step:
 
 def place(c: Comparison, end_to_end: float | None) -> tuple[bool, str]:
     """(changed?, why) for one step; an error when it cannot be placed."""
-    if c.verdict in CHANGED:
+    if c.verdict.changed:
         return True, c.verdict
-    if c.verdict == "no change":
-        return False, "no change"
-    if c.verdict == "unreliable" and end_to_end and math.isfinite(c.ci_low):
+    if c.verdict == Verdict.NO_CHANGE:
+        return False, Verdict.NO_CHANGE
+    if c.verdict == Verdict.UNRELIABLE and end_to_end and math.isfinite(c.ci_low):
         mid = math.sqrt(end_to_end)
         old_side = (c.ci_low > mid) if end_to_end < 1 else (c.ci_high < mid)
         new_side = (c.ci_high < mid) if end_to_end < 1 else (c.ci_low > mid)
@@ -100,7 +98,8 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
     mine = [c for c in comparisons if c.metric == metric]
     if not mine:
         raise MmlabError(f"no comparison of {metric} was made")
-    for wanted in (CHANGED, ("unreliable", "not comparable"), ("no change",)):
+    for wanted in ((Verdict.REGRESSION, Verdict.IMPROVEMENT),
+                   (Verdict.UNRELIABLE, Verdict.NOT_COMPARABLE), (Verdict.NO_CHANGE,)):
         for c in mine:
             if c.verdict in wanted:
                 return c
@@ -108,12 +107,12 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 
 
 def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
-                    allow_host_changes: bool, say: Callable[[str], None]) -> Comparison:
+                    lab: Lab) -> Comparison:
     """One comparison of the search: the profile on `ref` and `kernel`, stored
     as an experiment of its own, run and judged on `metric`."""
     derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
     exp_id = store.create_experiment(derived)
-    say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
-    runner.run(store, exp_id, derived, allow_host_changes, say=say)
-    judged = verdicts.judge(derived, store.samples_by_arm(exp_id), [metric])
+    lab.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
+    runner.run(store, exp_id, derived, lab)
+    judged = verdicts.judge(derived, store.measurements(exp_id), [metric])
     return decisive(judged.comparisons, metric)

@@ -20,9 +20,8 @@ from pathlib import Path
 
 from . import __version__
 from .build import REPO_ROOT
-from .knobs import active_swaps
+from .knobs import Journal, Tracefs, active_swaps
 
-TRACEFS_CANDIDATES = ("/sys/kernel/tracing", "/sys/kernel/debug/tracing")
 MM_EVENT_SYSTEMS = ("lock", "mmap_lock", "vmscan", "compaction", "migrate", "ksm",
                     "huge_memory", "thp")
 KVM_GET_API_VERSION = 0xAE00
@@ -51,13 +50,6 @@ def _cmd(*argv: str, timeout: float = 20) -> subprocess.CompletedProcess | None:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
     except (OSError, subprocess.TimeoutExpired):
         return None
-
-
-def tracefs() -> Path | None:
-    for cand in TRACEFS_CANDIDATES:
-        if Path(cand, "events").is_dir():
-            return Path(cand)
-    return None
 
 
 def cpu_model() -> str:
@@ -136,10 +128,66 @@ def _numa() -> Fact:
                 "one node: --numa-move migrates within node 0 only" if nodes == 1 else "")
 
 
+DAMON_ADMIN = Path("/sys/kernel/mm/damon/admin/kdamonds")
+KHUGEPAGED = Path("/sys/kernel/mm/transparent_hugepage/khugepaged")
+
+
+def damon() -> list[str]:
+    """Every DAMON worker running now, in words: sysfs-started kdamonds with
+    their operations and scheme actions, and the DAMON modules (reclaim,
+    LRU sort, stat) that are enabled.  Each one pages out, sorts LRUs or
+    reads access bits on its own, under whatever mmlab measures."""
+    running = []
+    for kd in sorted(DAMON_ADMIN.glob("[0-9]*")):
+        if _read(str(kd / "state")) != "on":
+            continue
+        for ctx in sorted(kd.glob("contexts/[0-9]*")):
+            actions = [_read(str(s / "action")) for s in sorted(ctx.glob("schemes/[0-9]*"))]
+            running.append(f"kdamond {kd.name} ({_read(str(ctx / 'operations'))}: "
+                           f"{', '.join(actions) or 'monitoring only'})")
+    for module in sorted(Path("/sys/module").glob("damon_*/parameters/enabled")):
+        if _read(str(module)) == "Y":
+            running.append(f"{module.parts[3]} enabled")
+    return running
+
+
+def mm_actors() -> dict[str, str]:
+    """The kernel threads that change mm state on their own, and how they are
+    set: DAMON, khugepaged, ksmd and proactive compaction.  Stored with
+    every trial, because two trials under different actors did not run in
+    the same page state."""
+    khuge = " ".join(f"{n}={_read(str(KHUGEPAGED / n), '-')}"
+                     for n in ("defrag", "pages_to_scan", "scan_sleep_millisecs", "max_ptes_none"))
+    return {
+        "damon": "; ".join(damon()) or "off",
+        "khugepaged": khuge if KHUGEPAGED.is_dir() else "absent",
+        "ksmd": f"run={_read('/sys/kernel/mm/ksm/run', 'absent')}",
+        "compaction_proactiveness": _read("/proc/sys/vm/compaction_proactiveness", "absent"),
+    }
+
+
+def _mm_actors_fact() -> Fact:
+    actors = mm_actors()
+    busy = actors["damon"] != "off"
+    return Fact("mm actors", "; ".join(f"{k}: {v}" for k, v in actors.items()), not busy,
+                "DAMON changes reclaim and LRU state on its own while workloads run; the "
+                "same-state audit compares it between arms" if busy else "")
+
+
 def _tracefs_fact() -> Fact:
-    tf = tracefs()
+    """Looked at mounted: as root mmlab mounts tracefs for a look (and for
+    attribution) and unmounts it again, so 'not mounted' is no limit."""
+    journal = Journal()
+    with journal.session():
+        was_mounted = Tracefs.find() is not None
+        tf = Tracefs().mount(journal)
+        return _tracefs_features(tf, was_mounted)
+
+
+def _tracefs_features(tf: Path | None, was_mounted: bool) -> Fact:
     if not tf:
-        return Fact("tracefs", "not mounted", False, "no tracepoint aggregation on the host")
+        return Fact("tracefs", "not mounted", False,
+                    "no tracepoint aggregation on the host (mmlab mounts it only as root)")
     systems = [s for s in MM_EVENT_SYSTEMS if (tf / "events" / s).is_dir()]
     missing = [s for s in MM_EVENT_SYSTEMS if s not in systems]
     contention = (tf / "events/lock/contention_begin").is_dir()
@@ -155,6 +203,8 @@ def _tracefs_fact() -> Fact:
         note.append("no kprobes on the host: function counts need a guest kernel")
     if "function_graph" not in tracers:
         note.append("no function_graph tracer")
+    if not was_mounted:
+        note.append("not mounted: mmlab mounts it when it traces and unmounts it afterwards")
     return Fact("tracefs", value, contention, "; ".join(note))
 
 
@@ -208,6 +258,7 @@ def _tool(name: str, *version_args: str, need: str) -> Fact:
 def facts() -> list[Fact]:
     return [
         _kernel(), _cpus(), _memory(), _thp(), _mglru(), _ksm(), _swap(), _zram(), _numa(),
+        _mm_actors_fact(),
         _tracefs_fact(), *_perf(),
         _tool("qemu-system-x86_64", "--version", need="no guest kernels"),
         _kvm(),
@@ -243,6 +294,7 @@ def environment() -> dict[str, object]:
         "thp_defrag": setting("/sys/kernel/mm/transparent_hugepage/defrag"),
         "ksm_run": setting("/sys/kernel/mm/ksm/run"),
         "swap": [p for p, _ in active_swaps()],
+        "mm_actors": mm_actors(),
         "mmlab_version": __version__,
         "git_commit": git_commit(),
     }

@@ -57,3 +57,11 @@ def parse_line(line: str) -> Sample:
         where = ".".join(str(p) for p in err["loc"])
         raise MmlabError(f"mmwork printed a sample that breaks the contract at "
                          f"'{where}': {err['msg']}") from exc
+
+
+def work_units(sample: Sample) -> tuple[float, str]:
+    """What one sample did, to put CPU time per unit of work: pages or ops."""
+    for key in ("pages", "ops", "data_pages"):
+        if sample.counts.get(key):
+            return float(sample.counts[key]), key
+    return 1.0, "sample"

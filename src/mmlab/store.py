@@ -8,13 +8,18 @@ sees half a trial.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+import statistics
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from .errors import MmlabError
+from .experiment import Arm, Plan
 from .samples import Sample
+from .stats import Series
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
@@ -25,14 +30,15 @@ CREATE TABLE IF NOT EXISTS experiments (
     profile_text TEXT NOT NULL,
     profile_hash TEXT NOT NULL,
     seed INTEGER NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    plan TEXT NOT NULL                  -- Plan JSON without arms and order (those are rows)
 );
 CREATE TABLE IF NOT EXISTS arms (
     id INTEGER PRIMARY KEY,
     experiment_id INTEGER NOT NULL REFERENCES experiments(id),
     name TEXT NOT NULL,
     position INTEGER NOT NULL,
-    spec TEXT NOT NULL,
+    spec TEXT NOT NULL,                 -- the Arm as JSON
     UNIQUE (experiment_id, name)
 );
 CREATE TABLE IF NOT EXISTS trials (
@@ -82,6 +88,56 @@ class Trial:
     error: str | None
 
 
+@dataclass(frozen=True)
+class TrialSamples:
+    """One finished trial's samples and where it stood in the plan."""
+    arm: str
+    round: int | None
+    position: int | None
+    samples: tuple[Sample, ...]
+
+
+@dataclass
+class Measurements:
+    """The samples of an experiment trial by trial, and how far its plan has got."""
+    arms: list[str]
+    trials: list[TrialSamples]      # trials with samples, in planned order
+    rounds: int = 0                 # rounds in the stored plan
+    pending: int = 0                # trials planned or running
+    seconds: float = 0.0            # time the finished trials took, start to end
+    finished: int = 0               # trials done or failed
+
+    @classmethod
+    def of(cls, by_arm: Mapping[str, list[Sample]]) -> Measurements:
+        """Samples without their rounds (each its own trial): judged unpaired."""
+        return cls(list(by_arm), [TrialSamples(arm, None, None, (s,))
+                                  for arm, ss in by_arm.items() for s in ss])
+
+    @property
+    def by_arm(self) -> dict[str, list[Sample]]:
+        out: dict[str, list[Sample]] = {a: [] for a in self.arms}
+        for t in self.trials:
+            out.setdefault(t.arm, []).extend(t.samples)
+        return out
+
+    def series(self, arm: str, metric: str) -> Series:
+        """One value per trial of `arm`: the median of its samples' `metric`
+        (samples of one process are not independent observations)."""
+        values, rounds, positions = [], [], []
+        for t in self.trials:
+            if t.arm != arm:
+                continue
+            xs = [x for x in (s.metrics.get(metric) for s in t.samples)
+                  if x is not None and math.isfinite(x)]
+            if xs:
+                values.append(float(statistics.median(xs)))
+                rounds.append(t.round)
+                positions.append(t.position)
+        if any(r is None for r in rounds):
+            return Series(tuple(values))
+        return Series(tuple(values), tuple(rounds), tuple(positions))
+
+
 def status_counts(trials: list[Trial]) -> dict[str, int]:
     """How many trials are done, failed, planned and running."""
     return {st: sum(t.status == st for t in trials)
@@ -91,41 +147,95 @@ def status_counts(trials: list[Trial]) -> dict[str, int]:
 class Store:
     def __init__(self, results_dir: str | Path):
         self.dir = Path(results_dir)
+        if self.dir.exists() and not self.dir.is_dir():
+            raise MmlabError(f"--results {self.dir}: not a directory")
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.dir / "mmlab.sqlite", isolation_level=None, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=FULL")
-        self.db.execute("PRAGMA foreign_keys=ON")
-        self.db.executescript(SCHEMA)
+        path = self.dir / "mmlab.sqlite"
+        try:
+            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
+            self.db.row_factory = sqlite3.Row
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=FULL")
+            self.db.execute("PRAGMA foreign_keys=ON")
+            self.db.executescript(SCHEMA)
+        except sqlite3.DatabaseError as exc:
+            raise MmlabError(f"{path}: not an mmlab store ({exc})") from exc
+        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(experiments)")}
+        if "plan" not in columns:
+            raise MmlabError(f"{self.dir / 'mmlab.sqlite'}: written by an older mmlab that did not "
+                             "store plans; use a new --results directory")
 
     def close(self) -> None:
         self.db.close()
 
     # ------------------------------------------------------------ writing
 
-    def create_experiment(self, plan) -> int:
-        """Store the profile, its arms and the planned order; returns the ID."""
+    def create_experiment(self, plan: Plan) -> int:
+        """Store the plan, its arms and the planned order; returns the ID."""
         p = plan.profile
         with self.db:
             self.db.execute("BEGIN IMMEDIATE")
             cur = self.db.execute(
                 "INSERT INTO experiments (name, workload, profile_path, profile_text, "
-                "profile_hash, seed, created) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (p.name, p.workload, plan.path, plan.text, plan.profile_hash, p.seed, time.time()))
+                "profile_hash, seed, created, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (p.name, p.workload, plan.path, plan.text, plan.profile_hash, p.seed, time.time(),
+                 plan.model_dump_json(exclude={"arms", "order"})))
             exp_id = cur.lastrowid
-            targets = {a.name: f"qemu:{a.kernel}" if a.is_guest else "host" for a in plan.arms}
-            arm_ids = {}
             for pos, arm in enumerate(plan.arms):
-                arm_ids[arm.name] = self.db.execute(
+                self.db.execute(
                     "INSERT INTO arms (experiment_id, name, position, spec) VALUES (?, ?, ?, ?)",
-                    (exp_id, arm.name, pos, json.dumps(arm.spec()))).lastrowid
-            self.db.executemany(
-                "INSERT INTO trials (experiment_id, arm_id, position, round, order_seed, status, "
-                "target) VALUES (?, ?, ?, ?, ?, 'planned', ?)",
-                [(exp_id, arm_ids[name], pos, rnd, p.seed, targets[name])
-                 for pos, (rnd, name) in enumerate(plan.order)])
+                    (exp_id, arm.name, pos, arm.model_dump_json()))
+            self._add_trials(exp_id, plan, plan.order)
         return exp_id
+
+    def _add_trials(self, exp_id: int, plan: Plan, order: list[tuple[int, str]]) -> None:
+        """Append `order` to the experiment's planned trials (inside a transaction)."""
+        arm_ids = {r["name"]: r["id"] for r in self.db.execute(
+            "SELECT id, name FROM arms WHERE experiment_id=?", (exp_id,))}
+        start = self.db.execute("SELECT COUNT(*) FROM trials WHERE experiment_id=?",
+                                (exp_id,)).fetchone()[0]
+        self.db.executemany(
+            "INSERT INTO trials (experiment_id, arm_id, position, round, order_seed, status, "
+            "target) VALUES (?, ?, ?, ?, ?, 'planned', ?)",
+            [(exp_id, arm_ids[name], start + i, rnd, plan.profile.seed, plan.arm(name).target)
+             for i, (rnd, name) in enumerate(order)])
+
+    def extend(self, exp_id: int, plan: Plan, order: list[tuple[int, str]]) -> None:
+        """Add rounds to a stored plan: `order` (round, arm) appended as planned
+        trials in one transaction, so the plan grows whole or not at all."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            self._add_trials(exp_id, plan, order)
+
+    def add_arms(self, exp_id: int, plan: Plan, arms: list[Arm],
+                 order: list[tuple[int, str]]) -> Plan:
+        """Add arms (matched-state controls) and their planned trials to a
+        stored experiment in one transaction; returns the plan as now stored."""
+        with self.db:
+            self.db.execute("BEGIN IMMEDIATE")
+            for pos, arm in enumerate(arms, len(plan.arms)):
+                self.db.execute(
+                    "INSERT INTO arms (experiment_id, name, position, spec) VALUES (?, ?, ?, ?)",
+                    (exp_id, arm.name, pos, arm.model_dump_json()))
+            self._add_trials(exp_id, plan.model_copy(update={"arms": plan.arms + arms}), order)
+        return self.plan(exp_id)
+
+    def set_limits(self, exp_id: int, max_repetitions: int | None = None,
+                   budget_s: float | None = None) -> Plan:
+        """Change the stored plan's maximum rounds or time budget (command-line
+        overrides on resume); returns the plan as now stored."""
+        row = self.experiment(exp_id)
+        stored = json.loads(row["plan"])
+        update = {k: v for k, v in (("max_repetitions", max_repetitions),
+                                    ("budget_s", budget_s)) if v is not None}
+        if update:
+            plan = self.plan(exp_id)
+            profile = plan.profile.model_validate({**plan.profile.model_dump(), **update})
+            stored["profile"] = json.loads(profile.model_dump_json())
+            with self.db:
+                self.db.execute("UPDATE experiments SET plan=? WHERE id=?",
+                                (json.dumps(stored), exp_id))
+        return self.plan(exp_id)
 
     def start_trial(self, trial_id: int) -> None:
         with self.db:
@@ -178,6 +288,15 @@ class Store:
             out.setdefault(r["name"], {})[r["kind"]] = json.loads(r["data"])
         return out
 
+    def plan(self, exp_id: int) -> Plan:
+        """The plan as it was stored: arms from their rows, the order from the
+        trials (which adaptive rounds may have extended)."""
+        row = self.experiment(exp_id)
+        arms = [Arm.model_validate_json(r["spec"]) for r in self.db.execute(
+            "SELECT spec FROM arms WHERE experiment_id=? ORDER BY position", (exp_id,))]
+        order = [(t.round, t.arm) for t in self.trials(exp_id)]
+        return Plan.model_validate({**json.loads(row["plan"]), "arms": arms, "order": order})
+
     def experiment(self, exp_id: int) -> sqlite3.Row:
         row = self.db.execute("SELECT * FROM experiments WHERE id=?", (exp_id,)).fetchone()
         if row is None:
@@ -208,15 +327,28 @@ class Store:
                                "environment IS NOT NULL ORDER BY position", (exp_id,)).fetchall()
         return [json.loads(r["environment"]) for r in rows]
 
+    def measurements(self, exp_id: int) -> Measurements:
+        """Every finished trial's samples with its round and position, and how
+        far the plan has got: what verdicts, the paired analysis and the
+        adaptive runner need, from one query of the samples."""
+        arms = [r["name"] for r in self.db.execute(
+            "SELECT name FROM arms WHERE experiment_id=? ORDER BY position", (exp_id,))]
+        trials = self.trials(exp_id)
+        grouped: dict[int, list[Sample]] = {}
+        for r in self.db.execute(
+                "SELECT s.trial_id, s.raw FROM samples s JOIN trials t ON t.id=s.trial_id "
+                "WHERE t.experiment_id=? ORDER BY t.position, s.idx", (exp_id,)):
+            grouped.setdefault(r["trial_id"], []).append(Sample.model_validate_json(r["raw"]))
+        finished = [t for t in trials if t.status in ("done", "failed")]
+        return Measurements(
+            arms=arms,
+            trials=[TrialSamples(t.arm, t.round, t.position, tuple(grouped[t.id]))
+                    for t in trials if t.id in grouped],
+            rounds=max((t.round for t in trials), default=-1) + 1,
+            pending=sum(t.status in ("planned", "running") for t in trials),
+            seconds=sum(t.ended - t.started for t in finished if t.started and t.ended),
+            finished=len(finished))
+
     def samples_by_arm(self, exp_id: int) -> dict[str, list[Sample]]:
         """Every stored sample, grouped by arm, in arm order."""
-        out: dict[str, list[Sample]] = {
-            r["name"]: [] for r in self.db.execute(
-                "SELECT name FROM arms WHERE experiment_id=? ORDER BY position", (exp_id,))}
-        rows = self.db.execute(
-            "SELECT a.name, s.raw FROM samples s JOIN trials t ON t.id=s.trial_id "
-            "JOIN arms a ON a.id=t.arm_id WHERE t.experiment_id=? ORDER BY t.position, s.idx",
-            (exp_id,))
-        for r in rows:
-            out[r["name"]].append(Sample.model_validate_json(r["raw"]))
-        return out
+        return self.measurements(exp_id).by_arm

@@ -8,10 +8,10 @@ parameters against it and turns them into mmwork arguments.
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass
 from functools import cache
 
+from . import proc
 from .build import mmwork_path
 from .errors import MmlabError
 
@@ -110,10 +110,10 @@ class Workload:
 
     def check(self, params: dict[str, object]) -> None:
         """Validate values with mmwork's own rules (ranges, memory size, paths)."""
-        proc = subprocess.run([str(mmwork_path()), self.name, *self.args(params), "--check"],
-                              capture_output=True, text=True)
-        if proc.returncode:
-            raise MmlabError(proc.stderr.strip().splitlines()[-1].removeprefix("mmwork: "))
+        checked = proc.run([mmwork_path(), self.name, *self.args(params), "--check"],
+                           check=False)
+        if checked.returncode:
+            raise MmlabError(proc.last_words(checked, 1).removeprefix("mmwork: "))
 
 
 def _load(raw: list[dict]) -> dict[str, Workload]:
@@ -133,8 +133,7 @@ def _load(raw: list[dict]) -> dict[str, Workload]:
 @cache
 def registry() -> dict[str, Workload]:
     """Every workload mmwork knows, by name."""
-    out = subprocess.run([str(mmwork_path()), "describe"], capture_output=True,
-                         text=True, check=True).stdout
+    out = proc.run([mmwork_path(), "describe"], what="mmwork describe").stdout
     return _load(json.loads(out))
 
 

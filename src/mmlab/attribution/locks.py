@@ -15,8 +15,10 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from . import tracefs
 
@@ -69,28 +71,31 @@ def callers_from_stacks(trace: str, depth: int = 3) -> Counter[str]:
     return out
 
 
-@dataclass
-class Contention:
-    waits: list[LockWaits] = field(default_factory=list)
-    callers: Counter[str] = field(default_factory=Counter)
+@dataclass(frozen=True)
+class LockCaller:
+    caller: str          # "folio_lruvec_lock_irqsave <- folio_batch_move_lru <- ..."
+    seen: int            # contentions with this chain in the stacks pass
+    wait_us: float       # estimated: the waits pass's total, shared by `seen`
+
+
+class Contention(BaseModel):
+    """What the two lock passes store for an arm, with the metrics of each
+    run (to show what collection cost)."""
+    waits: list[LockWaits] = []
+    callers: dict[str, int] = {}
+    metrics_waits: dict[str, float | None] = {}
+    metrics_stacks: dict[str, float | None] = {}
 
     @property
     def stacks_seen(self) -> int:
         return sum(self.callers.values())
 
-    def caller_wait_us(self) -> list[tuple[str, int, float]]:
-        """(caller, contentions seen, estimated wait in us): the total wait of
-        pass 1 shared out by each caller's share of the stacks of pass 2."""
+    def caller_waits(self) -> list[LockCaller]:
+        """Callers, most seen first, with the total wait of pass 1 shared out
+        by each caller's share of the stacks of pass 2."""
         total = sum(w.total_us for w in self.waits)
         seen = self.stacks_seen or 1
-        return [(c, n, total * n / seen) for c, n in self.callers.most_common()]
-
-    def to_dict(self) -> dict:
-        return {"waits": [w.__dict__ for w in self.waits], "callers": dict(self.callers)}
-
-    @staticmethod
-    def from_dict(d: dict) -> "Contention":
-        return Contention([LockWaits(**w) for w in d["waits"]], Counter(d["callers"]))
+        return [LockCaller(c, n, total * n / seen) for c, n in Counter(self.callers).most_common()]
 
 
 ENABLES = ["events/lock/contention_begin/enable", "events/lock/contention_end/enable"]
@@ -100,4 +105,4 @@ def collect(tf: Path, run: Callable[[], None]) -> Contention:
     """Run the workload twice under the two passes and return what they saw."""
     waits, _ = tracefs.record(tf, ENABLES, run)
     stacks, _ = tracefs.record(tf, ENABLES[:1], run, stacktrace=True)
-    return Contention(pair_waits(waits), callers_from_stacks(stacks))
+    return Contention(waits=pair_waits(waits), callers=callers_from_stacks(stacks))

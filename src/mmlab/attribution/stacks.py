@@ -14,6 +14,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
+from pydantic import BaseModel
+
 HEADER = re.compile(r"^\S.*?\s+(\d+)(?:/\d+)?\s+(\d+)\s*$")   # comm pid/tid period
 FRAME = re.compile(r"^\s+[0-9a-f]+\s+(\S+)")
 
@@ -59,7 +61,7 @@ def top_functions(folded: Counter[str], n: int = 15) -> list[FunctionCost]:
     leaf: Counter[str] = Counter()
     for stack, w in folded.items():
         frames = stack.split(";")
-        for f in set(frames):
+        for f in dict.fromkeys(frames):      # once per stack, in a stable order
             incl[f] += w
         leaf[frames[-1]] += w
     return [FunctionCost(f, incl[f] / total, leaf[f] / total)
@@ -81,7 +83,7 @@ def diff(folded: Counter[str], units: float, base: Counter[str], base_units: flo
     def per_unit(f: Counter[str], u: float) -> tuple[Counter[str], float]:
         incl: Counter[str] = Counter()
         for stack, w in f.items():
-            for fn in set(stack.split(";")):
+            for fn in dict.fromkeys(stack.split(";")):
                 incl[fn] += w / u
         return incl, sum(f.values()) / u
     a, total_a = per_unit(folded, units)
@@ -89,7 +91,7 @@ def diff(folded: Counter[str], units: float, base: Counter[str], base_units: flo
     change = total_a - total_b
     rows = [Delta(fn, a[fn], b[fn], a[fn] - b[fn],
                   (a[fn] - b[fn]) / change if change else 0.0) for fn in a.keys() | b.keys()]
-    rows.sort(key=lambda d: abs(d.change), reverse=True)
+    rows.sort(key=lambda d: (-abs(d.change), d.function))   # ties by name: reproducible
     return rows[:n]
 
 
@@ -111,3 +113,18 @@ def from_text(text: str) -> Counter[str]:
         if stack:
             out[stack] += int(w)
     return out
+
+
+class StackProfile(BaseModel):
+    """What one perf run stores for an arm: its folded stacks, the work they
+    did (to put CPU time per unit of work) and the metrics under collection."""
+    folded: str                     # to_text() of the folded stacks
+    units: float
+    unit: str                       # pages, ops or sample
+    event: str = "cpu-clock"
+    metrics: dict[str, float | None] = {}
+
+    def stacks(self, through: str | None = None) -> Counter[str]:
+        """The folded stacks, only those through `through` if given."""
+        folded = from_text(self.folded)
+        return focus(folded, through) if through else folded

@@ -9,10 +9,9 @@ import json
 import tarfile
 from pathlib import Path
 
-from .. import verdicts
-from ..attribution import explain
-from . import plots, reproducer, text
+from . import flamegraph, plots, reproducer, text
 from .data import ReportData
+from ..names import safe_name
 
 
 def _csv(path: Path, rows: list[dict]) -> None:
@@ -55,14 +54,14 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
     (out / "plots").mkdir(exist_ok=True)
     for name, png in plots.all_figures(d).items():
         (out / "plots" / f"{name}.png").write_bytes(png)
-    if d.attributions:
-        (out / "attribution").mkdir(exist_ok=True)
-        (out / "attribution" / "attribution.json").write_text(json.dumps(d.attributions))
-        explain.write_flamegraphs(out / "attribution", d.attributions,
-                                  list(verdicts.pairs(d.plan)), d.plan.profile.focus)
+    if d.explanation:
+        flamegraph.write(out / "attribution", d.explanation)
+        (out / "attribution" / "attribution.json").write_text(json.dumps(
+            {arm: a.model_dump(exclude_none=True) for arm, a in d.attributions.items()}))
+        (out / "attribution" / "explanation.json").write_text(
+            json.dumps(d.explanation.to_json(), indent=1))
     for arm in d.plan.arms:
-        name = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in arm.name)
-        (out / f"reproducer-{name}.c").write_text(
+        (out / f"reproducer-{safe_name(arm.name)}.c").write_text(
             reproducer.source(d.workload, arm.params, f"{d.plan.profile.name}, arm {arm.name}"))
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
     (out / "MANIFEST.sha256").write_text("".join(

@@ -7,12 +7,13 @@ listed in words instead of failing.
 
 from __future__ import annotations
 
-import platform
 from dataclasses import dataclass, field
 
 from .. import verdicts, workloads
-from ..experiment import Plan, parse
+from ..attribution import explain
+from ..experiment import Plan
 from ..samples import Sample
+from ..stats import MIN_SAMPLES, Verdict
 from ..store import Store, Trial, status_counts
 
 
@@ -26,7 +27,8 @@ class ReportData:
     environments: list[dict]
     samples: dict[str, list[Sample]]
     judgement: verdicts.Judgement
-    attributions: dict[str, dict]
+    attributions: dict[str, explain.Attribution]
+    explanation: explain.Explanation | None     # None without attribution trials
     missing: list[str] = field(default_factory=list)
 
     @property
@@ -38,13 +40,22 @@ class ReportData:
         return status_counts(self.trials)
 
 
+EXPLAIN_TOP = 10     # functions, events and deltas a report shows at most
+
+
 def gather(store: Store, exp_id: int) -> ReportData:
+    """Only what the store holds: the stored plan (no profile parsing, no
+    mmwork), the trials' stored environments, samples and attribution."""
     row = dict(store.experiment(exp_id))
-    plan = parse(row["profile_text"], row["profile_path"])
-    samples = store.samples_by_arm(exp_id)
-    data = ReportData(exp_id, row, plan, workloads.get(plan.profile.workload),
+    plan = store.plan(exp_id)
+    measured = store.measurements(exp_id)       # samples with their rounds: paired verdicts
+    samples = measured.by_arm
+    attributions = explain.load(store.attributions(exp_id))
+    found = explain.explain_experiment(plan, attributions, samples, plan.profile.focus,
+                                       n=EXPLAIN_TOP) if attributions else None
+    data = ReportData(exp_id, row, plan, plan.workload,
                       store.trials(exp_id), store.environments(exp_id), samples,
-                      verdicts.judge(plan, samples), store.attributions(exp_id))
+                      verdicts.judge(plan, measured), attributions, found)
     data.missing = _missing(data)
     return data
 
@@ -58,10 +69,11 @@ def _missing(d: ReportData) -> list[str]:
                    f"'mmlab experiment resume {d.exp_id}' finishes them")
     for t in d.trials:
         if t.status == "failed":
-            out.append(f"trial {t.position} ({t.arm}) failed: {(t.error or '').split('; console')[0]}")
+            why = (t.error or "").split("; console")[0]
+            out.append(f"trial {t.position} ({t.arm}) failed: {why}")
     for arm, ss in d.samples.items():
-        if len(ss) < 3:
-            out.append(f"arm {arm} has {len(ss)} samples; verdicts need 3")
+        if len(ss) < MIN_SAMPLES:
+            out.append(f"arm {arm} has {len(ss)} samples; verdicts need {MIN_SAMPLES}")
     return out
 
 
@@ -69,19 +81,22 @@ def regzbot_lines(d: ReportData) -> list[str]:
     """`#regzbot introduced: A..B` for each regression whose arms differ only
     in the kernel."""
     out = []
-    arms = {a.name: a for a in d.plan.arms}
     for c in d.judgement.comparisons:
-        a, b = arms.get(c.arm), arms.get(c.baseline)
-        if c.verdict != "regression" or not a or not b:
+        if c.verdict != Verdict.REGRESSION:
             continue
+        a, b = d.plan.arm(c.arm), d.plan.arm(c.baseline)
         if verdicts.Pair(a, b).differing_axes == {"kernel"}:
-            line = f"#regzbot introduced: {_kernel_label(b.kernel)}..{_kernel_label(a.kernel)}"
+            line = (f"#regzbot introduced: "
+                    f"{_kernel_label(d, b.kernel)}..{_kernel_label(d, a.kernel)}")
             if line not in out:
                 out.append(line)
     return out
 
 
-def _kernel_label(name: str) -> str:
+def _kernel_label(d: ReportData, name: str) -> str:
+    """A kernel as regzbot names it; the host's is the release the trials
+    recorded (every trial's environment has it), not the one running the report."""
     if name == "host":
-        return f"v{platform.release().split('-')[0]}"
+        release = d.environments[0].get("kernel", "?") if d.environments else "?"
+        return f"v{release.split('-')[0]}"
     return name.split(":", 1)[1] if name.startswith("debian:") else name

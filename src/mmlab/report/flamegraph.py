@@ -12,6 +12,10 @@ from __future__ import annotations
 import hashlib
 from collections import Counter
 from html import escape
+from pathlib import Path
+
+from ..attribution.explain import Explanation
+from ..names import safe_name
 
 WIDTH = 1200
 ROW = 16
@@ -100,3 +104,30 @@ def differential(folded: Counter[str], units: float, base: Counter[str], base_un
                   if path else "rgb(230,230,230)",
                   note=f"red: more CPU time per unit than the baseline, blue: less "
                        f"(full colour = {scale:,.0f} ns)")
+
+
+def graphs(found: Explanation) -> dict[str, str]:
+    """File name -> SVG: a flame graph per arm with perf stacks and a
+    differential one per pair where both arms have them."""
+    suffix = f" (stacks through {found.focus})" if found.focus else ""
+    folded = {arm: p.stacks(found.focus) for arm, p in found.stacks.items()}
+    out = {f"flame-{safe_name(arm)}.svg":
+           render(f, f"{arm}: perf {found.stacks[arm].event}{suffix}")
+           for arm, f in folded.items() if f}
+    for p in found.pairs:
+        fa, fb = folded.get(p.arm), folded.get(p.baseline)
+        if fa and fb:
+            out[f"diff-{safe_name(p.arm)}-vs-{safe_name(p.baseline)}.svg"] = differential(
+                fa, found.stacks[p.arm].units, fb, found.stacks[p.baseline].units,
+                f"{p.arm} vs {p.baseline}{suffix}")
+    return out
+
+
+def write(out: Path, found: Explanation) -> list[Path]:
+    """The flame graphs as files in `out`, for `mmlab explain --svg` and bundles."""
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, svg in graphs(found).items():
+        (out / name).write_text(svg)
+        written.append(out / name)
+    return written

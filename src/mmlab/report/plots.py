@@ -1,7 +1,7 @@
 """Figures for reports, as PNG bytes (matplotlib, Agg backend, no display).
 
 Per metric: each arm's sample distribution, and each comparison's ratio with
-its 95% CI against the tolerance band.  Where an axis is numeric: the metric
+its CI against the tolerance band.  Where an axis is numeric: the metric
 against it, one line per value of the other axes, with the growth exponent
 of a log-log fit (ksm-rmap's cost against the VMA count; ~2 is quadratic).
 """
@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 from .data import ReportData  # noqa: E402
+from .fmt import VERDICT_COLOR, contrast  # noqa: E402
 
 
 def _png(fig) -> bytes:
@@ -53,9 +54,10 @@ def ratios(d: ReportData, metric: str) -> bytes:
     for i, c in enumerate(comps):
         lo, hi = c.ci_low, c.ci_high
         ax.errorbar([c.ratio], [i], xerr=[[c.ratio - lo], [hi - c.ratio]], fmt="o", capsize=3,
-                    color={"regression": "C3", "improvement": "C2"}.get(c.verdict, "C0"))
-    ax.set_yticks(range(len(comps)), [f"{c.arm} vs {c.baseline}" for c in comps], fontsize=8)
-    ax.set_xlabel("ratio of medians (arm / baseline), 95% CI")
+                    color=VERDICT_COLOR[c.verdict])
+    ax.set_yticks(range(len(comps)), [contrast(d.plan, c.arm, c.baseline).label for c in comps],
+                  fontsize=8)
+    ax.set_xlabel("ratio (arm / baseline) and its CI")
     ax.set_title(f"{metric}: ratios")
     ax.legend(loc="lower right", fontsize=8)
     return _png(fig)

@@ -7,24 +7,37 @@ from __future__ import annotations
 
 import re
 import shlex
+from pathlib import Path
 
 from ..build import WORKLOAD_SRC
+from ..errors import MmlabError
 from ..workloads import Workload
+
+# A local include: the file it names is concatenated instead.
+_LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*')
 
 
 def _c_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
+def harness() -> list[Path]:
+    """The harness files in concatenation order, from workloads/harness.list
+    (the list the Makefile builds from): '#' starts a comment, names are
+    separated by white space."""
+    text = (WORKLOAD_SRC / "harness.list").read_text()
+    return [WORKLOAD_SRC / name for line in text.splitlines()
+            for name in line.split("#", 1)[0].split()]
+
+
 def source(wl: Workload, params: dict[str, object], title: str) -> str:
     """The single-file C source for `wl` with `params` as default arguments."""
-    files = {p.name: p for p in WORKLOAD_SRC.glob("*.c")}
-    workload_file = next(f for f in files.values()
-                         if f'.name = "{wl.name}"' in f.read_text())
+    pieces = harness()
+    workload_file = next(f for f in sorted(WORKLOAD_SRC.glob("*.c"))
+                         if f not in pieces and f'.name = "{wl.name}"' in f.read_text())
     args = wl.args(params)
     defaults = " ".join(_c_string(a) + "," for a in args)
     symbol = re.search(r"const struct mm_workload (wl_\w+) = \{", workload_file.read_text()).group(1)
-    header = (WORKLOAD_SRC / "common.h").read_text()
     parts = [
         f"/*\n * mmlab reproducer: {title}\n"
         f" * workload {wl.name} ({wl.seed})\n"
@@ -36,14 +49,26 @@ def source(wl: Workload, params: dict[str, object], title: str) -> str:
         f"#define MMWORK_SINGLE {symbol}",
         f"#define MMWORK_DEFAULT_ARGS {defaults}",
         '#define MMWORK_VERSION "reproducer"',
-        header,
-        _strip(workload_file.read_text()),
-        _strip((WORKLOAD_SRC / "common.c").read_text()),
     ]
+    done: set[str] = set()
+    for path in [*pieces, workload_file]:
+        parts.append(_strip(path, done))
+        done.add(path.name)
     return "\n".join(parts)
 
 
-def _strip(text: str) -> str:
-    """Drop what the concatenation already has: the local include and _GNU_SOURCE."""
-    return "\n".join(line for line in text.splitlines()
-                     if line.strip() not in ('#include "common.h"', "#define _GNU_SOURCE"))
+def _strip(path: Path, done: set[str]) -> str:
+    """`path` without what the concatenation already has: _GNU_SOURCE and the
+    local includes, each of which must name a file placed before it."""
+    lines = []
+    for line in path.read_text().splitlines():
+        if line.strip() == "#define _GNU_SOURCE":
+            continue
+        include = _LOCAL_INCLUDE.fullmatch(line)
+        if include:
+            if include[1] not in done:
+                raise MmlabError(f"{path.name} includes {include[1]}, which "
+                                 "workloads/harness.list does not put before it")
+            continue
+        lines.append(line)
+    return "\n".join(lines)

@@ -2,34 +2,21 @@
 
 from __future__ import annotations
 
-import math
 import time
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from ..attribution.explain import ArmExplanation, GuestExplanation, PairExplanation
+from ..attribution.guest import figures, skipped
+from ..experiment import Plan
 from ..probe import Fact
 from ..samples import Sample
 from ..stats import Comparison, summarize
 from ..workloads import HARNESS_PARAMS, Workload
-
-
-def fmt(value: float | None, digits: int = 4) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "-"
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    mag = abs(value)
-    if mag >= 1e5:
-        return f"{value:,.0f}"
-    if mag >= 10 ** (digits - 1):
-        return f"{value:,.0f}"
-    return f"{value:.{max(0, digits - 1 - int(math.floor(math.log10(mag))))}f}"
-
-
-def pct(value: float) -> str:
-    return "-" if not math.isfinite(value) else f"{value * 100:.1f}%"
+from .fmt import (DASH, VERDICT_RICH, arrow, change, ci, contrast, missing, num, p_value, pct,
+                  ratio, signed)
 
 
 def samples_table(workload: Workload, samples: list[Sample]) -> Table:
@@ -42,10 +29,10 @@ def samples_table(workload: Workload, samples: list[Sample]) -> Table:
     table.add_column("median", justify="right", style="bold")
     table.add_column("CV", justify="right")
     for name in names:
-        arrow = "↑" if workload.metric(name).higher_is_better else "↓"
         summary = summarize([s.metrics.get(name) for s in samples])
-        table.add_row(f"{name} {arrow}", *(fmt(s.metrics.get(name)) for s in samples),
-                      fmt(summary.median), pct(summary.cv))
+        table.add_row(f"{name} {arrow(workload.metric(name))}",
+                      *(num(s.metrics.get(name)) for s in samples), num(summary.median),
+                      pct(summary.cv))
     return table
 
 
@@ -58,7 +45,7 @@ def state_table(samples: list[Sample]) -> Table:
         values = []
         for s in samples:
             v = s.state.get(key)
-            text = fmt(v) if isinstance(v, float | int) else str(v)
+            text = num(v) if isinstance(v, float | int) else str(v)
             if text not in values:
                 values.append(text)
         table.add_row(key, escape(", ".join(values)), style="yellow" if len(values) > 1 else None)
@@ -70,13 +57,13 @@ def vmstat_table(samples: list[Sample]) -> Table:
     table.add_column("counter")
     table.add_column("median", justify="right")
     for key in samples[0].vmstat_delta:
-        table.add_row(key, fmt(summarize([s.vmstat_delta.get(key, 0) for s in samples]).median))
+        table.add_row(key, num(summarize([s.vmstat_delta.get(key, 0) for s in samples]).median))
     errors: dict[str, float] = {}
     for s in samples:
         for k, v in s.errors.items():
             errors[k] = errors.get(k, 0) + v
     for k, v in errors.items():
-        table.add_row(f"[red]error {k}[/red]", fmt(v))
+        table.add_row(f"[red]error {k}[/red]", num(v))
     return table
 
 
@@ -87,7 +74,7 @@ def workloads_table(workloads: list[Workload]) -> Table:
     for w in workloads:
         params = "\n".join(f"--{p.name} ({p.default})" for p in w.params
                            if p.name not in HARNESS_PARAMS)
-        metrics = "\n".join(f"{m.name} {'↑' if m.higher_is_better else '↓'}" for m in w.metrics)
+        metrics = "\n".join(f"{m.name} {arrow(m)}" for m in w.metrics)
         table.add_row(f"[bold]{w.name}[/bold]\n{w.summary}", w.seed, params, metrics,
                       "\n".join(w.mm_paths))
     return table
@@ -113,50 +100,44 @@ def console() -> Console:
     return Console(highlight=False, width=width)
 
 
-VERDICT_STYLE = {"regression": "bold red", "improvement": "bold green", "no change": "cyan",
-                 "unreliable": "yellow", "not comparable": "magenta"}
-
-
-def pair_label(arm: str, baseline: str) -> str:
-    """'swap=zram:64M,thp=hugepage' vs 'swap=none,thp=hugepage' ->
-    'thp=hugepage: swap zram:64M vs none'; other names are kept whole."""
-    a, b = arm.split(","), baseline.split(",")
-    if not all("=" in x for x in a + b) or len(a) != len(b):
-        return f"{arm} vs {baseline}"
-    shared = [x for x in a if x in b]
-    differ = [f"{x.split('=', 1)[0]} {x.split('=', 1)[1]} vs {y.split('=', 1)[1]}"
-              for x, y in zip(a, b) if x != y]
-    return (",".join(shared) + ": " if shared else "") + "; ".join(differ)
-
-
-def compare_table(title: str, comparisons: list[Comparison]) -> Table:
-    """Mailing-list layout: medians side by side, the change, the ratio and its CI."""
+def compare_table(plan: Plan, title: str, comparisons: list[Comparison]) -> Table:
+    """Mailing-list layout: medians side by side, the change, the ratio and its
+    CI (at the level of the look that decided), p raw and corrected for the
+    family, and the rounds the verdict rests on; a noisy pair is marked."""
     table = Table(title=title)
     width = max([len(c.metric) for c in comparisons] + [6])
     table.add_column("metric", no_wrap=True, min_width=width)
     table.add_column("arm vs baseline", overflow="fold", min_width=26)
-    for col in ("baseline", "arm", "change", "ratio", "95% CI", "p"):
+    for col in ("baseline", "arm", "change", "ratio", "CI", "p", "p adj.", "rounds"):
         table.add_column(col, justify="right", no_wrap=True)
     table.add_column("verdict", no_wrap=True)
     for c in comparisons:
-        ci = "-" if not math.isfinite(c.ci_low) else f"{c.ci_low:.3f}..{c.ci_high:.3f}"
-        p = "-" if not math.isfinite(c.p_value) else f"{c.p_value:.2g}"
-        ratio = "-" if not math.isfinite(c.ratio) else f"{c.ratio:.3f}x"
-        change = "-" if not math.isfinite(c.ratio) else f"{c.change:+.1%}"
-        table.add_row(c.metric, escape(pair_label(c.arm, c.baseline)), fmt(c.median_baseline),
-                      fmt(c.median), change, ratio, ci, p,
-                      f"[{VERDICT_STYLE[c.verdict]}]{c.verdict}[/]")
+        table.add_row(c.metric, escape(contrast(plan, c.arm, c.baseline).label),
+                      num(c.median_baseline), num(c.median), change(c.ratio), ratio(c.ratio, "x"),
+                      ci(c.ci_low, c.ci_high), p_value(c.p_value), p_value(c.p_adjusted),
+                      str(c.rounds or DASH),
+                      f"[{VERDICT_RICH[c.verdict]}]{c.verdict}[/]"
+                      + (" (noisy)" if c.noisy else ""))
     return table
 
 
-def reasons(comparisons: list[Comparison]) -> list[str]:
-    """One line per distinct reason behind a verdict other than a clear one."""
-    seen, out = set(), []
+def reasons(comparisons: list[Comparison],
+            matched: dict[tuple[str, str, str], list[tuple[str, Comparison]]] | None = None
+            ) -> list[str]:
+    """Per comparison: why its verdict, how it was reached (method, CI level,
+    correction, rounds and why they stopped), the outlier trials it kept, and
+    for a pair in different page states its matched-state controls."""
+    out = []
     for c in comparisons:
-        key = (c.arm, c.baseline, c.reason)
-        if key not in seen:
-            seen.add(key)
-            out.append(f"{c.arm} vs {c.baseline}: {c.verdict}: {c.reason}")
+        level = "" if missing(c.confidence) or f"{c.confidence:.1%} CI" in c.reason \
+            else f"{c.confidence:.1%} CI"
+        how = ", ".join(x for x in (c.method, level, c.correction, c.stopped) if x)
+        out.append(f"{c.metric} {c.arm} vs {c.baseline}: {c.verdict}: {c.reason}"
+                   + (f" [{how}]" if how else ""))
+        if c.outliers:
+            out.append("  outliers (kept): " + "; ".join(map(str, c.outliers)))
+        for label, ctrl in (matched or {}).get((c.metric, c.arm, c.baseline), []):
+            out.append("  different page state; " + fmt.matched_state(label, ctrl))
     return out
 
 
@@ -166,13 +147,12 @@ def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
     table.add_column("arm")
     table.add_column("n", justify="right")
     for m in metrics:
-        arrow = "↑" if workload.metric(m).higher_is_better else "↓"
-        table.add_column(f"{m} {arrow}", justify="right")
+        table.add_column(f"{m} {arrow(workload.metric(m))}", justify="right")
     for arm, ss in samples.items():
         cells = []
         for m in metrics:
             s = summarize([x.metrics.get(m) for x in ss])
-            cells.append(f"{fmt(s.median)} ({pct(s.cv)})")
+            cells.append(f"{num(s.median)} ({pct(s.cv)})")
         table.add_row(escape(arm), str(len(ss)), *cells)
     return table
 
@@ -221,14 +201,15 @@ def trace_table(traced: dict[str, float]) -> Table:
     table.add_column("figure")
     table.add_column("function")
     table.add_column("value", justify="right")
-    for key, value in traced.items():
-        what, _, func = key.partition(".")
-        table.add_row(what.removeprefix("trace_"), func, fmt(value))
+    for f in figures(traced):
+        table.add_row(f.figure, f.function, num(f.value))
+    if skipped(traced):
+        table.add_row("skipped", ", ".join(skipped(traced)), "")
     return table
 
 
-def arm_explanation(a) -> Table:
-    table = Table(title=f"{escape(a.arm)}: CPU time {fmt(a.cpu_ns_per_unit)} ns per {a.unit} "
+def arm_explanation(a: ArmExplanation) -> Table:
+    table = Table(title=f"{escape(a.arm)}: CPU time {num(a.cpu_ns_per_unit)} ns per {a.unit} "
                         "(perf cpu-clock)")
     table.add_column("function")
     table.add_column("inclusive", justify="right")
@@ -237,39 +218,39 @@ def arm_explanation(a) -> Table:
         table.add_row(escape(f.function), pct(f.inclusive), pct(f.self_share))
     if a.callers:
         table.add_section()
-        for caller, n, us in a.callers:
-            table.add_row(escape(f"lock wait: {caller}"), f"{fmt(us)} us", f"{n} seen")
+        for c in a.callers:
+            table.add_row(escape(f"lock wait: {c.caller}"), f"{num(c.wait_us)} us",
+                          f"{c.seen} seen")
     if a.events:
         table.add_section()
-        for name, n, per in a.events:
-            table.add_row(f"event {name}", fmt(n), f"{fmt(per)}/{a.unit}")
+        for e in a.events:
+            table.add_row(f"event {e.event}", num(e.count), f"{num(e.per_unit)}/{a.unit}")
         if a.events_lost:
             table.add_row(f"[yellow]events lost to a full buffer: {a.events_lost}[/yellow]", "", "")
     return table
 
 
-def pair_explanation(p) -> Table:
-    change = p.cpu_ns_per_unit - p.cpu_ns_per_unit_baseline
-    title = (f"{pair_label(p.arm, p.baseline)}: CPU time per {p.unit} "
-             f"{fmt(p.cpu_ns_per_unit_baseline)} -> {fmt(p.cpu_ns_per_unit)} ns "
-             f"({change:+.4g} ns); where the difference is" if p.deltas else
-             f"{pair_label(p.arm, p.baseline)}: vmstat counters that differ (no perf stacks)")
+def pair_explanation(plan: Plan, p: PairExplanation) -> Table:
+    label = contrast(plan, p.arm, p.baseline).label
+    title = (f"{label}: CPU time per {p.unit} {num(p.cpu_ns_per_unit_baseline)} -> "
+             f"{num(p.cpu_ns_per_unit)} ns ({signed(p.cpu_change)} ns); where the difference is"
+             if p.deltas else f"{label}: vmstat counters that differ (no perf stacks)")
     table = Table(title=escape(title))
     for col in ("function", "baseline ns", "arm ns", "change ns", "share of change"):
         table.add_column(col, justify="left" if col == "function" else "right")
     for d in p.deltas:
-        table.add_row(escape(d.function), fmt(d.cost_baseline), fmt(d.cost), f"{d.change:+.4g}",
+        table.add_row(escape(d.function), num(d.cost_baseline), num(d.cost), signed(d.change),
                       pct(d.share_of_change))
     for kind, rows in (("vmstat", p.vmstat), ("event", p.events)):
         if rows:
             table.add_section()
         for v in rows:
-            table.add_row(f"{kind} {v.counter} per {p.unit}", fmt(v.per_unit_baseline),
-                          fmt(v.per_unit), "", "")
+            table.add_row(f"{kind} {v.counter} per {p.unit}", num(v.per_unit_baseline),
+                          num(v.per_unit), "", "")
     return table
 
 
-def overhead_table(arms) -> Table | str:
+def overhead_table(arms: list[ArmExplanation]) -> Table | str:
     """Each attribution run's metrics over the clean median: what collection costs."""
     if not any(a.overhead for a in arms):
         return ""
@@ -278,18 +259,19 @@ def overhead_table(arms) -> Table | str:
         table.add_column(col, justify="right" if col == "ratio" else "left")
     for a in arms:
         for o in a.overhead:
-            table.add_row(escape(a.arm), o.collection, o.metric, f"{o.ratio:.3f}x")
+            table.add_row(escape(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
     return table
 
 
-def guest_trace_table(guests) -> Table:
+def guest_trace_table(guests: list[GuestExplanation]) -> Table:
     """In-guest function counts and call times, side by side for every arm."""
     table = Table(title="in-guest trace per arm (instrumented trials; TCG times are emulated)")
     for col in ("arm", "figure", "function", "value", "per unit of work"):
         table.add_column(col, justify="right" if col in ("value", "per unit of work") else "left")
     for g in guests:
-        for figure, func, value, per_unit in g.rows:
-            table.add_row(escape(g.arm), figure, func, fmt(value), f"{fmt(per_unit)} /{g.unit}")
+        for f in g.figures:
+            table.add_row(escape(g.arm), f.figure, f.function, num(f.value),
+                          f"{num(f.per_unit)} /{g.unit}")
         if g.skipped:
             table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
         table.add_section()

@@ -4,67 +4,76 @@ Per metric, comparisons that contrast the same two values (debian:6.1 vs
 debian:6.12) form one table with a row per value of the other axes, the
 layout such reports use:
 
-    cpus   debian:6.1  debian:6.12   change   ratio  95% CI        verdict
+    cpus   debian:6.1  debian:6.12   change   ratio  CI            verdict
 """
 
 from __future__ import annotations
 
-import math
 import textwrap
 from collections import defaultdict
 
-from ..attribution import explain
 from ..stats import Comparison, summarize
+from . import fmt
 from .data import ReportData, regzbot_lines
-from .terminal import fmt
 
 WIDTH = 80
 MIN_LOCK_SEEN = 10      # fewer contentions than this are background, not the workload
-
-
-def _split(name: str) -> dict[str, str]:
-    return dict(part.split("=", 1) for part in name.split(",")) if "=" in name else {}
-
-
-def _contrast(c: Comparison) -> tuple[str, str, str, str]:
-    """(axes compared, baseline value, arm value, the other axes' values)."""
-    a, b = _split(c.arm), _split(c.baseline)
-    if not a or a.keys() != b.keys():
-        return ("arm", c.baseline, c.arm, "")
-    differ = [k for k in a if a[k] != b[k]]
-    shared = ",".join(f"{k}={a[k]}" for k in a if k not in differ)
-    return (",".join(differ), ",".join(b[k] for k in differ), ",".join(a[k] for k in differ),
-            shared)
-
-
-def _num(x: float) -> str:
-    return "-" if not math.isfinite(x) else fmt(x)
+TEXT_TOP = 4            # functions named per pair
+FIGURES_W = 54          # result columns between a row's label and its verdict
 
 
 def results(d: ReportData) -> list[str]:
+    """Per metric, a table per contrast (the axis values two arms differ in,
+    from the plan) with a row per value of the other axes."""
     lines = []
     for metric in d.plan.profile.metrics:
         m = d.workload.metric(metric)
-        comps = [c for c in d.judgement.comparisons if c.metric == metric]
         lines += ["", f"{metric} ({m.unit}, {m.direction} is better), medians:"]
-        groups: dict[tuple, list[tuple[str, Comparison]]] = defaultdict(list)
-        for c in comps:
-            axes, base, arm, shared = _contrast(c)
-            groups[(axes, base, arm)].append((shared, c))
+        groups: dict[tuple, list[tuple[fmt.Contrast, Comparison]]] = defaultdict(list)
+        for c in d.judgement.comparisons:
+            if c.metric == metric:
+                k = fmt.contrast(d.plan, c.arm, c.baseline)
+                groups[(k.axes, k.baseline, k.arm)].append((k, c))
         for (axes, base, arm), rows in groups.items():
-            label_w = max([len(s) for s, _ in rows] + [len(axes.split(",")[0]), 4])
-            label_w = min(label_w, 22)
-            head = (f"  {'':<{label_w}} {base[:11]:>11} {arm[:11]:>11} {'change':>7} "
-                    f"{'ratio':>6} {'95% CI':>13} verdict")
-            lines += ["", f"  {axes}: {arm} vs {base}"[:WIDTH], head[:WIDTH]]
-            for shared, c in rows:
-                ci = "-" if not math.isfinite(c.ci_low) else f"{c.ci_low:.3f}..{c.ci_high:.3f}"
-                change = "-" if not math.isfinite(c.ratio) else f"{c.change:+.1%}"
-                ratio = "-" if not math.isfinite(c.ratio) else f"{c.ratio:.3f}"
-                line = (f"  {(shared or '-')[:label_w]:<{label_w}} {_num(c.median_baseline):>11} "
-                        f"{_num(c.median):>11} {change:>7} {ratio:>6} {ci:>13} {c.verdict}")
-                lines.append(line[:WIDTH])
+            lines += ["", f"  {axes}: {arm} vs {base}"[:WIDTH]] + _table(base, arm, rows)
     return lines
+
+
+def _table(base: str, arm: str, rows: list[tuple[fmt.Contrast, Comparison]]) -> list[str]:
+    """A row per value of the other axes, headed by the axis when it is one.
+    A label too long to leave the verdict its room gets a line of its own."""
+    axes = {tuple(k for k, _ in x.shared) for x, _ in rows}
+    one = len(axes) == 1 and len(next(iter(axes))) == 1
+    head = next(iter(axes))[0] if one else ""
+    labels = [(x.shared[0][1] if one else x.others) or fmt.DASH for x, _ in rows]
+    room = WIDTH - 2 - FIGURES_W - max(len(c.verdict) for _, c in rows)
+    label_w = min(max(len(x) for x in [*labels, head]), room)
+    out = [f"  {head[:label_w]:<{label_w}} {base[:11]:>11} {arm[:11]:>11} {'change':>7} "
+           f"{'ratio':>6} {'CI':>13} verdict"[:WIDTH]]
+    for label, (_, c) in zip(labels, rows):
+        if len(label) > label_w:
+            out += _wrap(label)
+            label = ""
+        out.append(f"  {label:<{label_w}} {fmt.num(c.median_baseline):>11} "
+                   f"{fmt.num(c.median):>11} {fmt.change(c.ratio):>7} "
+                   f"{fmt.ratio(c.ratio):>6} {fmt.ci(c.ci_low, c.ci_high):>13} {c.verdict}")
+    return out
+
+
+def details(d: ReportData) -> list[str]:
+    """How each verdict was reached: method, rounds, corrected p, why the rounds
+    stopped, a noisy pair, and the outlier trials kept."""
+    out = ["", "  how each verdict was reached:"]
+    for c in d.judgement.comparisons:
+        p_adj = "" if fmt.missing(c.p_adjusted) or not c.correction else \
+            f", p {fmt.p_value(c.p_value)} ({c.correction}: {fmt.p_value(c.p_adjusted)})"
+        level = "" if fmt.missing(c.confidence) or not c.method else f", {c.confidence:.1%} CI"
+        out += _wrap(f"- {c.metric}, {c.arm} vs {c.baseline}: {c.verdict}, "
+                     f"{c.method or 'no estimate'}{level}{p_adj}; {c.stopped or '-'}"
+                     + (f"; noisy ({c.noisy})" if c.noisy else ""))
+        if c.outliers:
+            out += _wrap("outliers kept: " + "; ".join(map(str, c.outliers)), "      ")
+    return out
 
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:
@@ -80,7 +89,11 @@ def render(d: ReportData) -> str:
     out += _wrap(f"workload {d.workload.name}: {d.workload.summary} "
                  f"(reproduces seed {d.workload.seed})")
     out += _wrap(f"arms ({len(d.plan.arms)}): " + "; ".join(a.name for a in d.plan.arms))
-    out += _wrap(f"schedule: {p.repetitions} rounds, every arm once per round in an order "
+    budget = f", within {p.budget_s:g} s" if p.budget_s else ""
+    rounds = (f"{p.repetitions} rounds" if p.rounds_at_most == p.repetitions else
+              f"{p.repetitions} to {p.rounds_at_most} rounds (more while verdicts are undecided"
+              f"{budget}; {d.judgement.rounds} run)")
+    out += _wrap(f"schedule: {rounds}, every arm once per round in an order "
                  f"shuffled by seed {p.seed}; {p.samples_per_trial} sample(s) per trial after "
                  f"{p.warmups if p.warmups is not None else 'the workload default'} warm-up(s)")
     first = d.row["profile_text"].splitlines()[0] if d.row["profile_text"] else ""
@@ -103,18 +116,30 @@ def render(d: ReportData) -> str:
         note = " (emulated timings: comparable only with each other)" if "tcg" in accel else ""
         out += _wrap(f"guests in QEMU, accelerator {accel}{note}")
     out += ["", "Results"] + _wrap(
-        f"ratio = arm / baseline of medians; 95% CI by bootstrap, p by Mann-Whitney U; "
-        f"no change = CI inside +-{p.tolerance:.0%}")
+        f"ratio = typical arm / baseline ratio of a round (Hodges-Lehmann), CI from the "
+        f"Wilcoxon signed-rank distribution, p by signed-rank test (unpaired: ratio of medians, "
+        f"bootstrap CI, Mann-Whitney U); no change = CI inside +-{p.tolerance:.0%}; regression "
+        f"or improvement = p "
+        + ("(Holm-corrected over the comparisons judged together) " if p.correction == "holm"
+           else "(uncorrected) ")
+        + f"below alpha and the ratio beyond +-{p.tolerance:.0%}; "
+        f"{d.judgement.criteria.describe()}")
     out += results(d)
+    out += details(d)
     out += ["", "Same-state audit"]
     findings = {k: v for k, v in d.judgement.findings.items() if v}
     if not findings:
         out += _wrap("every compared pair ran in the same page state where the profile did "
                      "not ask for a difference (THP backing, swap, KSM, VMAs, kernel, errors)")
     for (arm, base), found in findings.items():
-        out += _wrap(f"{arm} vs {base} is not comparable:")
+        out += _wrap(f"{arm} vs {base} is not comparable (its ratios above compare "
+                     "different page states):")
         for f in dict.fromkeys(map(str, found)):
             out += _wrap(f"- {f}", "    ")
+        for (metric, a, b), controls in d.judgement.matched.items():
+            if (a, b) == (arm, base):
+                for label, ctrl in controls:
+                    out += _wrap(f"- {metric}: {fmt.matched_state(label, ctrl)}", "    ")
     out += attribution(d)
     if d.missing:
         out += ["", "Missing"]
@@ -133,28 +158,29 @@ def render(d: ReportData) -> str:
 
 
 def attribution(d: ReportData) -> list[str]:
-    if not d.attributions:
+    found = d.explanation
+    if not found:
         return []
-    focus = d.plan.profile.focus
     out = ["", "Where the time went (attribution trials, separate from timing)"]
-    if focus:
-        out += _wrap(f"perf stacks through {focus} only (the phase the metrics measure)")
-    found = explain.explain_experiment(d.plan, d.attributions, d.samples, focus, n=4)
+    if found.focus:
+        out += _wrap(f"perf stacks through {found.focus} only (the phase the metrics measure)")
     for ex in found.pairs:
         if ex.deltas:
-            change = ex.cpu_ns_per_unit - ex.cpu_ns_per_unit_baseline
-            tops = ", ".join(f"{x.function} {x.change:+.4g} ns" for x in ex.deltas)
+            tops = ", ".join(f"{x.function} {fmt.signed(x.change)} ns"
+                             for x in ex.deltas[:TEXT_TOP])
             out += _wrap(f"{ex.arm} vs {ex.baseline}: CPU time per {ex.unit} "
-                         f"{change:+.4g} ns; largest changes: {tops}")
+                         f"{fmt.signed(ex.cpu_change)} ns; largest changes: {tops}")
     guests = {g.arm: g for g in found.guests}
     arms = {a.arm: a for a in found.arms}
     for arm in d.attributions:
         if arm in guests:
-            rows = ", ".join(f"{fig} {fn} {fmt(v)}" for fig, fn, v, _ in guests[arm].rows[:6])
+            rows = ", ".join(f"{f.figure} {f.function} {fmt.num(f.value)}"
+                             for f in guests[arm].figures[:6])
             out += _wrap(f"{arm} (in-guest trace): {rows}")
         callers = arms[arm].callers[:2] if arm in arms else []
-        for caller, n, us in (x for x in callers if x[1] >= MIN_LOCK_SEEN):
-            out += _wrap(f"{arm}: lock waits ~{fmt(us)} us in {caller} ({n} seen)")
+        for c in (c for c in callers if c.seen >= MIN_LOCK_SEEN):
+            out += _wrap(f"{arm}: lock waits ~{fmt.num(c.wait_us)} us in {c.caller} "
+                         f"({c.seen} seen)")
     return out
 
 

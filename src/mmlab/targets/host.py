@@ -1,93 +1,63 @@
-"""Run a workload on the running kernel.
-
-mmwork is started as a child; its stdout is read line by line so that each
-sample reaches the caller (and the store) as soon as it is printed.  The
-global settings the workload itself touches (KSM for ksm-rmap) are journaled
-first, so that a SIGKILLed mmwork cannot leave them changed.
-"""
+"""The running kernel as a target: the arm's global settings are applied
+through the journal before each trial and restored after it, the
+environment is recorded as it then is, and mmwork runs as a child."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-
-from .. import knobs
-from ..build import mmwork_path
+from .. import knobs, mmwork, probe
+from ..attribution import collect
 from ..errors import MmlabError
-from ..samples import Sample, parse_line
-from ..workloads import Workload
+from ..experiment import Arm, Plan
+from . import TrialError, TrialResult
 
 
-class TrialFailed(MmlabError):
-    """mmwork exited non-zero or was killed; carries its stderr tail."""
+class HostTarget:
+    name = "host"
 
+    def __init__(self, allow_changes: bool = False):
+        self.allow_changes = allow_changes
+        self.journal = knobs.Journal()
 
-@contextmanager
-def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iterator[None]:
-    files = [path for path in workload.host_settings if path.startswith("/") and " " not in path]
-    with journal.session():
-        for path in files:
-            journal.record_file(path)
-        yield
+    def _allowed(self, plan: Plan) -> bool:
+        return self.allow_changes or plan.profile.host_changes
 
+    def check(self, plan: Plan) -> None:
+        """Refuse before the first trial, naming the setting, unless allowed."""
+        arms = [a for a in plan.arms if a.kernel == "host"]
+        if self._allowed(plan) or not arms:
+            return
+        wl = plan.workload
+        if wl.host_settings:
+            raise MmlabError(f"{wl.name} changes {wl.host_settings[0]} while it runs; set "
+                             "host_changes = true in the profile or pass --allow-host-changes")
+        for arm in arms:
+            changes = arm.settings.changes()
+            if changes:
+                raise MmlabError(f"arm {arm.name} would change {changes[0]}; set host_changes = "
+                                 "true in the profile or pass --allow-host-changes")
 
-def parse_cpus(text: str) -> set[int]:
-    """'0-1,3' -> {0, 1, 3}; a bare count '2' -> the first two usable CPUs.
-    Checked against the CPUs this process may use."""
-    online = os.sched_getaffinity(0)
-    if text.isdigit():
-        if int(text) > len(online):
-            raise MmlabError(f"cpus = {text}: only {len(online)} CPUs are available")
-        return set(sorted(online)[:int(text)])
-    cpus: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    if not cpus <= online:
-        raise MmlabError(f"cpus = {text!r}: CPU {min(cpus - online)} is not available "
-                         f"(have {sorted(online)})")
-    return cpus
+    def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
+        env = None
+        with self.journal.session():
+            try:
+                knobs.apply(arm.settings, self.journal, self._allowed(plan))
+                env = probe.environment()
+                samples = mmwork.run(plan.workload, arm.params,
+                                     samples=plan.profile.samples_per_trial,
+                                     warmups=plan.profile.warmups, journal=self.journal,
+                                     cpus=arm.cpus)
+            except MmlabError as exc:
+                raise TrialError(str(exc), env) from exc
+        return TrialResult(samples, env)
 
-
-def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
-        journal: knobs.Journal | None = None, cpus: str | None = None,
-        on_sample: Callable[[Sample], None] | None = None,
-        prefix: list[str] | None = None) -> list[Sample]:
-    """Run `samples` measured samples in one mmwork process and return them.
-
-    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `prefix`
-    wraps it (e.g. `perf record ... --`) for attribution runs."""
-    journal = journal or knobs.Journal()
-    argv = [*(prefix or []), str(mmwork_path()), workload.name, *workload.args(params),
-            "--samples", str(samples)]
-    if warmups is not None:
-        argv += ["--warmups", str(warmups)]
-    got: list[Sample] = []
-    with _guard_workload_settings(workload, journal):
-        cpuset = parse_cpus(cpus) if cpus else None
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
-                                if cpuset else None)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sample = parse_line(line)
-                got.append(sample)
-                if on_sample:
-                    on_sample(sample)
-            stderr = proc.stderr.read() if proc.stderr else ""
-            rc = proc.wait()
-        except BaseException:
-            # Ctrl-C or an error of ours: let mmwork restore its settings first.
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            raise
-    if rc:
-        tail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
-        raise TrialFailed(tail if rc == 2 else f"{workload.name} failed: {tail}")
-    if len(got) != samples:
-        raise TrialFailed(f"{workload.name}: expected {samples} samples, got {len(got)}")
-    return got
+    def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
+        """One run under perf, two under lock tracing, one counting
+        tracepoints, each its own mmwork process with the arm's settings."""
+        wl, params, cpus = plan.workload, arm.params, arm.cpus
+        with self.journal.session():
+            knobs.apply(arm.settings, self.journal, self._allowed(plan))
+            tf = knobs.Tracefs().mount(self.journal)
+            found = {"stacks": collect.perf_stacks(wl, params, cpus),
+                     "locks": collect.lock_contention(wl, params, cpus, tf),
+                     "events": collect.tracepoint_counts(wl, params, cpus, tf)}
+        return {kind: data for kind, data in found.items() if data is not None}

@@ -2,9 +2,10 @@
 one trial and sends its output back over the second serial port.
 
 The base archive is built once per (mmwork, busybox, init) and cached by
-their hash.  Each trial appends a second, tiny archive holding /trial.sh:
-the kernel unpacks concatenated cpio archives in order, so no rebuild is
-needed per trial.  The archives are written here in the "newc" format
+their hash.  Each trial appends a tiny archive holding /trial.sh: the kernel
+unpacks concatenated cpio archives in order, so no rebuild is needed per
+trial.  A trial that needs the kernel's own modules (zram, virtio_blk for
+guest swap) gets a third archive between them, made once per kernel.  The archives are written here in the "newc" format
 (what the kernel's initramfs unpacker reads), so no cpio tool is needed.
 """
 
@@ -108,12 +109,32 @@ def _is_static(path: Path) -> bool:
                != 3 for i in range(phnum))
 
 
-def trial_initrd(base: Path, script: str, dest: Path) -> Path:
-    """base archive + a second gzip'd archive holding /trial.sh, in one file.
+def modules_archive(kernel) -> Path:
+    """A gzip'd archive of the kernel's stored modules under
+    /lib/modules/mmlab/, made once and kept beside the kernel."""
+    path = Path(kernel.dir) / "modules.cpio.gz"
+    if path.exists():
+        return path
+    files = {d: (0o040755, b"") for d in ("lib", "lib/modules", "lib/modules/mmlab")}
+    for name in kernel.modules:
+        files[f"lib/modules/mmlab/{name}.ko"] = (0o100644,
+                                                  (Path(kernel.dir) / "modules" / f"{name}.ko")
+                                                  .read_bytes())
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+    tmp.rename(path)
+    return path
+
+
+def trial_initrd(base: Path, script: str, dest: Path, extra: list[Path] | None = None) -> Path:
+    """base archive (+ extra archives, such as a kernel's modules) + a last
+    gzip'd archive holding /trial.sh, in one file.
 
     The kernel starts each further archive at a 4-byte boundary after zero
-    padding, so the base is padded before the trial part is appended."""
-    data = base.read_bytes()
-    data += b"\0" * (-len(data) % 4)
+    padding, so each part is padded before the next is appended."""
+    data = b""
+    for part in [base, *(extra or [])]:
+        data += part.read_bytes()
+        data += b"\0" * (-len(data) % 4)
     dest.write_bytes(data + gzip.compress(cpio({"trial.sh": (0o100755, script.encode())})))
     return dest

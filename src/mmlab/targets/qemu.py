@@ -1,10 +1,17 @@
 """Run a workload on another kernel, booted in QEMU.
 
-The guest has no disk and no network: `-kernel` and `-initrd` only, the
-console on ttyS0 (kept as a log) and the results on ttyS1, where /init
-frames stdout, stderr and the exit status with a SHA-256 each.  One boot
-runs one trial: its warm-ups and all its samples, so boot time stays out of
-the measurements.
+The guest boots with `-kernel` and `-initrd`, no network, the console on
+ttyS0 (kept as a log) and the results on ttyS1, where /init frames stdout,
+stderr and the exit status with a SHA-256 each.  One boot runs one trial:
+its warm-ups and all its samples, so boot time stays out of the
+measurements.
+
+Swap in a guest is the arm's `swap`: `zram:SIZE` is a zram device of the
+guest's own kernel, `file:SIZE` a virtio disk of SIZE (a sparse file on the
+host) used whole as the guest's swap device.  The kernel's own modules
+(zram, its compressors, virtio_blk) go into the initramfs when they are
+modules.  `numa_nodes` splits the guest's memory (and its vCPUs, round
+robin) into that many NUMA nodes with QEMU's `-numa`.
 
 KVM is used when the kernel really boots under it (tried once per kernel
 and remembered); otherwise TCG with one host thread per vCPU.  Every sample
@@ -26,19 +33,24 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import kernels
+from collections.abc import Callable
+
+from .. import kernels, mmwork, probe
+from ..attribution.guest import Instrumentation, guest_trace_record
 from ..errors import MmlabError
-from ..knobs import HostSettings
+from ..experiment import Arm, Plan
+from ..knobs import HostSettings, parse_size
+from ..mmwork import TrialFailed
 from ..samples import Sample, parse_line
 from ..workloads import Workload
-from . import initramfs
-from .host import TrialFailed
+from . import TrialError, TrialResult, initramfs
 
 QEMU = "qemu-system-x86_64"
 CMDLINE = "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init"
 CONSOLE_TAIL = 15
 STARTED = "mmlab-guest: running trial"   # /init prints it before the trial
 BOOT_RETRIES = 2
+GUEST_TRACE_SAMPLES = 3  # one boot; several samples give compaction more chances to reach KSM pages
 FRAME = re.compile(r"^MMLAB-FRAME (\w+) ([0-9a-f]{64}) (\d+)\n(.*?)^MMLAB-END \1$",
                    re.M | re.S)
 FAILURE_PATTERNS = (
@@ -49,68 +61,6 @@ FAILURE_PATTERNS = (
 
 
 @dataclass(frozen=True)
-class Instrumentation:
-    """In-guest tracing for attribution runs, never for clean timing runs.
-
-    `count`: functions whose calls are counted (a kprobe each, summed by a
-    hist trigger).  `time`: functions whose every call is timed by the
-    function_graph tracer (count, total and longest, in microseconds)."""
-    count: tuple[str, ...] = ()
-    time: tuple[str, ...] = ()
-
-    def script_before(self) -> list[str]:
-        t = "/sys/kernel/tracing"
-        lines = [f"echo 0 > {t}/tracing_on", f"echo 65536 > {t}/buffer_size_kb"]
-        for f in self.count:
-            q = shlex.quote(f)
-            # A trigger on a disabled event runs in "soft" mode: counted by the
-            # hist, never written to the ring buffer the timings are read from.
-            # A function this kernel lacks (or blacklists for kprobes) is skipped.
-            lines += [f"{{ echo 'p:mmlab/{f} {f}' >> {t}/kprobe_events && "
-                      f"echo 'hist:keys=common_pid:vals=hitcount' > {t}/events/mmlab/{q}/trigger; }}"
-                      f" 2>/dev/null || echo 'SKIP {f}' >&2"]
-        if self.time:
-            lines += [f"echo {shlex.quote(f)} >> {t}/set_ftrace_filter 2>/dev/null || "
-                      f"echo 'SKIP {f}' >&2" for f in self.time]
-            lines += [f"echo function_graph > {t}/current_tracer"]
-        return lines + [f"echo 1 > {t}/tracing_on"]
-
-    def script_after(self) -> list[str]:
-        t = "/sys/kernel/tracing"
-        lines = [f"echo 0 > {t}/tracing_on"]
-        for f in self.count:
-            q = shlex.quote(f)
-            lines.append(f"[ -e {t}/events/mmlab/{q}/hist ] && echo \"COUNT {f} "
-                         f"$(grep -o 'hitcount: *[0-9]*' {t}/events/mmlab/{q}/hist | "
-                         "awk '{s+=$2} END {print s+0}')\" >&2 || true")
-        if self.time:
-            # function_graph lines end in "| name();" with the duration and its unit before.
-            lines.append(
-                f"awk '/\\(\\);/ {{ for (i = 1; i <= NF; i++) if ($i ~ /^(us|ms|s)$/) {{ "
-                "v = $(i-1); u = $i; f = $NF; sub(/\\(\\);/, \"\", f); "
-                "m = (u == \"ms\") ? 1000 : (u == \"s\") ? 1000000 : 1; v *= m; "
-                "n[f]++; s[f] += v; if (v > x[f]) x[f] = v } } "
-                "END { for (f in n) printf \"TIME %s %d %.3f %.3f\\n\", f, n[f], s[f], x[f] }' "
-                f"{t}/trace >&2")
-        return lines
-
-    @staticmethod
-    def parse(stderr: str) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for line in stderr.splitlines():
-            f = line.split()
-            if len(f) == 3 and f[0] == "COUNT":
-                out[f"trace_calls.{f[1]}"] = float(f[2])
-            elif len(f) == 2 and f[0] == "SKIP":
-                out[f"trace_skipped.{f[1]}"] = 1.0
-            elif len(f) == 5 and f[0] == "TIME":
-                out[f"trace_timed_calls.{f[1]}"] = float(f[2])
-                out[f"trace_total_us.{f[1]}"] = float(f[3])
-                out[f"trace_max_us.{f[1]}"] = float(f[4])
-        return out
-
-
-@dataclass(frozen=True)
 class Guest:
     """What a trial's VM looks like."""
     kernel: kernels.Kernel
@@ -118,6 +68,7 @@ class Guest:
     memory_mb: int = 1024
     extra_cmdline: str = ""
     timeout_s: float = 600
+    numa_nodes: int = 1
 
 
 class BootFailed(TrialFailed):
@@ -154,13 +105,34 @@ class BootResult:
     seconds: float
 
 
-def _qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: Path) -> list[str]:
+def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
+    """QEMU's -numa: memory split evenly (node 0 takes the rest), vCPU i on
+    node i mod nodes; a node without vCPUs is a memory-only node."""
+    if nodes <= 1:
+        return []
+    if memory_mb // nodes < 64:
+        raise MmlabError(f"numa_nodes = {nodes}: {memory_mb} MiB gives each node less than "
+                         "64 MiB")
+    args = []
+    for n in range(nodes):
+        size = memory_mb // nodes + (memory_mb % nodes if n == 0 else 0)
+        cpus = "".join(f",cpus={c}" for c in range(vcpus) if c % nodes == n)
+        args += ["-object", f"memory-backend-ram,id=mem{n},size={size}M",
+                 "-numa", f"node,nodeid={n}{cpus},memdev=mem{n}"]
+    return args
+
+
+def _qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: Path,
+               disk: Path | None = None) -> list[str]:
     accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
                   else ["-accel", "tcg,thread=multi", "-cpu", "max"])
+    disk_args = ["-drive", f"file={disk},format=raw,if=virtio,cache=writeback"] if disk else []
     return [QEMU, "-machine", "pc", *accel_args, "-smp", str(guest.vcpus),
-            "-m", str(guest.memory_mb), "-kernel", str(guest.kernel.image),
+            "-m", str(guest.memory_mb),
+            *numa_args(guest.numa_nodes, guest.vcpus, guest.memory_mb),
+            "-kernel", str(guest.kernel.image),
             "-initrd", str(initrd), "-append", f"{CMDLINE} {guest.extra_cmdline}".strip(),
-            "-display", "none", "-nodefaults", "-no-reboot",
+            "-display", "none", "-nodefaults", "-no-reboot", *disk_args,
             "-serial", f"file:{console}", "-serial", f"file:{results}"]
 
 
@@ -181,12 +153,21 @@ def _tail(console: str) -> str:
     return " | ".join(lines[-CONSOLE_TAIL:])
 
 
-def _boot(guest: Guest, script: str, accel: str, cache: Path) -> BootResult:
+def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None
+          ) -> BootResult:
     with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
         tmpd = Path(tmp)
-        initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd")
+        extra = [initramfs.modules_archive(guest.kernel)] if needs_modules(guest.kernel, swap) \
+            else []
+        initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd",
+                                        extra)
         console, results = tmpd / "console.log", tmpd / "results.log"
-        argv = _qemu_argv(guest, initrd, accel, console, results)
+        disk = None
+        if swap and swap.startswith("file:"):
+            disk = tmpd / "swap.img"
+            with open(disk, "wb") as f:          # sparse: blocks appear as the guest swaps
+                f.truncate(parse_size(swap.split(":", 1)[1]))
+        argv = _qemu_argv(guest, initrd, accel, console, results, disk)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -227,20 +208,63 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path) -> BootResult:
     return BootResult(frames, text, seconds)
 
 
+NUMA_MARK = re.compile(r"^mmlab-guest: numa nodes (\d+)$", re.M)
+
+
+def needs_modules(kernel: kernels.Kernel, swap: str | None) -> bool:
+    """Does this swap need modules of the kernel's (zram, virtio_blk as modules)?"""
+    if not swap or swap == "none":
+        return False
+    option = "CONFIG_ZRAM" if swap.startswith("zram:") else "CONFIG_VIRTIO_BLK"
+    value = kernel.option(option)
+    if value == "m" and not kernel.modules:
+        raise MmlabError(f"swap = {swap}: {kernel.name} has {option}=m but no modules were "
+                         f"stored with it; fetch it again (mmlab kernels add {kernel.name})")
+    if value not in ("y", "m"):
+        raise MmlabError(f"swap = {swap}: {kernel.name} has no {option} "
+                         "(build it with that option)")
+    return value == "m"
+
+
+def swap_script(kernel: kernels.Kernel, swap: str | None) -> list[str]:
+    """Lines of /trial.sh that give the guest the arm's swap: the kernel's
+    modules loaded first when they are modules, then a zram device or the
+    virtio disk made swap and turned on."""
+    if not swap or swap == "none":
+        return []
+    lines = []
+    if needs_modules(kernel, swap):
+        lines += [f"insmod /lib/modules/mmlab/{m}.ko || true" for m in kernel.modules]
+    kind, size = swap.split(":", 1)
+    if kind == "zram":
+        dev = "/dev/zram0"
+        lines += ["[ -e /sys/block/zram0 ] || { echo 'mmlab: no zram device in the guest' >&2; "
+                  "exit 97; }",
+                  f"echo {parse_size(size)} > /sys/block/zram0/disksize"]
+    else:
+        dev = "/dev/vda"
+        lines += ["for i in $(seq 100); do [ -b /dev/vda ] && break; sleep 0.1; done",
+                  "[ -b /dev/vda ] || { echo 'mmlab: no virtio disk /dev/vda in the guest' >&2; "
+                  "exit 97; }"]
+    return lines + [f"mkswap {dev} > /dev/null", f"swapon {dev}"]
+
+
 def trial_script(workload: Workload, params: dict[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
-                 instrument: Instrumentation | None = None) -> str:
-    """The guest's /trial.sh: apply the arm's settings, then run mmwork."""
+                 instrument: Instrumentation | None = None,
+                 kernel: kernels.Kernel | None = None) -> str:
+    """The guest's /trial.sh: give it the arm's swap, apply the arm's
+    settings, say how many NUMA nodes it has, then run mmwork."""
     lines = ["set -e"]
-    for path, value in settings.files():
-        lines.append(f"echo {shlex.quote(value)} > {shlex.quote(path)}")
     if settings.swap not in (None, "none"):
-        raise MmlabError(f"swap = {settings.swap}: guests have no swap device yet "
-                         "(only swap = none runs in QEMU)")
-    argv = ["/bin/mmwork", workload.name, *workload.args(params), "--samples", str(samples)]
-    if warmups is not None:
-        argv += ["--warmups", str(warmups)]
-    command = " ".join(shlex.quote(a) for a in argv)
+        if kernel is None:
+            raise MmlabError(f"swap = {settings.swap}: a guest's swap needs its kernel")
+        lines += swap_script(kernel, settings.swap)
+    for knob, value in settings.files():
+        lines.append(f"echo {shlex.quote(value)} > {shlex.quote(knob.path)}")
+    lines.append('echo "mmlab-guest: numa nodes $(ls -d /sys/devices/system/node/node* '
+                 '2>/dev/null | wc -l)" > /dev/ttyS0')
+    command = shlex.join(mmwork.argv(workload, params, samples, warmups, binary="/bin/mmwork"))
     if not instrument:
         lines.append("exec " + command)
         return "\n".join(lines) + "\n"
@@ -263,10 +287,10 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     under `trace_*` names, covering the whole trial (warm-ups included)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
-    script = trial_script(workload, params, samples, warmups, settings, instrument)
+    script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
     for retry in range(BOOT_RETRIES + 1):
         try:
-            boot = _boot(guest, script, accel, cache)
+            boot = _boot(guest, script, accel, cache, settings.swap)
             break
         except BootFailed:
             if retry == BOOT_RETRIES:
@@ -283,12 +307,15 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
         raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: {stderr[-300:]}")
+    numa = NUMA_MARK.search(boot.console)
     for s in got:
         s.counts.update(traced)
         s.state["instrumented"] = 1.0 if instrument else 0.0
         s.state.update({"target": "qemu", "accelerator": accel, "guest_kernel": guest.kernel.name,
+                        "guest_kernel_package": guest.kernel.package_version or guest.kernel.version,
                         "guest_vcpus": float(guest.vcpus),
                         "guest_memory_mb": float(guest.memory_mb),
+                        "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry)})
     return got
 
@@ -298,9 +325,85 @@ def qemu_version() -> str:
     return proc.stdout.splitlines()[0] if proc.returncode == 0 else "not installed"
 
 
-def guest_environment(guest: Guest, accel: str, why: str) -> dict[str, object]:
-    return {"target": "qemu", "guest_kernel": guest.kernel.name,
-            "guest_kernel_version": guest.kernel.version, "guest_kernel_source": guest.kernel.source,
-            "guest_config_sha256": guest.kernel.config_sha256, "accelerator": accel,
-            "accelerator_why": why, "vcpus": guest.vcpus, "memory_mb": guest.memory_mb,
+def guest_environment(guest: Guest, accel: str, why: str,
+                      swap: str | None = None) -> dict[str, object]:
+    """What the trial ran on; `swap` replaces the host's swap areas in the
+    environment, since the guest's are the ones its trial saw."""
+    k = guest.kernel
+    return {"target": "qemu", "guest_kernel": k.name, "guest_kernel_version": k.version,
+            "guest_kernel_source": k.source, "guest_kernel_package_version": k.package_version,
+            "guest_kernel_suite": k.suite, "guest_kernel_flavour": k.flavour,
+            "guest_kernel_packaging": k.packaging, "guest_config_sha256": k.config_sha256,
+            "accelerator": accel, "accelerator_why": why, "vcpus": guest.vcpus,
+            "memory_mb": guest.memory_mb, "numa_nodes": guest.numa_nodes,
+            "swap": [] if not swap or swap == "none" else
+            ["/dev/zram0" if swap.startswith("zram:") else "/dev/vda (virtio disk)"],
+            "guest_swap": swap or "none",
             "qemu": qemu_version(), "cmdline": f"{CMDLINE} {guest.extra_cmdline}".strip()}
+
+
+class QemuTarget:
+    """One guest kernel: each trial is one boot, the arm's settings written
+    by the guest's /trial.sh, so nothing on the host changes.  The kernel is
+    fetched (Debian) or looked up (local, build) once; if that fails, every
+    trial of this target fails with the reason."""
+
+    def __init__(self, kernel: str, say: Callable[[str], None] = print):
+        self.name = f"qemu:{kernel}"
+        self.kernel_name = kernel
+        self.say = say
+        self._kernel: kernels.Kernel | MmlabError | None = None
+
+    def kernel(self) -> kernels.Kernel:
+        if self._kernel is None:
+            try:
+                self._kernel = kernels.get(self.kernel_name)
+                if self._kernel.name.startswith("debian:") and \
+                        self._kernel.format < kernels.FORMAT:
+                    raise MmlabError("cached by an older mmlab")
+            except MmlabError as missing:
+                self._kernel = missing
+                if self.kernel_name.startswith("debian:"):
+                    self.say(f"fetching kernel {self.kernel_name} (apt-get download)")
+                    try:
+                        self._kernel = kernels.ensure(self.kernel_name)
+                    except MmlabError as exc:
+                        self._kernel = exc
+        if isinstance(self._kernel, MmlabError):
+            raise self._kernel
+        return self._kernel
+
+    def check(self, plan: Plan) -> None:
+        """Guests change only their own disposable kernel: nothing to consent
+        to.  The kernel is made ready now, before the first trial."""
+        try:
+            self.kernel()
+        except MmlabError as exc:
+            self.say(f"{self.name}: {exc}; its trials will fail")
+
+    def guest(self, arm: Arm, plan: Plan) -> Guest:
+        return Guest(self.kernel(), vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
+                     extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s,
+                     numa_nodes=getattr(arm, "numa_nodes", 1) or 1)
+
+    def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
+        guest = self.guest(arm, plan)
+        accel, why = accelerator(guest.kernel, initramfs_cache())
+        env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
+        try:
+            samples = run(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
+                          plan.profile.warmups, arm.settings)
+        except MmlabError as exc:
+            raise TrialError(str(exc), env) from exc
+        return TrialResult(samples, env)
+
+    def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
+        """One instrumented boot of GUEST_TRACE_SAMPLES samples: calls of the
+        profile's `trace_count` functions and call times of its `trace_time`
+        ones (default: the workload's declared mm paths, timing the first)."""
+        wl = plan.workload
+        count = tuple(plan.profile.trace_count) or wl.mm_paths
+        time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
+        got = run(self.guest(arm, plan), wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
+                  settings=arm.settings, instrument=Instrumentation(count, time_))
+        return {"guest_trace": guest_trace_record(got)}

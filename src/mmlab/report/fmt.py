@@ -1,0 +1,134 @@
+"""How every report writes a number, a missing value, a change, a verdict, a
+pair of arms and a file name, so the terminal, the text report, the HTML
+report and the bundle cannot disagree (one dash for a missing value, never
+"nan" in one place and "-" in another)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..experiment import Plan
+from ..names import axis_text
+from ..stats import Verdict
+from ..workloads import Metric
+
+DASH = "-"
+
+
+def missing(x: float | None) -> bool:
+    """None, NaN and infinities have no figure to show."""
+    return x is None or not math.isfinite(x)
+
+
+def num(x: float | None, digits: int = 4) -> str:
+    """About `digits` significant digits, thousands separated; whole numbers whole."""
+    if missing(x):
+        return DASH
+    if float(x).is_integer():
+        return f"{int(x):,}"
+    mag = abs(x)
+    if mag >= 10 ** (digits - 1):
+        return f"{x:,.0f}"
+    return f"{x:.{max(0, digits - 1 - int(math.floor(math.log10(mag))))}f}"
+
+
+def pct(x: float | None) -> str:
+    """A share: 0.125 -> 12.5%."""
+    return DASH if missing(x) else f"{x * 100:.1f}%"
+
+
+def change(ratio: float | None) -> str:
+    """A ratio as the signed change it means: 1.3 -> +30.0%."""
+    return DASH if missing(ratio) else f"{ratio - 1:+.1%}"
+
+
+def ratio(x: float | None, suffix: str = "") -> str:
+    return DASH if missing(x) else f"{x:.3f}{suffix}"
+
+
+def ci(low: float | None, high: float | None) -> str:
+    return DASH if missing(low) or missing(high) else f"{low:.3f}..{high:.3f}"
+
+
+def p_value(p: float | None) -> str:
+    return DASH if missing(p) else f"{p:.2g}"
+
+
+def signed(x: float | None) -> str:
+    """A difference in its own unit: +641.2, -12.5."""
+    return DASH if missing(x) else f"{x:+.4g}"
+
+
+def matched_state(label: str, c) -> str:
+    """A matched-state control's verdict, said beside the different-state pair
+    it controls: 'in matched state (thp=nohugepage): no change, ratio 0.970
+    (90.0% CI 0.950..1.000)'."""
+    level = "" if missing(c.confidence) else f"{c.confidence:.1%} "
+    return (f"in matched state ({label}): {c.verdict}, ratio {ratio(c.ratio)} "
+            f"({level}CI {ci(c.ci_low, c.ci_high)})")
+
+
+def arrow(metric: Metric) -> str:
+    """Which way is better."""
+    return "↑" if metric.higher_is_better else "↓"
+
+
+# Rich markup for the terminal; colours for HTML and plots.
+VERDICT_RICH = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "bold green",
+                Verdict.NO_CHANGE: "cyan", Verdict.UNRELIABLE: "yellow",
+                Verdict.NOT_COMPARABLE: "magenta"}
+VERDICT_COLOR = {Verdict.REGRESSION: "#b00000", Verdict.IMPROVEMENT: "#007000",
+                 Verdict.NO_CHANGE: "#225588", Verdict.UNRELIABLE: "#aa6600",
+                 Verdict.NOT_COMPARABLE: "#880088"}
+
+
+def verdict_class(v: Verdict) -> str:
+    """The CSS class of a verdict: 'not comparable' -> 'not-comparable'."""
+    return Verdict(v).replace(" ", "-")
+
+
+@dataclass(frozen=True)
+class Contrast:
+    """What tells two arms apart, from their axis values in the plan."""
+    differ: tuple[tuple[str, str, str], ...]   # (axis, baseline value, arm value)
+    shared: tuple[tuple[str, str], ...] = ()   # the other axes and their common values
+    by_name: bool = False                      # no axis tells them apart: ("arm", names)
+
+    @property
+    def axes(self) -> str:
+        return ",".join(axis for axis, _, _ in self.differ)
+
+    @property
+    def baseline(self) -> str:
+        return ",".join(b for _, b, _ in self.differ)
+
+    @property
+    def arm(self) -> str:
+        return ",".join(a for _, _, a in self.differ)
+
+    @property
+    def others(self) -> str:
+        """'cpus=2,thp=never'."""
+        return ",".join(f"{k}={v}" for k, v in self.shared)
+
+    @property
+    def label(self) -> str:
+        """'cpus=2: kernel debian:6.12 vs debian:6.1'; arms told apart by name:
+        'huge vs small'."""
+        if self.by_name:
+            return f"{self.arm} vs {self.baseline}"
+        differ = "; ".join(f"{k} {a} vs {b}" for k, b, a in self.differ)
+        return f"{self.others}: {differ}" if self.shared else differ
+
+
+def contrast(plan: Plan, arm: str, baseline: str) -> Contrast:
+    """Arms with the same axes are told apart by the values that differ;
+    others (explicit arms, an A/A pair) by their names."""
+    a, b = plan.arm(arm).values, plan.arm(baseline).values
+    differ = [k for k in a if axis_text(a[k]) != axis_text(b.get(k))]
+    if not differ or a.keys() != b.keys():
+        return Contrast((("arm", baseline, arm),), by_name=True)
+    return Contrast(tuple((k, axis_text(b[k]), axis_text(a[k])) for k in differ),
+                    tuple((k, axis_text(a[k])) for k in a if k not in differ))
+

@@ -1,0 +1,44 @@
+/*
+ * core-procfs.h - reading the kernel's text files: /proc/meminfo,
+ * /proc/vmstat, /proc/self/smaps, /proc/stat and sysfs values.
+ *
+ * What the memory really was is read from these files; parsing them in one
+ * place means every sample and every workload reads them the same way.
+ */
+#ifndef MMWORK_CORE_PROCFS_H
+#define MMWORK_CORE_PROCFS_H
+
+#include <stddef.h>
+
+#include "core-workload.h"
+
+/* sysfs/procfs text files. */
+int mm_read_text(const char *path, char *buf, size_t len);
+long mm_read_long(const char *path);
+long mm_meminfo_kb(const char *key);
+/* The bracketed word of a sysfs mode file such as THP's "always [madvise] never",
+ * or "unavailable". */
+void mm_read_bracketed(const char *path, char *out, size_t len);
+
+/* /proc/vmstat counters named by `names` (NULL-terminated, at most 64);
+ * -1 for a counter this kernel does not have. */
+struct mm_vmstat_snap {
+	long v[64];
+};
+void mm_vmstat_read(const char *const *names, struct mm_vmstat_snap *s);
+
+/* Time the hypervisor ran something else on our CPUs, in USER_HZ ticks;
+ * -1 when not reported. */
+long mm_steal_ticks(void);
+
+/* smaps of every VMA overlapping [start, end), summed. */
+struct mm_smaps {
+	long vmas, rss_kb, anon_kb, anon_huge_kb, swap_kb;
+	long file_pmd_kb, shmem_pmd_kb, kernel_page_kb;
+};
+int mm_smaps_range(const void *start, size_t len, struct mm_smaps *out);
+/* Add the smaps totals to the sample state, keys prefixed by `prefix`. */
+void mm_state_smaps(struct mm_ctx *ctx, const char *prefix,
+		    const struct mm_smaps *s);
+
+#endif

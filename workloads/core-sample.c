@@ -1,0 +1,210 @@
+/*
+ * core-sample.c - one sample: the key/value sets a workload fills, the
+ * snapshots around it (rusage, /proc/vmstat, steal time), the page state
+ * every sample carries, and the JSON line it becomes.  Kept in one place so
+ * that every workload's samples have the same shape.
+ */
+#define _GNU_SOURCE
+#include "core-sample.h"
+#include "core-args.h"
+#include "core-ctx.h"
+#include "core-errno.h"
+#include "core-json.h"
+#include "core-knobs.h"
+#include "core-procfs.h"
+#include "core-state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <unistd.h>
+
+#ifndef MMWORK_VERSION
+#define MMWORK_VERSION "dev"
+#endif
+
+static struct mm_kv *kv_slot(struct mm_kvset *set, const char *name)
+{
+	for (int i = 0; i < set->n; i++)
+		if (!strcmp(set->kv[i].name, name))
+			return &set->kv[i];
+	if (set->n == MM_MAX_ENTRIES) {
+		fprintf(stderr, "mmwork: too many entries, dropping '%s'\n", name);
+		return NULL;
+	}
+	struct mm_kv *kv = &set->kv[set->n++];
+	snprintf(kv->name, sizeof(kv->name), "%s", name);
+	return kv;
+}
+
+void mm_metric(struct mm_ctx *c, const char *n, double v)
+{
+	struct mm_kv *kv = kv_slot(&c->metrics, n);
+	if (kv) kv->num = v, kv->is_str = 0;
+}
+
+void mm_count(struct mm_ctx *c, const char *n, double v)
+{
+	struct mm_kv *kv = kv_slot(&c->counts, n);
+	if (kv) kv->num = v, kv->is_str = 0;
+}
+
+void mm_state_num(struct mm_ctx *c, const char *n, double v)
+{
+	struct mm_kv *kv = kv_slot(&c->state, n);
+	if (kv) kv->num = v, kv->is_str = 0;
+}
+
+void mm_state_str(struct mm_ctx *c, const char *n, const char *v)
+{
+	struct mm_kv *kv = kv_slot(&c->state, n);
+	if (kv) {
+		snprintf(kv->str, sizeof(kv->str), "%s", v);
+		kv->is_str = 1;
+	}
+}
+
+int mm_is_warmup(const struct mm_ctx *c) { return c->warmup; }
+int mm_probes(const struct mm_ctx *c) { return c->probes; }
+
+static void jb_kvset(struct jbuf *j, const char *key, const struct mm_kvset *s)
+{
+	jb_open(j, key);
+	for (int i = 0; i < s->n; i++) {
+		if (s->kv[i].is_str)
+			jb_key_str(j, s->kv[i].name, s->kv[i].str);
+		else
+			jb_key_num(j, s->kv[i].name, s->kv[i].num);
+	}
+	jb_close(j);
+}
+
+static double tv_s(struct timeval tv) { return (double)tv.tv_sec + tv.tv_usec / 1e6; }
+
+void mm_children_cpu_s(double *usr, double *sys)
+{
+	struct rusage r;
+	getrusage(RUSAGE_CHILDREN, &r);
+	*usr = tv_s(r.ru_utime);
+	*sys = tv_s(r.ru_stime);
+}
+
+static void rusage_total(struct rusage *out)
+{
+	struct rusage self, kids;
+	getrusage(RUSAGE_SELF, &self);
+	getrusage(RUSAGE_CHILDREN, &kids);
+	*out = self;
+	timeradd(&self.ru_utime, &kids.ru_utime, &out->ru_utime);
+	timeradd(&self.ru_stime, &kids.ru_stime, &out->ru_stime);
+	out->ru_minflt += kids.ru_minflt;
+	out->ru_majflt += kids.ru_majflt;
+	out->ru_nvcsw += kids.ru_nvcsw;
+	out->ru_nivcsw += kids.ru_nivcsw;
+}
+
+/* Where it ran: a syscall and the aux vector, no page state read. */
+static void add_platform(struct mm_ctx *c)
+{
+	struct utsname u;
+	mm_state_num(c, "page_size_kb", (double)(sysconf(_SC_PAGESIZE) / 1024));
+	if (!uname(&u))
+		mm_state_str(c, "kernel", u.release);
+}
+
+static void emit_sample(struct mm_ctx *c, int index, const struct rusage *r0,
+			const struct rusage *r1, const struct mm_vmstat_snap *v0,
+			const struct mm_vmstat_snap *v1)
+{
+	struct jbuf j = { 0 };
+	jb_open(&j, NULL);
+	jb_key_str(&j, "workload", c->wl->name);
+	jb_key_num(&j, "sample", index);
+	jb_key_str(&j, "mmwork_version", MMWORK_VERSION);
+	jb_open(&j, "params");
+	for (int i = 0; i < c->nparams; i++) {
+		const struct mm_param *p = c->params[i];
+		if (p->type == MM_FLAG)
+			jb_key(&j, p->name), jb_puts(&j, strcmp(c->values[i], "1") ? "false" : "true");
+		else if (p->type == MM_CHOICE || p->type == MM_PATH)
+			jb_key_str(&j, p->name, c->values[i]);
+		else if (p->type == MM_BYTES)
+			jb_key_num(&j, p->name, (double)mm_arg_long(c, p->name));
+		else
+			jb_key_num(&j, p->name, strtod(c->values[i], NULL));
+	}
+	jb_close(&j);
+	jb_kvset(&j, "metrics", &c->metrics);
+	jb_kvset(&j, "counts", &c->counts);
+	jb_open(&j, "rusage");
+	jb_key_num(&j, "user_s", tv_s(r1->ru_utime) - tv_s(r0->ru_utime));
+	jb_key_num(&j, "sys_s", tv_s(r1->ru_stime) - tv_s(r0->ru_stime));
+	jb_key_num(&j, "minflt", (double)(r1->ru_minflt - r0->ru_minflt));
+	jb_key_num(&j, "majflt", (double)(r1->ru_majflt - r0->ru_majflt));
+	jb_key_num(&j, "nvcsw", (double)(r1->ru_nvcsw - r0->ru_nvcsw));
+	jb_key_num(&j, "nivcsw", (double)(r1->ru_nivcsw - r0->ru_nivcsw));
+	jb_close(&j);
+	jb_open(&j, "vmstat_delta");
+	for (int i = 0; c->wl->vmstat && c->wl->vmstat[i]; i++)
+		if (v0->v[i] >= 0 && v1->v[i] >= 0)
+			jb_key_num(&j, c->wl->vmstat[i], (double)(v1->v[i] - v0->v[i]));
+	jb_close(&j);
+	jb_kvset(&j, "state", &c->state);
+	mm_errors_json(&j);
+	jb_close(&j);
+	jb_puts(&j, "\n");
+	fwrite(j.s, 1, j.len, stdout);
+	fflush(stdout);
+	free(j.s);
+}
+
+int mm_run_sample(struct mm_ctx *c, int index, int warmup)
+{
+	struct rusage r0, r1;
+	struct mm_vmstat_snap v0 = { 0 }, v1 = { 0 };
+	static struct mm_mthp_snap m0, m1;
+	long steal0 = -1;
+
+	c->warmup = warmup;
+	c->metrics.n = c->counts.n = c->state.n = 0;
+	/* State probes before the workload's first timed window and after its
+	 * last: reading these files must not warm what the workload times. */
+	if (c->probes) {
+		steal0 = mm_steal_ticks();
+		mm_mthp_read(&m0);
+		mm_vmstat_read(c->wl->vmstat, &v0);
+	}
+	rusage_total(&r0);
+	int rc = c->wl->sample(c);
+	rusage_total(&r1);
+	if (c->probes) {
+		mm_vmstat_read(c->wl->vmstat, &v1);
+		mm_mthp_read(&m1);
+	} else {
+		for (int i = 0; c->wl->vmstat && c->wl->vmstat[i]; i++)
+			v0.v[i] = v1.v[i] = -1;	/* not read: no deltas */
+	}
+	mm_knobs_restore();
+	if (rc) {
+		fprintf(stderr, "mmwork: %s: sample %d failed\n", c->wl->name, index);
+		return rc;
+	}
+	if (warmup) {
+		mm_errors_clear();
+		return 0;
+	}
+	add_platform(c);
+	if (c->probes) {
+		mm_state_global(c, &m0, &m1);
+		mm_state_num(c, "online_cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
+		long steal1 = mm_steal_ticks();
+		if (steal0 >= 0 && steal1 >= 0)
+			mm_state_num(c, "steal_ms", (double)(steal1 - steal0) * 1000.0 /
+						    (double)sysconf(_SC_CLK_TCK));
+	}
+	emit_sample(c, index, &r0, &r1, &v0, &v1);
+	return 0;
+}

@@ -1,0 +1,68 @@
+/*
+ * core-workload.h - what a workload is: the table it declares and the
+ * signature of its sample function.
+ *
+ * A workload is a table (name, parameters, metrics, the mm paths it drives,
+ * the /proc/vmstat counters that explain it) and one function that produces
+ * one measured sample.  Every other part of the harness reads this table, so
+ * it is kept apart from any of them.  Types only; no code.
+ */
+#ifndef MMWORK_CORE_WORKLOAD_H
+#define MMWORK_CORE_WORKLOAD_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define MM_PAGE_SIZE 4096UL
+#define MM_PMD_SIZE (2UL << 20)
+#define MM_MAX_PARAMS 16
+
+enum mm_param_type {
+	MM_INT,		/* a whole number within [min, max] */
+	MM_SIZE_KB,	/* a size in KiB; also checked against MemTotal */
+	MM_BYTES,	/* a size in bytes, K/M/G suffixes accepted */
+	MM_FLOAT,	/* a positive real number */
+	MM_CHOICE,	/* one of choices[] */
+	MM_FLAG,	/* present or not; takes no value */
+	MM_PATH,	/* a directory that must exist */
+};
+
+struct mm_param {
+	const char *name;		/* without the leading "--" */
+	enum mm_param_type type;
+	const char *def;		/* default, as it would be typed */
+	const char *help;
+	long min, max;			/* MM_INT / MM_SIZE_KB / MM_BYTES bounds */
+	const char *const *choices;	/* MM_CHOICE, NULL-terminated */
+};
+
+struct mm_metric {
+	const char *name;		/* the suffix is the unit: _ns, _per_s, ... */
+	const char *unit;
+	int higher_is_better;
+	const char *help;
+};
+
+/* The context of one run; workloads only pass it to the mm_* calls
+ * (its fields are the harness's: core-ctx.h). */
+struct mm_ctx;
+
+struct mm_workload {
+	const char *name;
+	const char *seed;		/* which mailing-list report it reproduces */
+	const char *summary;
+	const struct mm_param *params;	/* terminated by a NULL name */
+	const struct mm_metric *metrics;/* terminated by a NULL name */
+	const char *const *mm_paths;	/* kernel functions it drives */
+	const char *const *vmstat;	/* counters reported as deltas */
+	const char *const *tracepoints;	/* tracefs event systems that explain it */
+	const char *const *host_settings; /* global knobs it changes and restores */
+	int default_warmups;
+	/* Optional cross-parameter check; returns 0 or prints and returns -1. */
+	int (*validate)(struct mm_ctx *ctx);
+	/* Produce one sample: fill metrics/state through the mm_* calls. */
+	int (*sample)(struct mm_ctx *ctx);
+};
+
+#endif

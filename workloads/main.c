@@ -1,0 +1,206 @@
+/*
+ * main.c - mmwork's command line: the list of workloads, `mmwork describe`
+ * (the table the Python registry reads), the usage and --help texts, and
+ * main(), which checks the arguments and runs the warm-ups and samples.
+ * Everything it calls lives in the core-*.c files; this file only decides
+ * what to run.
+ */
+#define _GNU_SOURCE
+#include "core-args.h"
+#include "core-ctx.h"
+#include "core-errno.h"
+#include "core-json.h"
+#include "core-knobs.h"
+#include "core-sample.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const struct mm_workload wl_pageout_refault;
+extern const struct mm_workload wl_mremap_churn;
+extern const struct mm_workload wl_populate_unmap;
+extern const struct mm_workload wl_unmap_young;
+extern const struct mm_workload wl_ksm_rmap;
+
+#ifdef MMWORK_SINGLE
+/*
+ * A standalone reproducer: one workload, compiled from one file, with the
+ * experiment's parameters as defaults (MMWORK_DEFAULT_ARGS) that arguments
+ * given on the command line override.
+ */
+static const struct mm_workload *const workloads[] = { &MMWORK_SINGLE, NULL };
+static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
+#else
+static const struct mm_workload *const workloads[] = {
+	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
+	&wl_unmap_young, &wl_ksm_rmap, NULL,
+};
+#endif
+
+static const char *type_name(enum mm_param_type t)
+{
+	static const char *const names[] = {
+		[MM_INT] = "int", [MM_SIZE_KB] = "size_kb", [MM_BYTES] = "bytes",
+		[MM_FLOAT] = "float", [MM_CHOICE] = "choice", [MM_FLAG] = "flag",
+		[MM_PATH] = "path",
+	};
+	return names[t];
+}
+
+static void describe_param(struct jbuf *j, const struct mm_param *p, int warmups)
+{
+	char wbuf[16];
+	const char *def = p->def;
+	if (!def) {
+		snprintf(wbuf, sizeof(wbuf), "%d", warmups);
+		def = wbuf;
+	}
+	jb_open(j, NULL);
+	jb_key_str(j, "name", p->name);
+	jb_key_str(j, "type", type_name(p->type));
+	jb_key_str(j, "default", p->type == MM_FLAG ? "false" : def);
+	jb_key_str(j, "help", p->help);
+	if (p->type != MM_CHOICE && p->type != MM_FLAG && p->type != MM_PATH &&
+	    p->type != MM_FLOAT) {
+		jb_key_num(j, "min", (double)p->min);
+		jb_key_num(j, "max", (double)p->max);
+	}
+	if (p->choices)
+		jb_str_array(j, "choices", p->choices);
+	jb_close(j);
+}
+
+static void describe(void)
+{
+	struct jbuf j = { 0 };
+	jb_raw(&j, "[", 1);
+	for (int w = 0; workloads[w]; w++) {
+		const struct mm_workload *wl = workloads[w];
+		jb_open(&j, NULL);
+		jb_key_str(&j, "name", wl->name);
+		jb_key_str(&j, "seed", wl->seed);
+		jb_key_str(&j, "summary", wl->summary);
+		jb_key(&j, "params");
+		jb_raw(&j, "[", 1);
+		j.need_comma = 0;
+		for (const struct mm_param *p = mm_harness_params; p->name; p++)
+			describe_param(&j, p, wl->default_warmups);
+		for (const struct mm_param *p = wl->params; p->name; p++)
+			describe_param(&j, p, wl->default_warmups);
+		jb_raw(&j, "]", 1);
+		j.need_comma = 1;
+		jb_key(&j, "metrics");
+		jb_raw(&j, "[", 1);
+		j.need_comma = 0;
+		for (const struct mm_metric *m = wl->metrics; m->name; m++) {
+			jb_open(&j, NULL);
+			jb_key_str(&j, "name", m->name);
+			jb_key_str(&j, "unit", m->unit);
+			jb_key_str(&j, "direction", m->higher_is_better ? "higher" : "lower");
+			jb_key_str(&j, "help", m->help);
+			jb_close(&j);
+		}
+		jb_raw(&j, "]", 1);
+		j.need_comma = 1;
+		jb_str_array(&j, "mm_paths", wl->mm_paths);
+		jb_str_array(&j, "vmstat", wl->vmstat);
+		jb_str_array(&j, "tracepoints", wl->tracepoints);
+		jb_str_array(&j, "host_settings", wl->host_settings);
+		jb_close(&j);
+	}
+	jb_puts(&j, "]\n");
+	fputs(j.s, stdout);
+	free(j.s);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: mmwork WORKLOAD [--option value ...]\n"
+		   "       mmwork describe      (the workload table as JSON)\n"
+		   "       mmwork WORKLOAD --help\nworkloads:");
+	for (int w = 0; workloads[w]; w++)
+		fprintf(f, " %s", workloads[w]->name);
+	fputc('\n', f);
+}
+
+static void workload_help(const struct mm_workload *wl)
+{
+	printf("mmwork %s: %s\nreproduces: %s\noptions:\n", wl->name, wl->summary, wl->seed);
+	for (int pass = 0; pass < 2; pass++)
+		for (const struct mm_param *p = pass ? wl->params : mm_harness_params; p->name; p++)
+			printf("  --%-16s %s (default %s)\n", p->name, p->help,
+			       p->type == MM_FLAG ? "off" : p->def ? p->def : "per workload");
+	printf("metrics:\n");
+	for (const struct mm_metric *m = wl->metrics; m->name; m++)
+		printf("  %-24s %s, %s is better\n", m->name, m->help,
+		       m->higher_is_better ? "higher" : "lower");
+}
+
+#ifdef MMWORK_SINGLE
+/* argv with the workload name and the default arguments put in front. */
+static char **single_argv(int *argc, char **argv)
+{
+	int n = 0;
+	while (default_args[n])
+		n++;
+	char **out = calloc((size_t)(*argc + n + 2), sizeof(*out));
+	out[0] = argv[0];
+	out[1] = (char *)workloads[0]->name;
+	for (int i = 0; i < n; i++)
+		out[2 + i] = (char *)default_args[i];
+	for (int i = 1; i < *argc; i++)
+		out[1 + n + i] = argv[i];
+	*argc += n + 1;
+	return out;
+}
+#endif
+
+int main(int argc, char **argv)
+{
+	static struct mm_ctx ctx;
+	const struct mm_workload *wl = NULL;
+
+#ifdef MMWORK_SINGLE
+	argv = single_argv(&argc, argv);
+#endif
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	if (!strcmp(argv[1], "describe")) {
+		describe();
+		return 0;
+	}
+	for (int w = 0; workloads[w]; w++)
+		if (!strcmp(workloads[w]->name, argv[1]))
+			wl = workloads[w];
+	if (!wl) {
+		fprintf(stderr, "mmwork: unknown workload '%s' (known:", argv[1]);
+		for (int w = 0; workloads[w]; w++)
+			fprintf(stderr, " %s", workloads[w]->name);
+		fprintf(stderr, ")\n");
+		return 2;
+	}
+	for (int a = 2; a < argc; a++)
+		if (!strcmp(argv[a], "--help")) {
+			workload_help(wl);
+			return 0;
+		}
+	ctx.wl = wl;
+	mm_parse_args(&ctx, argc - 2, argv + 2);
+	if (mm_arg_long(&ctx, "check"))
+		return 0;
+	ctx.probes = !mm_arg_long(&ctx, "no-probes");
+	mm_errors_init();
+	mm_knobs_restore_on_exit();
+
+	long warmups = mm_arg_long(&ctx, "warmups"), samples = mm_arg_long(&ctx, "samples");
+	for (long i = 0; i < warmups; i++)
+		if (mm_run_sample(&ctx, (int)i, 1))
+			return 1;
+	for (long i = 0; i < samples; i++)
+		if (mm_run_sample(&ctx, (int)i, 0))
+			return 1;
+	return 0;
+}
