@@ -5,6 +5,7 @@ for sysfs so that no global setting is touched."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -94,3 +95,21 @@ def test_bad_sizes_and_journals_name_the_culprit(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(MmlabError, match="journal.json: unreadable journal"):
         knobs.Journal(bad).entries()
+
+
+def test_a_second_process_waits_for_the_machine_lock(tmp_path, monkeypatch):
+    """Settings are global: a second mmlab's session starts only when the
+    first one's ends, and says whom it waits for."""
+    monkeypatch.setenv("MMLAB_LOCK", str(tmp_path / "machine.lock"))
+    code = ("from mmlab import knobs\n"
+            "with knobs.machine_lock():\n"
+            "    print('got it', flush=True)\n")
+    with knobs.machine_lock():
+        with knobs.machine_lock():          # re-entrant in one process
+            other = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
+            with pytest.raises(subprocess.TimeoutExpired):
+                other.wait(timeout=1.0)
+    out, err = other.communicate(timeout=30)
+    assert out == "got it\n"
+    assert f"waiting for mmlab pid {os.getpid()}" in err

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -159,10 +160,24 @@ int mm_run_workers(struct mm_ctx *c, int n, int (*fn)(struct mm_ctx *, int),
 	close(go[0]);
 	uint64_t t0 = mm_now_ns();
 	close(go[1]);	/* EOF releases every worker at once */
-	for (int i = 0; i < n; i++) {
+	/* Reap in the order they end: once one worker fails (an OOM kill, say),
+	 * the others are killed, since a worker that waits for its siblings
+	 * (a probe round after everybody's timed rounds) would wait forever. */
+	for (int left = n; left > 0; left--) {
 		int st;
-		if (waitpid(pids[i], &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st))
-			failed = 1;
+		pid_t pid = waitpid(-1, &st, 0);
+		if (pid < 0)
+			break;
+		if (WIFEXITED(st) && !WEXITSTATUS(st))
+			continue;
+		if (WIFSIGNALED(st))
+			fprintf(stderr, "mmwork: worker %d killed by signal %d\n", (int)pid,
+				WTERMSIG(st));
+		if (!failed)
+			for (int i = 0; i < n; i++)
+				if (pids[i] != pid)
+					kill(pids[i], SIGKILL);
+		failed = 1;
 	}
 	*real_ns = mm_now_ns() - t0;
 	free(pids);

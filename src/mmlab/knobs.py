@@ -10,9 +10,11 @@ or `--allow-host-changes`).
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -153,12 +155,62 @@ class Journal:
     @contextmanager
     def session(self) -> Iterator["Journal"]:
         """Restore what was recorded inside the block when it ends, however it
-        ends; what an enclosing session recorded stays for that one."""
-        keep = len(self.entries())
+        ends; what an enclosing session recorded stays for that one.  The
+        block holds the machine lock: settings are global, so two mmlab
+        processes on one machine change them (and time trials) in turn."""
+        with machine_lock():
+            keep = len(self.entries())
+            try:
+                yield self
+            finally:
+                self.restore(keep)
+
+
+def lock_path() -> Path:
+    """The machine-wide lock file (MMLAB_LOCK overrides): one per machine,
+    not per state dir, because THP, KSM and swap are one per machine."""
+    env = os.environ.get("MMLAB_LOCK")
+    if env:
+        return Path(env)
+    return Path("/run/lock/mmlab.lock") if os.geteuid() == 0 else state_dir() / "machine.lock"
+
+
+_lock_depth = 0
+
+
+@contextmanager
+def machine_lock() -> Iterator[None]:
+    """Hold the machine lock for the block (re-entrant within a process);
+    says once on stderr who it waits for."""
+    global _lock_depth
+    if _lock_depth:
+        _lock_depth += 1
         try:
-            yield self
+            yield
         finally:
-            self.restore(keep)
+            _lock_depth -= 1
+        return
+    path = lock_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            holder = f.read().strip() or "?"
+            print(f"mmlab: waiting for mmlab pid {holder}, which is changing this machine's "
+                  f"settings ({path})", file=sys.stderr)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        f.seek(0)
+        f.truncate()
+        f.write(str(os.getpid()))
+        f.flush()
+        _lock_depth = 1
+        try:
+            yield
+        finally:
+            _lock_depth = 0
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _undo(e: dict) -> str:
