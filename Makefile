@@ -9,9 +9,12 @@ MMLAB := $(VENV)/bin/mmlab
 # Debian packages mmlab uses: the C build (static glibc), perf for attribution,
 # QEMU/busybox/cpio for guest kernels, stress-ng as the peer stressor, util-linux
 # for mkswap/swapon, chromium to check that the HTML report renders; flex, bison,
-# bc, libelf-dev and libssl-dev to build kernels from source (mmlab kernels build).
+# bc, libelf-dev and libssl-dev to build kernels from source (mmlab kernels build);
+# libglib2.0-dev and dpkg-dev (dpkg-source) to build mmlab's QEMU TCG plugin against
+# Debian's qemu source (guest instruction counts).
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
-	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev
+	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
+	dpkg-dev
 
 .PHONY: setup system venv build demo test test-slow bench clean
 

@@ -4,7 +4,8 @@ gets control arms with that state forced equal, run and judged beside it."""
 from __future__ import annotations
 
 from mmlab import controls, experiment, runner, verdicts
-from mmlab.report import data, text
+from mmlab.targets import qemu
+from mmlab.report import data, terminal, text
 from mmlab.store import Store
 
 from .fake_target import FakeLab, FakeTarget
@@ -63,6 +64,9 @@ def test_a_kernel_that_changes_thp_backing_gets_matched_state_controls(tmp_path)
     assert matched["thp=hugepage"].verdict == "no change"
     report = text.render(data.gather(store, exp_id))
     assert "in matched state (thp=nohugepage): no change" in report
+    lines = terminal.reasons(judged.comparisons, judged.matched)
+    assert any("different page state; in matched state (thp=hugepage): no change" in line
+               for line in lines)
 
 
 def test_no_controls_leaves_the_pair_not_comparable_and_adds_no_arms(tmp_path):
@@ -77,3 +81,25 @@ def test_a_ksm_difference_derives_no_control():
     a, b = plan.arms[1].name, plan.arms[0].name
     finding = type("F", (), {"check": "KSM merging"})()
     assert controls.derive(plan, {(a, b): [finding]}) == []
+
+
+def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
+    """Debian's 6.19 starts damon_stat at boot and 6.12 does not: the control
+    pair runs both kernels with DAMON off, and the guest script stops it."""
+    plan = experiment.parse(PROFILE, "seed001.toml")
+    a, b = plan.arms[1].name, plan.arms[0].name
+    finding = type("F", (), {"check": "DAMON running"})()
+    arms = controls.derive(plan, {(a, b): [finding]})
+    assert {(c.control_of, c.control) for c in arms} == {(a, "damon=off"), (b, "damon=off")}
+    assert all(c.settings.damon == "off" and c.settings.fixed_files() == [] for c in arms)
+    script = qemu.trial_script(plan.workload, arms[0].params, 1, 0, arms[0].settings)
+    assert "echo N > $f" in script and "echo off > $f" in script
+
+
+def test_a_pair_that_differs_in_two_states_gets_controls_that_force_both():
+    plan = experiment.parse(PROFILE, "seed001.toml")
+    a, b = plan.arms[1].name, plan.arms[0].name
+    found = [type("F", (), {"check": c})() for c in ("DAMON running", "THP backing of the mapping")]
+    arms = controls.derive(plan, {(a, b): found})
+    assert {c.control for c in arms} == {"thp=nohugepage, damon=off", "thp=hugepage, damon=off"}
+    assert all(c.settings.damon == "off" for c in arms)

@@ -253,7 +253,8 @@ def test_kernel_mm_actors_are_excused_only_by_the_axis_that_sets_them():
     damon = [sample({**actors, "damon": "kdamond 0 (paddr: pageout)"}) for _ in range(3)]
     for axes in (set(), {"kernel"}, {"thp"}, {"sysctl.vm.swappiness"}, {"ksm.run"}):
         (f,) = audit.audit_pair("A", "B", damon, quiet, axes)
-        assert str(f) == "kernel mm actors: damon kdamond 0 (paddr: pageout) in A vs off in B"
+        assert str(f) == "DAMON running: damon kdamond 0 (paddr: pageout) in A vs off in B"
+    assert audit.audit_pair("A", "B", damon, quiet, {"damon"}) == []
     ksmd = [sample({**actors, "ksmd": "run=1"}) for _ in range(3)]
     assert audit.audit_pair("A", "B", ksmd, quiet, {"ksm.run"}) == []
     assert audit.audit_pair("A", "B", ksmd, quiet, {"ksm.pages_to_scan"})
@@ -263,7 +264,7 @@ def test_kernel_mm_actors_are_excused_only_by_the_axis_that_sets_them():
     assert audit.audit_pair("A", "B", proactive, quiet, {"sysctl.vm.swappiness"})
     # A kdamond started halfway through an arm splits the arm too.
     (f,) = audit.audit_arm("A", quiet[:2] + damon[:1])
-    assert f.check == "kernel mm actors" and "varied within arm A" in f.detail
+    assert f.check == "DAMON running" and "varied within arm A" in f.detail
 
 
 def test_an_arm_run_without_probes_cannot_show_the_same_state():

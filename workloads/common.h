@@ -19,6 +19,7 @@
 #include "core-mem.h"
 #include "core-knobs.h"
 #include "core-rounds.h"
+#include "core-insns.h"
 #include "core-sample.h"
 
 #endif

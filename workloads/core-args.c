@@ -26,6 +26,8 @@ const struct mm_param mm_harness_params[] = {
 	{ "check", MM_FLAG, NULL, "only check the arguments, run nothing", 0, 0, NULL },
 	{ "no-probes", MM_FLAG, NULL, "no state probes (smaps, pagemap, /proc and sysfs reads): "
 	  "samples carry timings, counts and rusage only", 0, 0, NULL },
+	{ "insns", MM_FLAG, NULL, "count the instructions of each timed window: perf counters "
+	  "where the CPU has them, markers for mmlab's QEMU plugin (core-insns.h)", 0, 0, NULL },
 	{ NULL },
 };
 
@@ -200,6 +202,13 @@ void mm_parse_args(struct mm_ctx *c, int argc, char **argv)
 	for (int a = 0; a < argc; a++) {
 		char name[128];
 		const char *arg = argv[a], *val = NULL, *eq;
+		if (!strcmp(arg, "--")) {
+			if (!c->wl->takes_command)
+				mm_die(c, "takes no command after '--'");
+			c->command = argv + a + 1;	/* argv is NULL-terminated */
+			c->ncommand = argc - a - 1;
+			break;
+		}
 		if (strncmp(arg, "--", 2))
 			mm_die(c, "unexpected argument '%s' (options look like --name value)", arg);
 		eq = strchr(arg, '=');
@@ -226,6 +235,14 @@ void mm_parse_args(struct mm_ctx *c, int argc, char **argv)
 			mm_die(c, "--%s: %s", name, err);
 		snprintf(c->values[i], sizeof(c->values[i]), "%s", val);
 	}
+	if (c->wl->takes_command && c->ncommand == 0)
+		mm_die(c, "needs a command after '--' (mmwork %s [options] -- CMD ARGS...)",
+		       c->wl->name);
 	if (c->wl->validate && c->wl->validate(c))
 		exit(2);
+}
+
+char *const *mm_command(const struct mm_ctx *c)
+{
+	return c->command;
 }

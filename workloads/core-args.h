@@ -14,9 +14,13 @@
 extern const struct mm_param mm_harness_params[];
 
 /* Fill ctx->params and ctx->values from the defaults and argv (the
- * arguments after the workload name); on a bad argument print one line
+ * arguments after the workload name; for a workload that takes a command,
+ * what follows "--" is that command); on a bad argument print one line
  * and exit 2. */
 void mm_parse_args(struct mm_ctx *ctx, int argc, char **argv);
+
+/* The command after "--" (a workload with takes_command); NULL-terminated. */
+char *const *mm_command(const struct mm_ctx *ctx);
 
 /* Parameter values, looked up by name (the tables are tiny). */
 long mm_arg_long(const struct mm_ctx *ctx, const char *name);

@@ -34,6 +34,10 @@ struct mm_ctx {
 	int warmup;
 	int probes;		/* 0 with --no-probes: no state probes at all */
 	struct mm_kvset metrics, counts, state;
+	char **command;		/* after "--", for a workload that takes one */
+	int ncommand;
+	char *output;		/* what the command printed, for the sample (exec) */
+	size_t output_len;
 };
 
 #endif

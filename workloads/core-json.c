@@ -46,6 +46,54 @@ void jb_str(struct jbuf *j, const char *s)
 	jb_raw(j, "\"", 1);
 }
 
+/* Length of the well-formed UTF-8 sequence at s (at most n bytes), or 0:
+ * no overlong forms, surrogates or code points past U+10FFFF. */
+static size_t utf8_len(const unsigned char *s, size_t n)
+{
+	size_t len = s[0] >= 0xF5 ? 0 : s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+	if (!len || len > n)
+		return 0;
+	for (size_t i = 1; i < len; i++)
+		if ((s[i] & 0xC0) != 0x80)
+			return 0;
+	if ((s[0] == 0xE0 && s[1] < 0xA0) || (s[0] == 0xED && s[1] >= 0xA0) ||
+	    (s[0] == 0xF0 && s[1] < 0x90) || (s[0] == 0xF4 && s[1] >= 0x90))
+		return 0;
+	return len;
+}
+
+void jb_text(struct jbuf *j, const char *s, size_t n)
+{
+	const unsigned char *u = (const unsigned char *)s;
+	jb_raw(j, "\"", 1);
+	for (size_t i = 0; i < n;) {
+		char esc[8];
+		if (u[i] == '"' || u[i] == '\\') {
+			esc[0] = '\\'; esc[1] = (char)u[i];
+			jb_raw(j, esc, 2);
+			i++;
+		} else if (u[i] == 0) {
+			jb_puts(j, "\\ufffd");
+			i++;
+		} else if (u[i] < 0x20) {
+			snprintf(esc, sizeof(esc), "\\u%04x", u[i]);
+			jb_puts(j, esc);
+			i++;
+		} else if (u[i] < 0x80) {
+			jb_raw(j, s + i, 1);
+			i++;
+		} else {
+			size_t len = utf8_len(u + i, n - i);
+			if (len)
+				jb_raw(j, s + i, len);
+			else
+				jb_puts(j, "\\ufffd");
+			i += len ? len : 1;
+		}
+	}
+	jb_raw(j, "\"", 1);
+}
+
 void jb_key(struct jbuf *j, const char *key)
 {
 	if (j->need_comma)

@@ -20,6 +20,9 @@ struct jbuf {
 void jb_raw(struct jbuf *j, const char *s, size_t n);
 void jb_puts(struct jbuf *j, const char *s);
 void jb_str(struct jbuf *j, const char *s);		/* a quoted, escaped string */
+/* `n` bytes of text another program wrote: NULs and bytes that are not UTF-8
+ * become U+FFFD, so the line stays valid JSON whatever it printed. */
+void jb_text(struct jbuf *j, const char *s, size_t n);
 void jb_key(struct jbuf *j, const char *key);		/* "key": with the comma before it */
 void jb_num(struct jbuf *j, double v);			/* NaN and infinities print as null */
 void jb_open(struct jbuf *j, const char *key);		/* {, after "key": unless key is NULL */

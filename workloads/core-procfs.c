@@ -99,10 +99,14 @@ long mm_steal_ticks(void)
 
 int mm_smaps_range(const void *start, size_t len, struct mm_smaps *o)
 {
-	uintptr_t lo = (uintptr_t)start, hi = lo + len;
+	return mm_smaps_file("/proc/self/smaps", (uintptr_t)start, (uintptr_t)start + len, o);
+}
+
+int mm_smaps_file(const char *path, uintptr_t lo, uintptr_t hi, struct mm_smaps *o)
+{
 	char line[512];
 	int in = 0;
-	FILE *f = fopen("/proc/self/smaps", "re");
+	FILE *f = fopen(path, "re");
 	memset(o, 0, sizeof(*o));
 	if (!f)
 		return -1;
@@ -138,4 +142,23 @@ void mm_state_smaps(struct mm_ctx *c, const char *prefix, const struct mm_smaps 
 	PUT(vmas); PUT(rss_kb); PUT(anon_kb); PUT(anon_huge_kb); PUT(swap_kb);
 	PUT(file_pmd_kb); PUT(shmem_pmd_kb); PUT(kernel_page_kb);
 #undef PUT
+}
+
+/* Online NUMA nodes, from a list like "0-1,3" (1 when there is no list). */
+int mm_online_nodes(void)
+{
+	char buf[128];
+	int n = 0;
+	if (mm_read_text("/sys/devices/system/node/online", buf, sizeof(buf)))
+		return 1;
+	for (char *p = buf; *p;) {
+		long a = strtol(p, &p, 10), b = a;
+		if (*p == '-')
+			b = strtol(p + 1, &p, 10);
+		n += (int)(b - a + 1);
+		if (*p != ',')
+			break;
+		p++;
+	}
+	return n > 0 ? n : 1;
 }

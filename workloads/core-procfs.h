@@ -9,11 +9,14 @@
 #define MMWORK_CORE_PROCFS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "core-workload.h"
 
 /* sysfs/procfs text files. */
 int mm_read_text(const char *path, char *buf, size_t len);
+/* Online NUMA nodes, from /sys/devices/system/node/online (1 without it). */
+int mm_online_nodes(void);
 long mm_read_long(const char *path);
 long mm_meminfo_kb(const char *key);
 /* The bracketed word of a sysfs mode file such as THP's "always [madvise] never",
@@ -37,6 +40,8 @@ struct mm_smaps {
 	long file_pmd_kb, shmem_pmd_kb, kernel_page_kb;
 };
 int mm_smaps_range(const void *start, size_t len, struct mm_smaps *out);
+/* The same from any smaps file (/proc/PID/smaps): VMAs overlapping [lo, hi). */
+int mm_smaps_file(const char *path, uintptr_t lo, uintptr_t hi, struct mm_smaps *out);
 /* Add the smaps totals to the sample state, keys prefixed by `prefix`. */
 void mm_state_smaps(struct mm_ctx *ctx, const char *prefix,
 		    const struct mm_smaps *s);

@@ -9,6 +9,7 @@
 #include "core-args.h"
 #include "core-ctx.h"
 #include "core-errno.h"
+#include "core-insns.h"
 #include "core-json.h"
 #include "core-knobs.h"
 #include "core-procfs.h"
@@ -65,6 +66,18 @@ void mm_state_str(struct mm_ctx *c, const char *n, const char *v)
 		snprintf(kv->str, sizeof(kv->str), "%s", v);
 		kv->is_str = 1;
 	}
+}
+
+void mm_output(struct mm_ctx *c, const char *data, size_t len)
+{
+	free(c->output);
+	c->output = malloc(len + 1);
+	if (!c->output) {
+		perror("mmwork: malloc");
+		exit(1);
+	}
+	memcpy(c->output, data, len);
+	c->output_len = len;
 }
 
 int mm_is_warmup(const struct mm_ctx *c) { return c->warmup; }
@@ -154,6 +167,10 @@ static void emit_sample(struct mm_ctx *c, int index, const struct rusage *r0,
 	jb_close(&j);
 	jb_kvset(&j, "state", &c->state);
 	mm_errors_json(&j);
+	if (c->output) {
+		jb_key(&j, "output");
+		jb_text(&j, c->output, c->output_len);
+	}
 	jb_close(&j);
 	jb_puts(&j, "\n");
 	fwrite(j.s, 1, j.len, stdout);
@@ -170,6 +187,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 
 	c->warmup = warmup;
 	c->metrics.n = c->counts.n = c->state.n = 0;
+	free(c->output);
+	c->output = NULL;
 	/* State probes before the workload's first timed window and after its
 	 * last: reading these files must not warm what the workload times. */
 	if (c->probes) {
@@ -178,7 +197,9 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		mm_vmstat_read(c->wl->vmstat, &v0);
 	}
 	rusage_total(&r0);
+	mm_insns_sample_begin(c);
 	int rc = c->wl->sample(c);
+	mm_insns_sample_end(c, warmup);
 	rusage_total(&r1);
 	if (c->probes) {
 		mm_vmstat_read(c->wl->vmstat, &v1);

@@ -10,6 +10,8 @@
 #ifndef MMWORK_CORE_SAMPLE_H
 #define MMWORK_CORE_SAMPLE_H
 
+#include <stddef.h>
+
 #include "core-workload.h"
 
 /* What one sample reports. */
@@ -18,6 +20,9 @@ void mm_count(struct mm_ctx *ctx, const char *name, double value);
 void mm_state_num(struct mm_ctx *ctx, const char *name, double value);
 void mm_state_str(struct mm_ctx *ctx, const char *name, const char *value);
 int mm_is_warmup(const struct mm_ctx *ctx);
+/* What a command run as the workload printed (exec): the sample carries it
+ * as "output", for mmlab to read the command's own figures from. */
+void mm_output(struct mm_ctx *ctx, const char *data, size_t len);
 /*
  * Whether state probes run (0 with --no-probes).  A state probe (smaps,
  * pagemap, a /proc or sysfs read) walks or reads what the timed code then

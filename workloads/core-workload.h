@@ -17,6 +17,7 @@
 #define MM_PAGE_SIZE 4096UL
 #define MM_PMD_SIZE (2UL << 20)
 #define MM_MAX_PARAMS 16
+#define MM_MAX_WINDOWS 8
 
 enum mm_param_type {
 	MM_INT,		/* a whole number within [min, max] */
@@ -44,6 +45,14 @@ struct mm_metric {
 	const char *help;
 };
 
+/* A timed window whose instructions can be counted (core-insns.h), in the
+ * order of the ids the workload's MM_WINDOW_BEGIN/END calls give. */
+struct mm_window {
+	const char *name;	/* "advise": advise_kernel_insns_per_page, ... */
+	const char *unit;	/* what one window works on: "page", "op" */
+	const char *help;
+};
+
 /* The context of one run; workloads only pass it to the mm_* calls
  * (its fields are the harness's: core-ctx.h). */
 struct mm_ctx;
@@ -58,7 +67,10 @@ struct mm_workload {
 	const char *const *vmstat;	/* counters reported as deltas */
 	const char *const *tracepoints;	/* tracefs event systems that explain it */
 	const char *const *host_settings; /* global knobs it changes and restores */
+	const struct mm_window *windows; /* timed windows, NULL name last (or none) */
 	int default_warmups;
+	/* 1: takes a command after "--" (exec); the harness keeps it in the context. */
+	int takes_command;
 	/* Optional cross-parameter check; returns 0 or prints and returns -1. */
 	int (*validate)(struct mm_ctx *ctx);
 	/* Produce one sample: fill metrics/state through the mm_* calls. */

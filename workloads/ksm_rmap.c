@@ -78,6 +78,14 @@ static const struct mm_metric metrics[] = {
 	{ NULL },
 };
 
+/* The timed window: the trigger, whose migrations walk the rmap. */
+enum { KSM_WALK };
+static const struct mm_window windows[] = {
+	{ "walk", "migrated_page", "the trigger (compact_memory or move_pages: migrations and "
+	  "rmap walks), per KSM page it moved (needs the probes)" },
+	{ NULL },
+};
+
 static const char *const mm_paths[] = {
 	"rmap_walk_ksm", "anon_vma_interval_tree_iter_first", "anon_vma_interval_tree_iter_next",
 	"try_to_migrate_one", "remove_migration_pte", "migrate_pages", "compact_zone",
@@ -195,25 +203,6 @@ static void split_range(struct mm_ctx *c, char *base, long vmas, const char *pat
 	}
 }
 
-/* Online NUMA nodes, from a list like "0-1,3" (1 when there is no list). */
-static int online_nodes(void)
-{
-	char buf[128];
-	int n = 0;
-	if (mm_read_text("/sys/devices/system/node/online", buf, sizeof(buf)))
-		return 1;
-	for (char *p = buf; *p;) {
-		long a = strtol(p, &p, 10), b = a;
-		if (*p == '-')
-			b = strtol(p + 1, &p, 10);
-		n += (int)(b - a + 1);
-		if (*p != ',')
-			break;
-		p++;
-	}
-	return n > 0 ? n : 1;
-}
-
 /*
  * Send every data page (each maps a KSM page) to the node after the one it
  * is on.  MPOL_MF_MOVE_ALL: a KSM page is mapped many times, and plain
@@ -236,10 +225,10 @@ static uint64_t move_to_next_node(struct mm_ctx *c, char *base, long vmas, int n
 		mm_error("move_pages_query", errno);
 	for (long i = 0; i < n; i++)
 		target[i] = status[i] >= 0 ? (status[i] + 1) % nodes : 0;
-	uint64_t t0 = mm_now_ns();
+	uint64_t t0 = MM_WINDOW_BEGIN(KSM_WALK, 1);
 	if (syscall(SYS_move_pages, 0, n, pages, target, status, MPOL_MF_MOVE_ALL_))
 		mm_error("move_pages", errno);
-	ns = mm_now_ns() - t0;
+	ns = MM_WINDOW_END(KSM_WALK, 1) - t0;
 	long busy = 0;
 	for (long i = 0; i < n; i++) {
 		if (status[i] == -EBUSY)
@@ -288,7 +277,7 @@ static int ksm_sample(struct mm_ctx *c)
 	struct mm_smaps sm = { 0 };
 	long merged = 0;
 	const long sharing_before = mm_read_long(KSM "pages_sharing") + mm_read_long(KSM "pages_shared");
-	const int nodes = online_nodes();	/* sysfs: read before anything is timed */
+	const int nodes = mm_online_nodes();	/* sysfs: read before anything is timed */
 
 	char *base = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (base == MAP_FAILED) {
@@ -327,16 +316,17 @@ static int ksm_sample(struct mm_ctx *c)
 		while (!w.started)
 			sched_yield();
 	}
-	uint64_t t0 = mm_now_ns(), t1;
+	uint64_t walk_ns;
 	if (!strcmp(mm_arg_str(c, "trigger"), "move")) {
-		t1 = t0 + move_to_next_node(c, base, vmas, nodes);
+		walk_ns = move_to_next_node(c, base, vmas, nodes);
 	} else {
+		uint64_t t0 = MM_WINDOW_BEGIN(KSM_WALK, 1);
 		int fd = open("/proc/sys/vm/compact_memory", O_WRONLY | O_CLOEXEC);
 		if (fd < 0 || write(fd, "1", 1) != 1)
 			mm_error("compact_memory", errno);
 		if (fd >= 0)
 			close(fd);
-		t1 = mm_now_ns();
+		walk_ns = MM_WINDOW_END(KSM_WALK, 1) - t0;
 	}
 	if (!mm_arg_long(c, "no-writer")) {
 		w.stop = 1;
@@ -362,7 +352,7 @@ static int ksm_sample(struct mm_ctx *c)
 		before[data_pfns++] = before[i];
 	long ksm_pages = count_distinct(before, data_pfns);
 
-	const double walk_ms = (double)(t1 - t0) / 1e6;
+	const double walk_ms = (double)walk_ns / 1e6;
 	mm_metric(c, "walk_trigger_ms", walk_ms);
 	mm_metric(c, "ms_per_migrated_page",
 		  ksm_pages_moved ? walk_ms / (double)ksm_pages_moved : NAN);
@@ -376,6 +366,8 @@ static int ksm_sample(struct mm_ctx *c)
 		mm_count(c, "ksm_pages", (double)ksm_pages);
 		mm_count(c, "ksm_pages_migrated", (double)ksm_pages_moved);
 		mm_count(c, "mappings_migrated", (double)mappings_moved);
+		if (ksm_pages_moved)
+			mm_window_units(c, KSM_WALK, (double)ksm_pages_moved);
 		mm_state_num(c, "vmas_actual", (double)sm.vmas);
 		mm_state_num(c, "ksm_max_page_sharing", (double)mm_read_long(KSM "max_page_sharing"));
 		mm_state_num(c, "ksm_use_zero_pages", (double)mm_read_long(KSM "use_zero_pages"));
@@ -410,6 +402,7 @@ const struct mm_workload wl_ksm_rmap = {
 	.vmstat = vmstat,
 	.tracepoints = tracepoints,
 	.host_settings = host_settings,
+	.windows = windows,
 	.default_warmups = 0,
 	.validate = ksm_validate,
 	.sample = ksm_sample,

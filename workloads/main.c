@@ -9,6 +9,7 @@
 #include "core-args.h"
 #include "core-ctx.h"
 #include "core-errno.h"
+#include "core-insns.h"
 #include "core-json.h"
 #include "core-knobs.h"
 #include "core-sample.h"
@@ -22,6 +23,7 @@ extern const struct mm_workload wl_mremap_churn;
 extern const struct mm_workload wl_populate_unmap;
 extern const struct mm_workload wl_unmap_young;
 extern const struct mm_workload wl_ksm_rmap;
+extern const struct mm_workload wl_exec;
 
 #ifdef MMWORK_SINGLE
 /*
@@ -34,7 +36,7 @@ static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
 #else
 static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
-	&wl_unmap_young, &wl_ksm_rmap, NULL,
+	&wl_unmap_young, &wl_ksm_rmap, &wl_exec, NULL,
 };
 #endif
 
@@ -71,6 +73,48 @@ static void describe_param(struct jbuf *j, const struct mm_param *p, int warmups
 	jb_close(j);
 }
 
+/* Each timed window's instruction metrics (present with --insns where a
+ * source counts them), after the workload's own metrics. */
+static void describe_window_metrics(struct jbuf *j, const struct mm_workload *wl)
+{
+	static const char *const sides[] = { "kernel", "user" };
+	for (const struct mm_window *w = wl->windows; w && w->name; w++)
+		for (int s = 0; s < 2; s++) {
+			char name[64], help[256];
+			mm_insns_metric(name, sizeof(name), w, sides[s]);
+			snprintf(help, sizeof(help), "%s instructions per %s of %s (the mean window; "
+				 "with instruction counting)", sides[s], w->unit, w->help);
+			jb_open(j, NULL);
+			jb_key_str(j, "name", name);
+			jb_key_str(j, "unit", "insns");
+			jb_key_str(j, "direction", "lower");
+			jb_key_str(j, "help", help);
+			jb_close(j);
+		}
+}
+
+/* The windows in id order, for mmlab to read a QEMU plugin's counts by. */
+static void describe_windows(struct jbuf *j, const struct mm_workload *wl)
+{
+	jb_key(j, "windows");
+	jb_raw(j, "[", 1);
+	j->need_comma = 0;
+	for (const struct mm_window *w = wl->windows; w && w->name; w++) {
+		char name[64];
+		jb_open(j, NULL);
+		jb_key_str(j, "name", w->name);
+		jb_key_str(j, "unit", w->unit);
+		jb_key_str(j, "help", w->help);
+		mm_insns_metric(name, sizeof(name), w, "kernel");
+		jb_key_str(j, "kernel_metric", name);
+		mm_insns_metric(name, sizeof(name), w, "user");
+		jb_key_str(j, "user_metric", name);
+		jb_close(j);
+	}
+	jb_raw(j, "]", 1);
+	j->need_comma = 1;
+}
+
 static void describe(void)
 {
 	struct jbuf j = { 0 };
@@ -101,12 +145,16 @@ static void describe(void)
 			jb_key_str(&j, "help", m->help);
 			jb_close(&j);
 		}
+		describe_window_metrics(&j, wl);
 		jb_raw(&j, "]", 1);
 		j.need_comma = 1;
+		describe_windows(&j, wl);
 		jb_str_array(&j, "mm_paths", wl->mm_paths);
 		jb_str_array(&j, "vmstat", wl->vmstat);
 		jb_str_array(&j, "tracepoints", wl->tracepoints);
 		jb_str_array(&j, "host_settings", wl->host_settings);
+		if (wl->takes_command)
+			jb_key(&j, "takes_command"), jb_puts(&j, "true");
 		jb_close(&j);
 	}
 	jb_puts(&j, "]\n");
@@ -117,6 +165,7 @@ static void describe(void)
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: mmwork WORKLOAD [--option value ...]\n"
+		   "       mmwork exec [--option value ...] -- CMD ARGS...\n"
 		   "       mmwork describe      (the workload table as JSON)\n"
 		   "       mmwork WORKLOAD --help\nworkloads:");
 	for (int w = 0; workloads[w]; w++)
@@ -192,6 +241,7 @@ int main(int argc, char **argv)
 	if (mm_arg_long(&ctx, "check"))
 		return 0;
 	ctx.probes = !mm_arg_long(&ctx, "no-probes");
+	mm_insns_init(&ctx, (int)mm_arg_long(&ctx, "insns"));
 	mm_errors_init();
 	mm_knobs_restore_on_exit();
 

@@ -71,31 +71,13 @@ static int remap(char **buf, size_t old_sz, size_t new_sz)
 	return 0;
 }
 
-/* Online NUMA nodes, from a list like "0-1,3" (1 when there is no list). */
-static int online_nodes(void)
-{
-	char buf[128];
-	int n = 0;
-	if (mm_read_text("/sys/devices/system/node/online", buf, sizeof(buf)))
-		return 1;
-	for (char *p = buf; *p;) {
-		long a = strtol(p, &p, 10), b = a;
-		if (*p == '-')
-			b = strtol(p + 1, &p, 10);
-		n += (int)(b - a + 1);
-		if (*p != ',')
-			break;
-		p++;
-	}
-	return n > 0 ? n : 1;
-}
-
 static int churn_worker(struct mm_ctx *c, int index)
 {
 	const size_t bytes = (size_t)mm_arg_long(c, "bytes") & ~(MM_PAGE_SIZE - 1);
 	const double seconds = mm_arg_double(c, "seconds");
 	const int numa_move = (int)mm_arg_long(c, "numa-move");
-	const int nodes = online_nodes() > 64 ? 64 : online_nodes();
+	const int online = mm_online_nodes();
+	const int nodes = online > 64 ? 64 : online;
 	const uint64_t start = mm_now_ns();
 	long n = 0;
 
@@ -151,7 +133,7 @@ static int churn_sample(struct mm_ctx *c)
 	mm_count(c, "ops", (double)total);
 	mm_count(c, "real_s", real);
 	mm_count(c, "workers", workers);
-	mm_state_num(c, "numa_nodes", (double)online_nodes());
+	mm_state_num(c, "numa_nodes", (double)mm_online_nodes());
 	return rc;
 }
 

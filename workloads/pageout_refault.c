@@ -49,6 +49,15 @@ static const struct mm_metric metrics[] = {
 	{ NULL },
 };
 
+/* The timed windows, by id; instructions are counted per page of each. */
+enum { PO_PREFAULT, PO_ADVISE, PO_TOUCH };
+static const struct mm_window windows[] = {
+	{ "prefault", "page", "the first write-touch" },
+	{ "advise", "page", "madvise(MADV_PAGEOUT)" },
+	{ "post_touch", "page", "the write-touch after the pageout" },
+	{ NULL },
+};
+
 static const char *const mm_paths[] = {
 	"madvise_cold_or_pageout_pte_range", "reclaim_pages", "shrink_folio_list",
 	"folio_alloc_swap", "split_folio_to_list", "do_anonymous_page",
@@ -81,6 +90,7 @@ static int pageout_round(struct mm_ctx *c, size_t len, struct pageout_ns *ns,
 			 struct pageout_probe *probe, char **start)
 {
 	const char *thp = mm_arg_str(c, "thp");
+	const int timed = !probe;
 	char *p = mm_map_aligned(len, mm_align_bytes(mm_arg_str(c, "align")));
 	if (!p)
 		return -1;
@@ -90,20 +100,20 @@ static int pageout_round(struct mm_ctx *c, size_t len, struct pageout_ns *ns,
 	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
 		mm_error("madvise_nohugepage", errno);
 
-	uint64_t t0 = mm_now_ns();
+	uint64_t t0 = MM_WINDOW_BEGIN(PO_PREFAULT, timed);
 	mm_touch_write(p, len, 1);
-	uint64_t t1 = mm_now_ns();
+	uint64_t t1 = MM_WINDOW_END(PO_PREFAULT, timed);
 	if (probe)
 		mm_smaps_range(p, len, &probe->after_fault);
-	uint64_t t2 = mm_now_ns();
+	uint64_t t2 = MM_WINDOW_BEGIN(PO_ADVISE, timed);
 	if (madvise(p, len, MADV_PAGEOUT))
 		mm_error("madvise_pageout", errno);
-	uint64_t t3 = mm_now_ns();
+	uint64_t t3 = MM_WINDOW_END(PO_ADVISE, timed);
 	if (probe)
 		mm_smaps_range(p, len, &probe->after_pageout);
-	uint64_t t4 = mm_now_ns();
+	uint64_t t4 = MM_WINDOW_BEGIN(PO_TOUCH, timed);
 	mm_touch_write(p, len, 2);
-	uint64_t t5 = mm_now_ns();
+	uint64_t t5 = MM_WINDOW_END(PO_TOUCH, timed);
 	munmap(p, len);
 	*ns = (struct pageout_ns){ t1 - t0, t3 - t2, t5 - t4 };
 	return 0;
@@ -145,6 +155,8 @@ static int pageout_sample(struct mm_ctx *c)
 	mm_metric(c, "cycle_ns_per_page_total", mm_rounds_total(&cycle) / all);
 	mm_count(c, "rounds", (double)rounds);
 	mm_count(c, "pages", all);
+	for (int w = PO_PREFAULT; w <= PO_TOUCH; w++)
+		mm_window_units(c, w, pages);
 	mm_rounds_free(&prefault);
 	mm_rounds_free(&advise);
 	mm_rounds_free(&touch);
@@ -181,6 +193,7 @@ const struct mm_workload wl_pageout_refault = {
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
 	.tracepoints = tracepoints,
+	.windows = windows,
 	.default_warmups = 1,
 	.sample = pageout_sample,
 };

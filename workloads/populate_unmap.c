@@ -33,6 +33,14 @@ static const struct mm_metric metrics[] = {
 	{ NULL },
 };
 
+/* The timed windows, by id. */
+enum { PU_POPULATE, PU_UNMAP };
+static const struct mm_window windows[] = {
+	{ "populate", "page", "mmap(MAP_POPULATE)" },
+	{ "unmap", "page", "munmap" },
+	{ NULL },
+};
+
 static const char *const mm_paths[] = {
 	"__mm_populate", "populate_vma_page_range", "lru_add_drain", "folio_batch_move_lru",
 	"folio_lruvec_lock_irqsave", "zap_pte_range", "release_pages", "folios_put_refs",
@@ -59,19 +67,20 @@ static int pu_worker(struct mm_ctx *c, int index)
 	mm_hist_clear(&unmap);
 	const uint64_t start = mm_now_ns();
 	while (!mm_deadline_passed(start, seconds)) {
-		uint64_t t0 = mm_now_ns();
+		uint64_t t0 = MM_WINDOW_BEGIN(PU_POPULATE, 1);
 		void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE,
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-		uint64_t t1 = mm_now_ns();
+		uint64_t t1 = MM_WINDOW_END(PU_POPULATE, 1);
 		if (p == MAP_FAILED) {
 			mm_error("mmap", errno);
 			continue;
 		}
+		uint64_t t2 = MM_WINDOW_BEGIN(PU_UNMAP, 1);
 		if (munmap(p, bytes))
 			mm_error("munmap", errno);
-		uint64_t t2 = mm_now_ns();
+		uint64_t t3 = MM_WINDOW_END(PU_UNMAP, 1);
 		mm_hist_add(&populate, t1 - t0);
-		mm_hist_add(&unmap, t2 - t1);
+		mm_hist_add(&unmap, t3 - t2);
 	}
 	mm_hist_merge(populate_hist, &populate);
 	mm_hist_merge(unmap_hist, &unmap);
@@ -98,6 +107,8 @@ static int pu_sample(struct mm_ctx *c)
 		mm_count(c, "ops", (double)ops);
 		mm_count(c, "pages", pages);
 		mm_count(c, "workers", workers);
+		mm_window_units(c, PU_POPULATE, pages_per_op);
+		mm_window_units(c, PU_UNMAP, pages_per_op);
 	}
 	munmap(populate_hist, 2 * sizeof(struct mm_hist));
 	return ops ? rc : 1;
@@ -114,6 +125,7 @@ const struct mm_workload wl_populate_unmap = {
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
 	.tracepoints = tracepoints,
+	.windows = windows,
 	.default_warmups = 0,
 	.sample = pu_sample,
 };

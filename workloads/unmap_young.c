@@ -61,6 +61,14 @@ static const struct mm_metric metrics[] = {
 	{ NULL },
 };
 
+/* The timed windows, by id. */
+enum { UY_TOUCH, UY_UNMAP };
+static const struct mm_window windows[] = {
+	{ "touch", "page", "the read-touch that made the PTEs young" },
+	{ "unmap", "page", "munmap of the young mapping" },
+	{ NULL },
+};
+
 static const char *const mm_paths[] = {
 	"zap_pte_range", "folio_mark_accessed", "folio_activate", "folio_batch_move_lru",
 	"folio_lruvec_lock_irqsave", "tlb_finish_mmu", NULL,
@@ -160,15 +168,16 @@ static int uy_round(struct mm_ctx *c, int fd, size_t len, uint64_t *touch_ns,
 		mm_touch_read(p, len);
 		make_cold_referenced(p, len, fd);
 	}
-	uint64_t t0 = mm_now_ns();
+	const int timed = !probe;
+	uint64_t t0 = MM_WINDOW_BEGIN(UY_TOUCH, timed);
 	mm_touch_read(p, len);
-	uint64_t t1 = mm_now_ns();
+	uint64_t t1 = MM_WINDOW_END(UY_TOUCH, timed);
 	if (probe)
 		mm_smaps_range(p, len, probe);
-	uint64_t t2 = mm_now_ns();
+	uint64_t t2 = MM_WINDOW_BEGIN(UY_UNMAP, timed);
 	if (munmap(p, len))
 		mm_error("munmap", errno);
-	uint64_t t3 = mm_now_ns();
+	uint64_t t3 = MM_WINDOW_END(UY_UNMAP, timed);
 	*touch_ns = t1 - t0;
 	*unmap_ns = t3 - t2;
 	return 0;
@@ -243,6 +252,8 @@ static int uy_sample(struct mm_ctx *c)
 	mm_metric(c, "touch_ns_per_page_total", (double)r.touch.sum_ns / pages);
 	mm_count(c, "rounds", (double)r.rounds);
 	mm_count(c, "pages", pages);
+	mm_window_units(c, UY_TOUCH, pages_per_round);
+	mm_window_units(c, UY_UNMAP, pages_per_round);
 	/* Where the mappings started: pointers, not probes. */
 	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)r.aligned_rounds / (double)r.rounds);
 	mm_state_num(c, "mapping_start_mod_2m_kb", r.start_mod_2m_kb);
@@ -272,6 +283,7 @@ const struct mm_workload wl_unmap_young = {
 	.mm_paths = mm_paths,
 	.vmstat = vmstat,
 	.tracepoints = tracepoints,
+	.windows = windows,
 	.default_warmups = 1,
 	.sample = uy_sample,
 };

@@ -137,7 +137,8 @@ CHECKS = (
     Check("KSM pages compaction moved", "counts", ("ksm_pages_migrated",), KSM_AXES,
           presence=True, normalises=("ms_per_migrated_page",)),
     # The kernel's own actors: only an axis that sets the very actor explains them.
-    Check("kernel mm actors", "state", ("damon",), frozenset(), page_state=False),
+    # DAMON samples access by clearing young bits: the damon axis (off) sets it.
+    Check("DAMON running", "state", ("damon",), frozenset({"damon"}), page_state=False),
     Check("kernel mm actors", "state", ("khugepaged",), frozenset(), page_state=False),
     Check("kernel mm actors", "state", ("ksmd",), frozenset({"ksm.run"}), page_state=False),
     Check("kernel mm actors", "state", ("compaction_proactiveness",),

@@ -14,7 +14,8 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import experiment, kernels, knobs, mmwork, probe, runner, selftest, verdicts, workloads
+from . import (execwork, experiment, kernels, knobs, mmwork, probe, runner, selftest, verdicts,
+               workloads)
 from .attribution.guest import Instrumentation
 from .errors import Interrupted, MmlabError
 from .knobs import HostSettings
@@ -61,7 +62,8 @@ def workloads_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def run(ctx: typer.Context,
-        workload: str = typer.Argument(..., help="workload name (see `mmlab workloads`)"),
+        workload: str = typer.Argument(None, help="workload name (see `mmlab workloads`), or "
+                                                  "exec followed by -- CMD ARGS..."),
         reps: int = typer.Option(5, "--reps", min=1, help="samples, one mmwork process each"),
         as_json: bool = typer.Option(False, "--json",
                                      help="print the samples as JSON lines and nothing else"),
@@ -76,12 +78,35 @@ def run(ctx: typer.Context,
         trace_count: str = typer.Option("", "--trace-count",
                                         help="guest only: count calls of these functions (a,b)"),
         trace_time: str = typer.Option("", "--trace-time",
-                                       help="guest only: time every call of these functions")
+                                       help="guest only: time every call of these functions"),
+        source: Path = typer.Option(None, "--source", help="a C reproducer: compiled "
+                                    "statically (cached) and run as `exec`; its arguments "
+                                    "after --"),
+        metrics_from: str = typer.Option(None, "--metrics-from",
+                                         help="exec: stress-ng-yaml (with -Y {out}), "
+                                              "key=value or json"),
+        metric: list[str] = typer.Option([], "--metric", help="exec: NAME[=KEY]:higher|lower, "
+                                         "a figure the command prints (repeatable)"),
+        smaps: bool = typer.Option(False, "--smaps", help="exec: the command's smaps at its exit"),
+        timeout_s: float = typer.Option(600, "--timeout-s", min=0.001,
+                                        help="exec: kill the command after this long")
         ) -> None:
     """Run WORKLOAD on this kernel or, with --kernel, in a guest; workload
-    parameters go as --name value."""
-    wl = workloads.get(workload)
-    params = wl.parse_cli(ctx.args)
+    parameters go as --name value.  `mmlab run exec -- CMD ARGS...` runs any
+    command, `mmlab run --source repro.c [-- ARGS]` a C reproducer."""
+    if workload == "exec" or source:
+        args = ctx.args if workload in (None, "exec") else [workload, *ctx.args]
+        wl: workloads.Workload = execwork.build(
+            ["{source}", *args] if source else args, source=str(source) if source else None,
+            metrics_from=metrics_from, declared=dict(map(execwork.parse_metric_option, metric)),
+            smaps=smaps, timeout_s=timeout_s)
+        params: dict = {}
+    elif workload is None:
+        raise MmlabError("mmlab run: name a workload (mmlab workloads), exec -- CMD, or "
+                         "--source FILE")
+    else:
+        wl = workloads.get(workload)
+        params = wl.parse_cli(ctx.args)
     wl.check(params)
     if kernel != "host":
         _run_guest(wl, params, reps, as_json, kernel, vcpus, memory_mb, trace_count, trace_time)

@@ -6,7 +6,9 @@ Seed 001's 6.19 backed a 16 MiB mapping with THPs where 6.12 did not; "is
 state, which the report's reviewers did by hand (MADV_NOHUGEPAGE on both
 sides).  mmlab derives those arms itself: for a THP difference both arms with
 THP refused, and both with THP asked for (a kernel may still refuse it: the
-control's own audit says so); for a swap difference both arms without swap.
+control's own audit says so); for a swap difference both arms without swap;
+for a DAMON difference (Debian's 6.19 starts damon_stat at boot, 6.12 does
+not) both arms with every DAMON actor stopped.
 KSM state has no such lever: merging is what ksm-rmap measures, and forcing
 it off would remove the question, so no control is derived for it.
 
@@ -16,6 +18,8 @@ judged like any pair and reported beside the pair they control.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from .experiment import Arm, Plan, baseline_for
 from .knobs import HostSettings
@@ -27,6 +31,7 @@ STATES = {
     "thp": ("THP backing of the mapping", "THP faults, splits and swap-out fallbacks",
             "mTHP allocations, fallbacks, splits and swap-outs"),
     "swap": ("swap configured", "swap used", "pages swapped out"),
+    "damon": ("DAMON running",),
 }
 
 
@@ -36,6 +41,8 @@ def _forcings(wl: Workload, state: str) -> list[tuple[str, dict, dict]]:
     no global change; otherwise system-wide."""
     if state == "swap":
         return [("swap=none", {}, {"swap": "none"})]
+    if state == "damon":
+        return [("damon=off", {}, {"damon": "off"})]
     if any(p.name == "thp" and "nohugepage" in p.choices for p in wl.params):
         return [(f"thp={mode}", {"thp": mode}, {}) for mode in ("nohugepage", "hugepage")]
     return [(f"thp_mode={mode}", {}, {"thp": mode}) for mode in ("never", "always")]
@@ -61,15 +68,28 @@ def derive(plan: Plan, findings: dict[tuple[str, str], list]) -> list[Arm]:
         if arm.control_of is not None:
             continue
         checks = {f.check for f in found}
-        for state, names in STATES.items():
-            if not checks & set(names):
-                continue
-            for label, params, settings in _forcings(plan.workload, state):
-                for side in (arm, plan.arm(base_name)):
-                    c = control_arm(side, label, params, settings)
-                    if c.name not in have:
-                        out.setdefault(c.name, c)
+        states = [state for state, names in STATES.items() if checks & set(names)]
+        for label, params, settings in _combined(plan.workload, states):
+            for side in (arm, plan.arm(base_name)):
+                c = control_arm(side, label, params, settings)
+                if c.name not in have:
+                    out.setdefault(c.name, c)
     return list(out.values())
+
+
+def _combined(wl: Workload, states: list[str]) -> list[tuple[str, dict, dict]]:
+    """The controls of a pair that differs in several states: each forces all
+    of them at once (a control equal in THP but not in DAMON answers
+    nothing), one per combination of the ways to force each."""
+    if not states:
+        return []
+    out = []
+    for combo in itertools.product(*(_forcings(wl, st) for st in states)):
+        label = ", ".join(lab for lab, _, _ in combo)
+        params = {k: v for _, p, _ in combo for k, v in p.items()}
+        settings = {k: v for _, _, st in combo for k, v in st.items()}
+        out.append((label, params, settings))
+    return out
 
 
 def matched(plan: Plan, comparisons: list[Comparison]

@@ -24,7 +24,7 @@ import tomli_w
 from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationError,
                       ValidationInfo, field_validator)
 
-from . import kernels, knobs, workloads
+from . import execwork, kernels, knobs, workloads
 from .errors import MmlabError
 from .names import axis_text
 
@@ -68,12 +68,18 @@ class Profile(BaseModel):
     workload: str
     kernel: KernelName = "host"   # or debian:6.12, local:NAME: a guest in QEMU
     memory_mb: int = Field(default=1024, ge=128)
-    timeout_s: float = Field(default=600, gt=0, description="per guest trial")
+    timeout_s: float = Field(default=600, gt=0, description="per guest trial; per exec command")
     cmdline: str = ""             # added to a guest kernel's command line
     attribute: bool = False       # attribution trials after the timing trials
     focus: str | None = None      # explain/report: only stacks through this function
     trace_count: list[str] = []   # guests: functions to count (default: the mm paths)
     trace_time: list[str] = []    # guests: functions to time (default: the first mm path)
+    # workload = "exec" (execwork.py): a command or a C file, measured from outside
+    command: list[str] | str = []    # {axis} substituted; {out}: a file mmwork makes and reads
+    source: str | None = None        # a C reproducer (relative to the profile), built -static
+    metrics_from: execwork.MetricsFrom | None = None
+    exec_metrics: dict[str, execwork.ExecMetric | execwork.Direction] = {}
+    smaps: bool = False              # the command's smaps at its exit
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []
@@ -129,6 +135,7 @@ class SettingAxes(BaseModel):
     kernel: KernelName | None = None
     memory_mb: Annotated[StrictInt, Field(ge=128)] | None = None
     numa_nodes: Annotated[StrictInt, Field(ge=1, le=8)] | None = None   # guests only
+    damon: Literal["off"] | None = None   # every DAMON actor stopped (knobs.DamonActors)
     ksm: dict[str, StrictInt] = {}
     sysctl: dict[str, Scalar] = {}
 
@@ -177,7 +184,7 @@ class Plan(BaseModel):
     profile: Profile
     text: str
     path: str
-    workload: workloads.Workload
+    workload: execwork.AnyWorkload
     arms: list[Arm]
     order: list[tuple[int, str]] = []   # (round, arm name)
 
@@ -273,10 +280,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
     def fail(loc: tuple, msg: str) -> MmlabError:
         return MmlabError(f"{_where(path, text, loc)}: {msg}")
 
-    try:
-        wl = workloads.get(profile.workload)
-    except MmlabError as exc:
-        raise fail(("workload",), str(exc)) from exc
+    wl = _workload(profile, path, fail)
     for i, metric in enumerate(profile.metrics):
         try:
             wl.metric(metric)
@@ -298,6 +302,28 @@ def build(profile: Profile, text: str, path: str) -> Plan:
     _check_baseline(profile, arms, fail)
     return Plan(profile=profile, text=text, path=path, workload=wl, arms=arms,
                 order=schedule([a.name for a in arms], profile.repetitions, profile.seed))
+
+
+EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps")
+
+
+def _workload(profile: Profile, path: str, fail) -> workloads.Workload:
+    """The profile's workload: mmwork's by name, or an exec workload built
+    from the exec keys, which only it may use."""
+    if profile.workload != "exec":
+        for key in EXEC_KEYS:
+            if key in profile.model_fields_set:
+                raise fail((key,), 'only for workload = "exec"')
+        try:
+            return workloads.get(profile.workload)
+        except MmlabError as exc:
+            raise fail(("workload",), f"{exc} or exec") from exc
+    try:
+        return execwork.build(profile.command, source=profile.source, base=Path(path).parent,
+                              metrics_from=profile.metrics_from, declared=profile.exec_metrics,
+                              smaps=profile.smaps, timeout_s=profile.timeout_s)
+    except execwork.ProfileKeyError as exc:
+        raise fail(tuple(exc.key.split(".")), str(exc)) from exc
 
 
 def _sample_length(wl: workloads.Workload, ms: int, fail) -> dict[str, Scalar]:
@@ -330,7 +356,8 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
         raise fail(loc + ("numa_nodes",), f"{axes.numa_nodes!r}: NUMA nodes are made for guests "
                    "(QEMU -numa); the host has the nodes it has")
     settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
-                                  ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()})
+                                  ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
+                                  damon=axes.damon)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
                kernel=kernel, memory_mb=axes.memory_mb or profile.memory_mb,
                numa_nodes=axes.numa_nodes or 1)

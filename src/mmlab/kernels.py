@@ -213,7 +213,9 @@ CODENAMES = ("bookworm", "trixie")
 SUITES = ("bookworm", "bookworm-updates", "bookworm-backports", "trixie", "trixie-updates",
           "trixie-backports", "sid")
 SECURITY_SUITES = ("bookworm-security", "trixie-security")
-SOURCE_SUITES = ("bookworm-backports", "trixie-backports", "sid")
+# deb-src: where split kernel packages live (backports, sid), and bookworm,
+# which carries the host's qemu source (the TCG plugin's header, qemu_plugin.py).
+SOURCE_SUITES = ("bookworm", "bookworm-backports", "trixie-backports", "sid")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 MAX_AGE_S = 24 * 3600
 

@@ -295,6 +295,38 @@ class Sysctl(SettingFile):
         super().__init__("/proc/sys/" + name.replace(".", "/"))
 
 
+class DamonActors:
+    """Every DAMON worker the kernel runs on its own: the DAMON modules
+    (damon_stat, damon_reclaim, damon_lru_sort; Debian's 6.19 starts
+    damon_stat at boot) and the running sysfs kdamonds.  Each samples access
+    by clearing young bits, so an arm run beside one is not in the same page
+    state as one run without.  "off" turns each one off, journaled as the
+    file it writes, so restore turns it back on."""
+
+    MODULES = "/sys/module/damon_*/parameters/enabled"
+    KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds/*/state"
+    ON = {"Y": "N", "on": "off"}      # running value -> stopped value
+
+    def files(self) -> list[tuple[SettingFile, str]]:
+        """(file, value that stops it) for each actor running here now."""
+        out = []
+        for pattern in (self.MODULES, self.KDAMONDS):
+            for path in sorted(Path("/").glob(pattern.lstrip("/"))):
+                value = read_setting(str(path))
+                if value in self.ON:
+                    out.append((SettingFile(str(path)), self.ON[value]))
+        return out
+
+    @classmethod
+    def shell_off(cls) -> list[str]:
+        """The same, as lines of the guest's /trial.sh (its actors are only
+        known inside the guest)."""
+        return [f"for f in {cls.MODULES}; do [ \"$(cat $f 2>/dev/null)\" = Y ] && echo N > $f; "
+                "done; true",
+                f"for f in {cls.KDAMONDS}; do [ \"$(cat $f 2>/dev/null)\" = on ] && "
+                "echo off > $f; done; true"]
+
+
 class Swap:
     """The swap areas in use: none, a swap file, or a zram device.  Applying
     turns every active area off first (journaled "swapon", turned back on at
@@ -380,9 +412,19 @@ class HostSettings(BaseModel):
     swap: SwapSpec | None = None              # none | file:SIZE | zram:SIZE
     ksm: dict[str, StrictInt] = {}
     sysctl: dict[str, str] = {}
+    damon: Literal["off"] | None = None       # off: every DAMON actor stopped
 
     def files(self) -> list[tuple[SettingFile, str]]:
-        """(setting file, wanted value) pairs; swap is not a file and is apart."""
+        """(setting file, wanted value) pairs on this machine; swap is not a
+        file and is apart."""
+        out: list[tuple[SettingFile, str]] = self.fixed_files()
+        if self.damon == "off":
+            out += DamonActors().files()
+        return out
+
+    def fixed_files(self) -> list[tuple[SettingFile, str]]:
+        """The files whose path does not depend on the machine (a guest
+        writes these as they are; it finds its DAMON actors itself)."""
         out: list[tuple[SettingFile, str]] = []
         if self.thp:
             out.append((ThpEnabled(), self.thp))

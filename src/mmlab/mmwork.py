@@ -56,10 +56,11 @@ def parse_cpus(text: str) -> set[int]:
 
 def argv(workload: Workload, params: dict[str, object], samples: int,
          warmups: int | None = None, binary: str | None = None) -> list[str]:
-    """mmwork's arguments for one trial; `binary` is its path where it runs."""
-    out = [binary or str(mmwork_path()), workload.name, *workload.args(params),
-           "--samples", str(samples)]
-    return out + ["--warmups", str(warmups)] if warmups is not None else out
+    """mmwork's arguments for one trial; `binary` is its path where it runs.
+    The workload's own come last: an exec workload's end with its command."""
+    out = [binary or str(mmwork_path()), workload.name, "--samples", str(samples)]
+    out += ["--warmups", str(warmups)] if warmups is not None else []
+    return out + workload.args(params)
 
 
 def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
@@ -81,7 +82,7 @@ def run(workload: Workload, params: dict[str, object], samples: int, warmups: in
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
-                sample = parse_line(line)
+                sample = workload.measured(parse_line(line))
                 got.append(sample)
                 if on_sample:
                     on_sample(sample)

@@ -109,7 +109,12 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
                     lab: Lab) -> Comparison:
     """One comparison of the search: the profile on `ref` and `kernel`, stored
-    as an experiment of its own, run and judged on `metric`."""
+    as an experiment of its own, run and judged on `metric`.  The derived
+    profile measures `metric` too, so that a metric only some runs produce
+    (instructions, insns.py) is produced."""
+    if metric not in plan.profile.metrics:
+        plan = plan.model_copy(update={"profile": plan.profile.model_copy(
+            update={"metrics": [*plan.profile.metrics, metric]})})
     derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
     exp_id = store.create_experiment(derived)
     lab.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import __version__
+from . import __version__, insns, qemu_plugin
 from .build import REPO_ROOT
 from .knobs import Journal, Tracefs, active_swaps
 
@@ -228,6 +228,21 @@ def _perf() -> list[Fact]:
     ]
 
 
+def _insns() -> list[Fact]:
+    """Where kernel instructions per page can come from: the CPU's counters
+    (tried with the very perf_event_open mmwork makes) and, for TCG
+    guests, mmlab's QEMU plugin (built if its header is cached)."""
+    host_ok, host = insns.perf_status()
+    plugin_ok, plugin = qemu_plugin.status()
+    return [
+        Fact("instruction counts (host)", host, host_ok,
+             "" if host_ok else "no PMU: host samples carry no instruction metrics"),
+        Fact("instruction counts (TCG guests)", f"QEMU plugin {plugin}" if plugin_ok else plugin,
+             plugin_ok, "" if plugin_ok else "guest samples carry no instruction metrics until "
+             "the plugin is built"),
+    ]
+
+
 def _kvm() -> Fact:
     if not Path("/dev/kvm").exists():
         return Fact("KVM", "no /dev/kvm", False, "guests run under TCG (emulated timings)")
@@ -259,7 +274,7 @@ def facts() -> list[Fact]:
     return [
         _kernel(), _cpus(), _memory(), _thp(), _mglru(), _ksm(), _swap(), _zram(), _numa(),
         _mm_actors_fact(),
-        _tracefs_fact(), *_perf(),
+        _tracefs_fact(), *_perf(), *_insns(),
         _tool("qemu-system-x86_64", "--version", need="no guest kernels"),
         _kvm(),
         _tool("busybox", "--help", need="no guest initramfs"),

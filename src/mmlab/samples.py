@@ -13,8 +13,9 @@ from pydantic import BaseModel, ValidationError, field_validator
 
 from .errors import MmlabError
 
-# A metric name carries its unit as a token: advise_ns_per_page, ops_per_s_cpu, sys_s.
-UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb)(_|$)")
+# A metric name carries its unit as a token: advise_ns_per_page, ops_per_s_cpu, sys_s,
+# advise_kernel_insns_per_page.
+UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb|insns)(_|$)")
 
 
 class Sample(BaseModel):
@@ -28,6 +29,7 @@ class Sample(BaseModel):
     vmstat_delta: dict[str, float]
     state: dict[str, str | float]
     errors: dict[str, float]
+    output: str | None = None   # exec: what the command printed, its metrics' source
 
     @field_validator("metrics")
     @classmethod

@@ -1,4 +1,5 @@
-"""SQLite store: experiments, arms, trials and samples, one file per lab dir.
+"""The store: experiments, arms, trials and samples, one SQLite file per lab
+dir, or one PostgreSQL database a fleet of machines shares (storedb.py).
 
 WAL mode, and one transaction per finished trial (its samples and its status
 together), so a crash loses at most the trial in flight and a reader never
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import json
 import math
-import sqlite3
 import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from . import storedb
 from .errors import MmlabError
 from .experiment import Arm, Plan
 from .samples import Sample
@@ -146,23 +148,12 @@ def status_counts(trials: list[Trial]) -> dict[str, int]:
 
 class Store:
     def __init__(self, results_dir: str | Path):
-        self.dir = Path(results_dir)
-        if self.dir.exists() and not self.dir.is_dir():
-            raise MmlabError(f"--results {self.dir}: not a directory")
-        self.dir.mkdir(parents=True, exist_ok=True)
-        path = self.dir / "mmlab.sqlite"
-        try:
-            self.db = sqlite3.connect(path, isolation_level=None, timeout=30)
-            self.db.row_factory = sqlite3.Row
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("PRAGMA synchronous=FULL")
-            self.db.execute("PRAGMA foreign_keys=ON")
-            self.db.executescript(SCHEMA)
-        except sqlite3.DatabaseError as exc:
-            raise MmlabError(f"{path}: not an mmlab store ({exc})") from exc
-        columns = {r["name"] for r in self.db.execute("PRAGMA table_info(experiments)")}
-        if "plan" not in columns:
-            raise MmlabError(f"{self.dir / 'mmlab.sqlite'}: written by an older mmlab that did not "
+        """`results_dir`: a lab directory, or a postgresql:// URL."""
+        self.db = storedb.connect(results_dir, SCHEMA)
+        self.dir = self.db.dir          # the lab directory; None for PostgreSQL
+        self.where = self.db.where      # for messages (a URL without its password)
+        if "plan" not in self.db.columns("experiments"):
+            raise MmlabError(f"{self.where}: written by an older mmlab that did not "
                              "store plans; use a new --results directory")
 
     def close(self) -> None:
@@ -173,14 +164,12 @@ class Store:
     def create_experiment(self, plan: Plan) -> int:
         """Store the plan, its arms and the planned order; returns the ID."""
         p = plan.profile
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
-            cur = self.db.execute(
+        with self.db.transaction():
+            exp_id = self.db.execute(
                 "INSERT INTO experiments (name, workload, profile_path, profile_text, "
-                "profile_hash, seed, created, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "profile_hash, seed, created, plan) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 (p.name, p.workload, plan.path, plan.text, plan.profile_hash, p.seed, time.time(),
-                 plan.model_dump_json(exclude={"arms", "order"})))
-            exp_id = cur.lastrowid
+                 plan.model_dump_json(exclude={"arms", "order"}))).fetchone()["id"]
             for pos, arm in enumerate(plan.arms):
                 self.db.execute(
                     "INSERT INTO arms (experiment_id, name, position, spec) VALUES (?, ?, ?, ?)",
@@ -192,8 +181,8 @@ class Store:
         """Append `order` to the experiment's planned trials (inside a transaction)."""
         arm_ids = {r["name"]: r["id"] for r in self.db.execute(
             "SELECT id, name FROM arms WHERE experiment_id=?", (exp_id,))}
-        start = self.db.execute("SELECT COUNT(*) FROM trials WHERE experiment_id=?",
-                                (exp_id,)).fetchone()[0]
+        start = self.db.execute("SELECT COUNT(*) AS n FROM trials WHERE experiment_id=?",
+                                (exp_id,)).fetchone()["n"]
         self.db.executemany(
             "INSERT INTO trials (experiment_id, arm_id, position, round, order_seed, status, "
             "target) VALUES (?, ?, ?, ?, ?, 'planned', ?)",
@@ -203,16 +192,14 @@ class Store:
     def extend(self, exp_id: int, plan: Plan, order: list[tuple[int, str]]) -> None:
         """Add rounds to a stored plan: `order` (round, arm) appended as planned
         trials in one transaction, so the plan grows whole or not at all."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
+        with self.db.transaction():
             self._add_trials(exp_id, plan, order)
 
     def add_arms(self, exp_id: int, plan: Plan, arms: list[Arm],
                  order: list[tuple[int, str]]) -> Plan:
         """Add arms (matched-state controls) and their planned trials to a
         stored experiment in one transaction; returns the plan as now stored."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
+        with self.db.transaction():
             for pos, arm in enumerate(arms, len(plan.arms)):
                 self.db.execute(
                     "INSERT INTO arms (experiment_id, name, position, spec) VALUES (?, ?, ?, ?)",
@@ -232,27 +219,29 @@ class Store:
             plan = self.plan(exp_id)
             profile = plan.profile.model_validate({**plan.profile.model_dump(), **update})
             stored["profile"] = json.loads(profile.model_dump_json())
-            with self.db:
+            with self.db.transaction():
                 self.db.execute("UPDATE experiments SET plan=? WHERE id=?",
                                 (json.dumps(stored), exp_id))
         return self.plan(exp_id)
 
-    def start_trial(self, trial_id: int) -> None:
-        with self.db:
-            self.db.execute("UPDATE trials SET status='running', started=? WHERE id=?",
-                            (time.time(), trial_id))
+    def start_trial(self, trial_id: int) -> bool:
+        """Take a planned trial; False when it was not planned (another
+        worker has it, or it is finished): a fleet never runs a trial twice."""
+        with self.db.transaction():
+            return self.db.execute("UPDATE trials SET status='running', started=? "
+                                   "WHERE id=? AND status='planned'",
+                                   (time.time(), trial_id)).rowcount == 1
 
     def finish_trial(self, trial_id: int, samples: list[Sample], environment: dict) -> None:
         """Samples and status in one transaction: the trial is kept whole or not at all."""
-        with self.db:
-            self.db.execute("BEGIN IMMEDIATE")
+        with self.db.transaction():
             self.db.executemany("INSERT INTO samples (trial_id, idx, raw) VALUES (?, ?, ?)",
                                 [(trial_id, i, s.model_dump_json()) for i, s in enumerate(samples)])
             self.db.execute("UPDATE trials SET status='done', ended=?, environment=? WHERE id=?",
                             (time.time(), json.dumps(environment), trial_id))
 
     def fail_trial(self, trial_id: int, error: str, environment: dict | None = None) -> None:
-        with self.db:
+        with self.db.transaction():
             self.db.execute("UPDATE trials SET status='failed', ended=?, error=?, environment=? "
                             "WHERE id=?", (time.time(), error,
                                            json.dumps(environment) if environment else None,
@@ -260,22 +249,23 @@ class Store:
 
     def replan_trial(self, trial_id: int) -> None:
         """An interrupted trial goes back to the plan, to run again on resume."""
-        with self.db:
+        with self.db.transaction():
             self.db.execute("UPDATE trials SET status='planned', started=NULL WHERE id=?",
                             (trial_id,))
 
     def replan_interrupted(self, exp_id: int) -> int:
-        with self.db:
+        with self.db.transaction():
             return self.db.execute("UPDATE trials SET status='planned', started=NULL "
                                    "WHERE experiment_id=? AND status='running'",
                                    (exp_id,)).rowcount
 
     def save_attribution(self, exp_id: int, arm: str, kind: str, data: dict) -> None:
-        with self.db:
+        with self.db.transaction():
             arm_id = self.db.execute("SELECT id FROM arms WHERE experiment_id=? AND name=?",
                                      (exp_id, arm)).fetchone()["id"]
-            self.db.execute("INSERT OR REPLACE INTO attributions (experiment_id, arm_id, kind, "
-                            "data, created) VALUES (?, ?, ?, ?, ?)",
+            self.db.execute("INSERT INTO attributions (experiment_id, arm_id, kind, data, "
+                            "created) VALUES (?, ?, ?, ?, ?) ON CONFLICT (experiment_id, arm_id, "
+                            "kind) DO UPDATE SET data=excluded.data, created=excluded.created",
                             (exp_id, arm_id, kind, json.dumps(data), time.time()))
 
     # ------------------------------------------------------------ reading
@@ -297,13 +287,13 @@ class Store:
         order = [(t.round, t.arm) for t in self.trials(exp_id)]
         return Plan.model_validate({**json.loads(row["plan"]), "arms": arms, "order": order})
 
-    def experiment(self, exp_id: int) -> sqlite3.Row:
+    def experiment(self, exp_id: int) -> Mapping[str, Any]:
         row = self.db.execute("SELECT * FROM experiments WHERE id=?", (exp_id,)).fetchone()
         if row is None:
-            raise MmlabError(f"no experiment {exp_id} in {self.dir}")
+            raise MmlabError(f"no experiment {exp_id} in {self.where}")
         return row
 
-    def experiments(self) -> list[sqlite3.Row]:
+    def experiments(self) -> list[Mapping[str, Any]]:
         return self.db.execute(
             "SELECT e.*, "
             "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id=e.id) AS trials, "

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from . import proc
 from .build import mmwork_path
 from .errors import MmlabError
+from .samples import Sample
 
 # Parameters the harness owns; runners set them, profiles do not.
 HARNESS_PARAMS = ("samples", "warmups", "check")
@@ -43,6 +45,17 @@ class Metric:
 
 
 @dataclass(frozen=True)
+class Window:
+    """A timed window whose instructions can be counted (insns.py): its
+    instruction metrics, per unit of work, as mmwork names them."""
+    name: str
+    unit: str          # what one window works on: page, op
+    help: str
+    kernel_metric: str
+    user_metric: str
+
+
+@dataclass(frozen=True)
 class Workload:
     name: str
     seed: str
@@ -53,6 +66,12 @@ class Workload:
     vmstat: tuple[str, ...]
     tracepoints: tuple[str, ...]
     host_settings: tuple[str, ...]
+    kind: str = "mmwork"   # or "exec" (execwork.ExecWorkload): how a stored Plan reads back
+    windows: tuple[Window, ...] = ()
+
+    def window_metrics(self) -> set[str]:
+        """The instruction metrics of its windows."""
+        return {m for w in self.windows for m in (w.kernel_metric, w.user_metric)}
 
     def param(self, name: str) -> Param:
         for p in self.params:
@@ -108,6 +127,16 @@ class Workload:
             i += 1
         return params
 
+    def measured(self, sample: Sample) -> Sample:
+        """The sample with the metrics the workload printed; mmwork's own
+        workloads print them in the sample already (an exec workload parses
+        its command's output here)."""
+        return sample
+
+    def programs(self, params: dict[str, object]) -> list[Path]:
+        """Files it needs where it runs besides mmwork (a guest packs them)."""
+        return []
+
     def check(self, params: dict[str, object]) -> None:
         """Validate values with mmwork's own rules (ranges, memory size, paths)."""
         checked = proc.run([mmwork_path(), self.name, *self.args(params), "--check"],
@@ -119,6 +148,8 @@ class Workload:
 def _load(raw: list[dict]) -> dict[str, Workload]:
     table = {}
     for w in raw:
+        if w.get("takes_command"):
+            continue   # exec: a command's workload, made from a profile (execwork.py)
         table[w["name"]] = Workload(
             name=w["name"], seed=w["seed"], summary=w["summary"],
             params=tuple(Param(**{**p, "choices": tuple(p.get("choices", ()))})
@@ -126,15 +157,26 @@ def _load(raw: list[dict]) -> dict[str, Workload]:
             metrics=tuple(Metric(**m) for m in w["metrics"]),
             mm_paths=tuple(w["mm_paths"]), vmstat=tuple(w["vmstat"]),
             tracepoints=tuple(w["tracepoints"]),
-            host_settings=tuple(w["host_settings"]))
+            host_settings=tuple(w["host_settings"]),
+            windows=tuple(Window(**x) for x in w.get("windows", [])))
     return table
 
 
 @cache
+def _described() -> list[dict]:
+    return json.loads(proc.run([mmwork_path(), "describe"], what="mmwork describe").stdout)
+
+
 def registry() -> dict[str, Workload]:
-    """Every workload mmwork knows, by name."""
-    out = proc.run([mmwork_path(), "describe"], what="mmwork describe").stdout
-    return _load(json.loads(out))
+    """Every mm workload mmwork knows, by name (not exec, which runs a
+    command and is made from a profile: execwork.py)."""
+    return _load(_described())
+
+
+def exec_table() -> dict:
+    """mmwork exec's own table as `describe` prints it: its options and the
+    vmstat counters it reports around a command."""
+    return next(w for w in _described() if w.get("takes_command"))
 
 
 def get(name: str) -> Workload:

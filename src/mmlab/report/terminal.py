@@ -15,8 +15,8 @@ from ..probe import Fact
 from ..samples import Sample
 from ..stats import Comparison, summarize
 from ..workloads import HARNESS_PARAMS, Workload
-from .fmt import (DASH, VERDICT_RICH, arrow, change, ci, contrast, missing, num, p_value, pct,
-                  ratio, signed)
+from .fmt import (DASH, VERDICT_RICH, arrow, change, ci, contrast, matched_state, missing, num,
+                  p_value, pct, ratio, signed)
 
 
 def samples_table(workload: Workload, samples: list[Sample]) -> Table:
@@ -137,7 +137,7 @@ def reasons(comparisons: list[Comparison],
         if c.outliers:
             out.append("  outliers (kept): " + "; ".join(map(str, c.outliers)))
         for label, ctrl in (matched or {}).get((c.metric, c.arm, c.baseline), []):
-            out.append("  different page state; " + fmt.matched_state(label, ctrl))
+            out.append("  different page state; " + matched_state(label, ctrl))
     return out
 
 

@@ -4,7 +4,7 @@ environment is recorded as it then is, and mmwork runs as a child."""
 
 from __future__ import annotations
 
-from .. import knobs, mmwork, probe
+from .. import insns, knobs, mmwork, probe
 from ..attribution import collect
 from ..errors import MmlabError
 from ..experiment import Arm, Plan
@@ -46,9 +46,22 @@ class HostTarget:
                                      samples=plan.profile.samples_per_trial,
                                      warmups=plan.profile.warmups, journal=self.journal,
                                      cpus=arm.cpus)
+                if insns.wanted(plan.workload, plan.profile.metrics):
+                    insns.add_counts(samples, plan.workload,
+                                     lambda: self._counting_pass(arm, plan))
             except MmlabError as exc:
                 raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
+
+    def _counting_pass(self, arm: Arm, plan: Plan) -> list:
+        """The trial again in an mmwork of its own that reads the CPU's
+        instruction counters around each window (insns.py), settings as set."""
+        ok, why = insns.perf_status()
+        if not ok:
+            raise insns.Unavailable(why)
+        return mmwork.run(plan.workload, insns.counting_params(arm.params),
+                          samples=plan.profile.samples_per_trial, warmups=plan.profile.warmups,
+                          journal=self.journal, cpus=arm.cpus)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One run under perf, two under lock tracing, one counting

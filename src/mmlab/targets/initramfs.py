@@ -1,5 +1,6 @@
 """The guest's initramfs: busybox, the static mmwork, and an init that runs
-one trial and sends its output back over the second serial port.
+one trial and sends its output back over the second serial port (and, for
+an exec workload, its program with the shared libraries it loads).
 
 The base archive is built once per (mmwork, busybox, init) and cached by
 their hash.  Each trial appends a tiny archive holding /trial.sh: the kernel
@@ -124,6 +125,30 @@ def modules_archive(kernel) -> Path:
     tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
     tmp.rename(path)
     return path
+
+
+def files_archive(paths: list[Path], cache: Path) -> Path:
+    """A gzip'd archive holding each of `paths` at the same absolute path (an
+    exec workload's program and the shared libraries it loads, so that its
+    dynamic loader finds them where it looks on the host), made once per
+    set of contents and cached by their hash."""
+    files: dict[str, tuple[int, bytes]] = {}
+    h = hashlib.sha256()
+    for path in paths:
+        name = str(path).lstrip("/")
+        data = path.read_bytes()
+        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
+        files[name] = (0o100755, data)
+        for parent in Path(name).parents:
+            if str(parent) != ".":
+                files.setdefault(str(parent), (0o040755, b""))
+    out = cache / f"files-{h.hexdigest()[:16]}.cpio.gz"
+    if not out.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+        tmp.rename(out)
+    return out
 
 
 def trial_initrd(base: Path, script: str, dest: Path, extra: list[Path] | None = None) -> Path:

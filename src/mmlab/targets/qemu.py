@@ -35,11 +35,11 @@ from pathlib import Path
 
 from collections.abc import Callable
 
-from .. import kernels, mmwork, probe
+from .. import insns, kernels, mmwork, probe, qemu_plugin
 from ..attribution.guest import Instrumentation, guest_trace_record
 from ..errors import MmlabError
 from ..experiment import Arm, Plan
-from ..knobs import HostSettings, parse_size
+from ..knobs import DamonActors, HostSettings, parse_size
 from ..mmwork import TrialFailed
 from ..samples import Sample, parse_line
 from ..workloads import Workload
@@ -103,6 +103,7 @@ class BootResult:
     frames: dict[str, bytes]
     console: str
     seconds: float
+    plugin_output: str = ""   # what the instruction-counting plugin wrote (insns.py)
 
 
 def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
@@ -153,12 +154,16 @@ def _tail(console: str) -> str:
     return " | ".join(lines[-CONSOLE_TAIL:])
 
 
-def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None
-          ) -> BootResult:
+def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None,
+          archives: tuple[Path, ...] = (), plugin: Path | None = None) -> BootResult:
+    """One boot running `script`; `archives` are further initramfs parts
+    (an exec workload's program and libraries); `plugin` is mmlab's TCG
+    plugin (qemu_plugin.py), loaded to count instructions."""
     with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
         tmpd = Path(tmp)
         extra = [initramfs.modules_archive(guest.kernel)] if needs_modules(guest.kernel, swap) \
             else []
+        extra += archives
         initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd",
                                         extra)
         console, results = tmpd / "console.log", tmpd / "results.log"
@@ -167,7 +172,9 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None =
             disk = tmpd / "swap.img"
             with open(disk, "wb") as f:          # sparse: blocks appear as the guest swaps
                 f.truncate(parse_size(swap.split(":", 1)[1]))
-        argv = _qemu_argv(guest, initrd, accel, console, results, disk)
+        counts = tmpd / "insns.jsonl"
+        argv = _qemu_argv(guest, initrd, accel, console, results, disk) + \
+            (["-plugin", f"{plugin},out={counts}"] if plugin else [])
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -184,6 +191,7 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None =
         seconds = time.monotonic() - t0
         text = console.read_text(errors="replace") if console.exists() else ""
         res = results.read_text(errors="replace") if results.exists() else ""
+        counted = counts.read_text() if counts.exists() else ""
     for what, pattern in FAILURE_PATTERNS:
         m = pattern.search(text)
         if m and what != "OOM kill":
@@ -205,7 +213,7 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None =
     if rc and oom:
         raise TrialFailed(f"workload killed by the OOM killer in the guest: "
                           f"{oom.group(0).strip()}")
-    return BootResult(frames, text, seconds)
+    return BootResult(frames, text, seconds, counted)
 
 
 NUMA_MARK = re.compile(r"^mmlab-guest: numa nodes (\d+)$", re.M)
@@ -260,8 +268,10 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
         if kernel is None:
             raise MmlabError(f"swap = {settings.swap}: a guest's swap needs its kernel")
         lines += swap_script(kernel, settings.swap)
-    for knob, value in settings.files():
+    for knob, value in settings.fixed_files():
         lines.append(f"echo {shlex.quote(value)} > {shlex.quote(knob.path)}")
+    if settings.damon == "off":
+        lines += DamonActors.shell_off()
     lines.append('echo "mmlab-guest: numa nodes $(ls -d /sys/devices/system/node/node* '
                  '2>/dev/null | wc -l)" > /dev/ttyS0')
     command = shlex.join(mmwork.argv(workload, params, samples, warmups, binary="/bin/mmwork"))
@@ -279,18 +289,23 @@ def initramfs_cache() -> Path:
 
 def run(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
         warmups: int | None, settings: HostSettings, cache: Path | None = None,
-        instrument: Instrumentation | None = None) -> list[Sample]:
+        instrument: Instrumentation | None = None, plugin: Path | None = None) -> list[Sample]:
     """Boot `guest`, run one trial in it, and return its samples, labelled.
 
     With `instrument`, the trial runs traced and every sample says so
     (state `instrumented` = 1) and carries the trace figures in `counts`
-    under `trace_*` names, covering the whole trial (warm-ups included)."""
+    under `trace_*` names, covering the whole trial (warm-ups included).
+    With `plugin` (TCG only), the instruction-counting plugin is loaded and
+    its counts become the samples' instruction metrics (insns.from_plugin;
+    insns.Unavailable when they cannot)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
+    packed = workload.programs(params)
+    archives = (initramfs.files_archive(packed, cache),) if packed else ()
     for retry in range(BOOT_RETRIES + 1):
         try:
-            boot = _boot(guest, script, accel, cache, settings.swap)
+            boot = _boot(guest, script, accel, cache, settings.swap, archives, plugin)
             break
         except BootFailed:
             if retry == BOOT_RETRIES:
@@ -300,10 +315,13 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     if rc:
         last = stderr.splitlines()[-1] if stderr else f"exit status {rc}"
         raise TrialFailed(f"{workload.name} failed in the guest ({guest.kernel.name}): {last}")
-    got = [parse_line(line) for line in boot.frames["stdout"].decode().splitlines() if line]
+    got = [workload.measured(parse_line(line))
+           for line in boot.frames["stdout"].decode().splitlines() if line]
     if len(got) != samples:
         raise TrialFailed(f"{workload.name}: expected {samples} samples from the guest, "
                           f"got {len(got)}")
+    if plugin:
+        insns.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
         raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: {stderr[-300:]}")
@@ -393,9 +411,25 @@ class QemuTarget:
         try:
             samples = run(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
                           plan.profile.warmups, arm.settings)
+            if insns.wanted(plan.workload, plan.profile.metrics):
+                insns.add_counts(samples, plan.workload,
+                                 lambda: self._counting_pass(guest, accel, arm, plan))
         except MmlabError as exc:
             raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
+
+    def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
+        """The trial again, in a boot of its own, counting instructions: under
+        TCG with mmlab's plugin, under KVM with the guest's vPMU (if any)."""
+        plugin = None
+        if accel == "tcg":
+            try:
+                plugin = qemu_plugin.ensure()
+            except MmlabError as exc:
+                raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
+        return run(guest, plan.workload, insns.counting_params(arm.params),
+                   plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
+                   plugin=plugin)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One instrumented boot of GUEST_TRACE_SAMPLES samples: calls of the

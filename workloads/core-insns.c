@@ -1,0 +1,173 @@
+/*
+ * core-insns.c - instruction counts of the timed windows: the perf counter
+ * group each process reads around its windows, the windows counted in
+ * memory that forked workers share, and the per-unit metrics and counts a
+ * sample gets.  The markers a QEMU plugin counts are the macros in
+ * core-insns.h; this file only adds the one that closes a sample.
+ */
+#define _GNU_SOURCE
+#include "core-insns.h"
+#include "core-ctx.h"
+#include "core-mem.h"
+#include "core-sample.h"
+
+#include <errno.h>
+#include <linux/perf_event.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+int mm_insns_on;
+
+/* Shared with forked workers: what every process's windows added up to. */
+struct mm_insns_totals {
+	uint64_t windows[MM_MAX_WINDOWS];
+	uint64_t kernel[MM_MAX_WINDOWS], user[MM_MAX_WINDOWS];	/* perf only */
+};
+static struct mm_insns_totals *insns_totals;
+static double insns_units[MM_MAX_WINDOWS];
+
+/* This process's perf group: -1 until opened, -2 when it cannot be. */
+static int insns_perf_fd = -1, insns_perf_member = -1;
+static char insns_perf_why[160];
+static uint64_t insns_start_kernel[MM_MAX_WINDOWS], insns_start_user[MM_MAX_WINDOWS];
+
+static int insns_perf_counter(int exclude_user, int group)
+{
+	struct perf_event_attr a;
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.type = PERF_TYPE_HARDWARE;
+	a.config = PERF_COUNT_HW_INSTRUCTIONS;
+	a.exclude_user = (unsigned)exclude_user;
+	a.exclude_kernel = (unsigned)!exclude_user;
+	a.exclude_hv = 1;
+	a.read_format = PERF_FORMAT_GROUP;
+	return (int)syscall(SYS_perf_event_open, &a, 0, -1, group, PERF_FLAG_FD_CLOEXEC);
+}
+
+/* A forked worker must count itself, not read its parent's counters. */
+static void insns_perf_forget(void)
+{
+	if (insns_perf_fd >= 0) {
+		close(insns_perf_member);
+		close(insns_perf_fd);
+	}
+	insns_perf_fd = insns_perf_member = -1;
+}
+
+/* The group's leader counts kernel instructions, its member user ones. */
+static int insns_perf_open(void)
+{
+	static int atfork;
+	if (insns_perf_fd != -1)
+		return insns_perf_fd;
+	if (!atfork++)
+		pthread_atfork(NULL, NULL, insns_perf_forget);
+	int leader = insns_perf_counter(1, -1);
+	int member = leader >= 0 ? insns_perf_counter(0, leader) : -1;
+	if (leader < 0 || member < 0) {
+		snprintf(insns_perf_why, sizeof(insns_perf_why),
+			 "none (perf_event_open of the instructions "
+			 "counter: %s)", strerror(errno));
+		if (leader >= 0)
+			close(leader);
+		return insns_perf_fd = -2;
+	}
+	insns_perf_member = member;
+	return insns_perf_fd = leader;
+}
+
+static int insns_perf_read(uint64_t *kernel, uint64_t *user)
+{
+	struct { uint64_t nr, v[2]; } g;
+	if (insns_perf_open() < 0 ||
+	    read(insns_perf_fd, &g, sizeof(g)) != (ssize_t)sizeof(g) || g.nr != 2)
+		return -1;
+	*kernel = g.v[0];
+	*user = g.v[1];
+	return 0;
+}
+
+void mm_insns_begin(int w)
+{
+	insns_perf_read(&insns_start_kernel[w], &insns_start_user[w]);
+}
+
+void mm_insns_end(int w)
+{
+	uint64_t k, u;
+	__atomic_fetch_add(&insns_totals->windows[w], 1, __ATOMIC_RELAXED);
+	if (insns_perf_read(&k, &u))
+		return;
+	__atomic_fetch_add(&insns_totals->kernel[w], k - insns_start_kernel[w], __ATOMIC_RELAXED);
+	__atomic_fetch_add(&insns_totals->user[w], u - insns_start_user[w], __ATOMIC_RELAXED);
+}
+
+void mm_window_units(struct mm_ctx *c, int w, double n)
+{
+	(void)c;
+	insns_units[w] = n;
+}
+
+void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const char *side)
+{
+	snprintf(buf, size, "%s_%s_insns_per_%s", w->name, side, w->unit);
+}
+
+void mm_insns_init(struct mm_ctx *c, int on)
+{
+	(void)c;
+	mm_insns_on = on;
+	if (on && !insns_totals)
+		insns_totals = mm_shared_alloc(sizeof(*insns_totals));
+}
+
+void mm_insns_sample_begin(struct mm_ctx *c)
+{
+	(void)c;
+	if (!mm_insns_on)
+		return;
+	memset(insns_totals, 0, sizeof(*insns_totals));
+	memset(insns_units, 0, sizeof(insns_units));
+}
+
+/* Per window: how many were counted and the units of one; with perf, the
+ * mean window's instructions per unit. */
+static void insns_add_window(struct mm_ctx *c, int w, int perf)
+{
+	const struct mm_window *win = &c->wl->windows[w];
+	char name[64];
+	double n = (double)insns_totals->windows[w];
+	snprintf(name, sizeof(name), "%s_windows", win->name);
+	mm_count(c, name, n);
+	if (insns_units[w] <= 0)
+		return;
+	snprintf(name, sizeof(name), "%s_units", win->name);
+	mm_count(c, name, insns_units[w]);
+	if (!perf || !n)
+		return;
+	mm_insns_metric(name, sizeof(name), win, "kernel");
+	mm_metric(c, name, (double)insns_totals->kernel[w] / n / insns_units[w]);
+	mm_insns_metric(name, sizeof(name), win, "user");
+	mm_metric(c, name, (double)insns_totals->user[w] / n / insns_units[w]);
+}
+
+void mm_insns_sample_end(struct mm_ctx *c, int warmup)
+{
+	if (!mm_insns_on)
+		return;
+	if (warmup)
+		MM_MARK(MM_MARK_WARMUP);
+	else
+		MM_MARK(MM_MARK_SAMPLE);
+	if (warmup || !c->wl->windows)
+		return;
+	const int perf = insns_perf_open() >= 0;
+	for (int w = 0; w < MM_MAX_WINDOWS && c->wl->windows[w].name; w++)
+		insns_add_window(c, w, perf);
+	mm_state_str(c, "insns_source", perf ? "perf" : insns_perf_why);
+}

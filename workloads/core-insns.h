@@ -1,0 +1,101 @@
+/*
+ * core-insns.h - instructions per unit of work: the kernel and user
+ * instructions each timed window executed, beside its time.
+ *
+ * Time is noisy where instructions are not: the same kernel path executes
+ * the same instructions whatever the machine is doing, which is why the
+ * 0-day robot prints perf-stat instruction deltas next to every timing.  A
+ * workload declares its timed windows (struct mm_window: "advise", per
+ * "page") and brackets each with MM_WINDOW_BEGIN / MM_WINDOW_END, which
+ * also take its time.  With --insns the harness then counts each window's
+ * instructions from whichever source exists:
+ *
+ * - perf: a perf_event_open group (instructions, one counter excluding user
+ *   and one excluding kernel) of the calling process, read outside the timed
+ *   part of the window: on a host with a PMU and in a KVM guest with a vPMU.
+ *   The sample gets <window>_kernel_insns_per_<unit> and
+ *   <window>_user_insns_per_<unit> (the mean window, per unit).
+ * - markers: a 7-byte NOP (nopl disp32(%rax)) whose displacement says
+ *   "begin window w", "end window w" or "sample done", executed inside the
+ *   timed part so that the clock reads around it are not counted.  A NOP
+ *   costs nothing natively and translates to nothing under TCG; mmlab's
+ *   QEMU plugin (qemu-plugin/insns.c) recognises it and counts the guest's
+ *   instructions between the two, and mmlab adds the same metrics to the
+ *   sample from the plugin's record (mmwork cannot read them back: a 7.2
+ *   plugin can neither write guest memory nor registers).
+ *
+ * Every sample carries, per window, how many windows were counted
+ * (<window>_windows) and the units one window did (<window>_units), so the
+ * plugin's counts can be turned into the same per-unit metrics and checked
+ * against the number of windows.  Without a source the metrics are absent,
+ * never zero.
+ */
+#ifndef MMWORK_CORE_INSNS_H
+#define MMWORK_CORE_INSNS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core-rounds.h"
+#include "core-workload.h"
+
+/*
+ * The marker: nopl MM_MARK_MAGIC|kind|window(%rax).  The plugin matches the
+ * 7 bytes 0f 1f 80 and a displacement whose top half is MM_MARK_MAGIC.
+ */
+#define MM_MARK_MAGIC 0x4d4d0000u	/* "MM" */
+#define MM_MARK_BEGIN 0x0100u
+#define MM_MARK_END 0x0200u
+#define MM_MARK_SAMPLE 0x0300u		/* a measured sample is complete */
+#define MM_MARK_WARMUP 0x0400u		/* a warm-up is complete: its windows are not a sample */
+#define MM_MARK_KIND 0xff00u
+#define MM_MARK_WINDOW 0x00ffu
+#define MM_MARK(code) \
+	__asm__ __volatile__(".byte 0x0f, 0x1f, 0x80\n\t.long %c0" \
+			     : : "i"(MM_MARK_MAGIC | (code)) : "memory")
+
+/* Whether this run counts instructions (--insns); the window macros read it. */
+extern int mm_insns_on;
+
+/* Around window `w`, outside its clock reads: count it, read perf. */
+void mm_insns_begin(int window);
+void mm_insns_end(int window);
+
+/*
+ * The start and end time of window `w` (a constant: it is encoded in the
+ * marker), in ns.  `counted` is 0 on untimed rounds (a state probe round),
+ * whose windows must not be counted.  perf is read outside the clock reads,
+ * the marker inside them.
+ */
+#define MM_WINDOW_BEGIN(w, counted) __extension__ ({ \
+	const int on_ = mm_insns_on && (counted); \
+	if (on_) \
+		mm_insns_begin(w); \
+	const uint64_t t_ = mm_now_ns(); \
+	if (on_) \
+		MM_MARK(MM_MARK_BEGIN | (w)); \
+	t_; })
+#define MM_WINDOW_END(w, counted) __extension__ ({ \
+	const int on_ = mm_insns_on && (counted); \
+	if (on_) \
+		MM_MARK(MM_MARK_END | (w)); \
+	const uint64_t t_ = mm_now_ns(); \
+	if (on_) \
+		mm_insns_end(w); \
+	t_; })
+
+/* How many units (pages, ops) one window of `w` works on in this sample;
+ * a window without units gets no per-unit metrics. */
+void mm_window_units(struct mm_ctx *ctx, int window, double units);
+
+/* "<window>_<side>_insns_per_<unit>", side "kernel" or "user": the metric
+ * names, for `mmwork describe` and the samples alike. */
+void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const char *side);
+
+/* The harness's side: --insns on or off, per-sample reset, and the end of
+ * a sample (its marker, its window counts and, with perf, its metrics). */
+void mm_insns_init(struct mm_ctx *ctx, int on);
+void mm_insns_sample_begin(struct mm_ctx *ctx);
+void mm_insns_sample_end(struct mm_ctx *ctx, int warmup);
+
+#endif

@@ -1,0 +1,208 @@
+/*
+ * insns.c - mmlab's QEMU TCG plugin: the guest's kernel and user
+ * instructions inside mmwork's timed windows.
+ *
+ * mmwork (with --insns) executes a marker NOP at the start and end of each
+ * timed window and after each sample (core-insns.h).  This plugin counts
+ * every translation block's instructions when the block is entered, as
+ * kernel or user by the block's address (the upper half is the kernel's on
+ * x86-64), and on each marker takes the difference since the window's
+ * start on that vCPU.  After each sample it writes one JSON line, the
+ * windows of that sample summed, to the file `out=PATH`; mmlab turns it into
+ * <window>_kernel_insns_per_<unit> (targets/qemu.py, insns.py).
+ *
+ * Counting per block, a block left early (a fault in its middle) counts
+ * whole: deterministic, since the same faults happen every time.
+ *
+ * vCPUs: the 7.2 API's inline add goes to one address for every vCPU, and
+ * with MTTCG (one host thread per vCPU) concurrent adds to it race and lose
+ * counts.  So with one vCPU the blocks count inline (fast); with more, a
+ * callback adds to the running vCPU's own counter (no sharing, slower).
+ * Windows are per vCPU: a window that ends on another vCPU than it started
+ * (its task migrated) is not counted, only reported as unmatched.  Sums over
+ * the windows of a sample are taken under a lock.
+ *
+ * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
+ * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
+ */
+#include <glib.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <qemu-plugin.h>
+
+#include "../core-insns.h"
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_version = QEMU_PLUGIN_VERSION;
+
+#define KERNEL_HALF 0xffff800000000000ULL
+enum { USER, KERNEL };
+
+/* One vCPU's counters, on a cache line of its own. */
+struct vcpu {
+	uint64_t insns[2];			/* USER, KERNEL: since boot */
+	uint64_t start[MM_MAX_WINDOWS][2];	/* at each open window's begin marker */
+	uint32_t open;				/* bit w: window w is open here */
+} __attribute__((aligned(64)));
+
+struct window_sum {
+	uint64_t windows, insns[2];
+};
+
+static struct vcpu *vcpus;
+static int n_vcpus;
+static gboolean inline_counts;
+static GMutex lock;				/* the sums and the output */
+static struct window_sum sums[MM_MAX_WINDOWS];
+static uint64_t unmatched, records;
+static FILE *out;
+
+static void count_block(unsigned int vcpu, void *udata)
+{
+	uintptr_t packed = (uintptr_t)udata;
+	vcpus[vcpu].insns[packed & 1] += packed >> 1;
+}
+
+/* A sample (or warm-up) is complete: write its windows, start afresh. */
+static void write_record(const char *kind)
+{
+	g_mutex_lock(&lock);
+	fprintf(out, "{\"kind\": \"%s\", \"record\": %" PRIu64 ", \"unmatched\": %" PRIu64
+		", \"windows\": [", kind, records++, unmatched);
+	for (int w = 0; w < MM_MAX_WINDOWS; w++)
+		fprintf(out, "%s[%" PRIu64 ", %" PRIu64 ", %" PRIu64 "]", w ? ", " : "",
+			sums[w].windows, sums[w].insns[KERNEL], sums[w].insns[USER]);
+	fputs("]}\n", out);
+	fflush(out);
+	memset(sums, 0, sizeof(sums));
+	unmatched = 0;
+	g_mutex_unlock(&lock);
+}
+
+static void end_window(struct vcpu *v, unsigned w)
+{
+	g_mutex_lock(&lock);
+	if (v->open & (1u << w)) {
+		sums[w].windows++;
+		for (int side = USER; side <= KERNEL; side++)
+			sums[w].insns[side] += v->insns[side] - v->start[w][side];
+	} else {
+		unmatched++;
+	}
+	g_mutex_unlock(&lock);
+	v->open &= ~(1u << w);
+}
+
+static void on_marker(unsigned int vcpu, void *udata)
+{
+	const uint32_t code = (uint32_t)(uintptr_t)udata;
+	const unsigned w = code & MM_MARK_WINDOW;
+	struct vcpu *v = &vcpus[vcpu];
+
+	switch (code & MM_MARK_KIND) {
+	case MM_MARK_BEGIN:
+		memcpy(v->start[w], v->insns, sizeof(v->insns));
+		v->open |= 1u << w;
+		break;
+	case MM_MARK_END:
+		end_window(v, w);
+		break;
+	case MM_MARK_SAMPLE:
+		write_record("sample");
+		break;
+	case MM_MARK_WARMUP:
+		write_record("warmup");
+		break;
+	}
+}
+
+/* Is `insn` one of mmwork's markers (nopl MM_MARK_MAGIC|code(%rax))? */
+static int marker_code(struct qemu_plugin_insn *insn, uint32_t *code)
+{
+	const uint8_t *b = qemu_plugin_insn_data(insn);
+	uint32_t disp;
+	if (qemu_plugin_insn_size(insn) != 7 || b[0] != 0x0f || b[1] != 0x1f || b[2] != 0x80)
+		return 0;
+	memcpy(&disp, b + 3, sizeof(disp));	/* little-endian, as the guest */
+	if ((disp & ~(MM_MARK_KIND | MM_MARK_WINDOW)) != MM_MARK_MAGIC ||
+	    (disp & MM_MARK_WINDOW) >= MM_MAX_WINDOWS)
+		return 0;
+	*code = disp & (MM_MARK_KIND | MM_MARK_WINDOW);
+	return 1;
+}
+
+static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
+{
+	const size_t n = qemu_plugin_tb_n_insns(tb);
+	const int side = qemu_plugin_tb_vaddr(tb) >= KERNEL_HALF ? KERNEL : USER;
+	(void)id;
+	if (inline_counts)
+		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64,
+							 &vcpus[0].insns[side], n);
+	else
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_block, QEMU_PLUGIN_CB_NO_REGS,
+						     (void *)(uintptr_t)(n << 1 | side));
+	if (side == KERNEL)
+		return;
+	for (size_t i = 0; i < n; i++) {
+		struct qemu_plugin_insn *insn = qemu_plugin_tb_get_insn(tb, i);
+		uint32_t code;
+		if (marker_code(insn, &code))
+			qemu_plugin_register_vcpu_insn_exec_cb(insn, on_marker, QEMU_PLUGIN_CB_NO_REGS,
+							       (void *)(uintptr_t)code);
+	}
+}
+
+static void at_exit(qemu_plugin_id_t id, void *udata)
+{
+	uint64_t total[2] = { 0, 0 };
+	(void)id;
+	(void)udata;
+	for (int i = 0; i < n_vcpus; i++)
+		for (int side = USER; side <= KERNEL; side++)
+			total[side] += vcpus[i].insns[side];
+	fprintf(out, "{\"kind\": \"exit\", \"kernel\": %" PRIu64 ", \"user\": %" PRIu64 "}\n",
+		total[KERNEL], total[USER]);
+	fclose(out);
+}
+
+QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
+					   int argc, char **argv)
+{
+	const char *path = NULL, *mode = NULL;
+	for (int i = 0; i < argc; i++) {
+		if (g_str_has_prefix(argv[i], "out="))
+			path = argv[i] + 4;
+		else if (g_str_has_prefix(argv[i], "mode="))
+			mode = argv[i] + 5;
+		else {
+			fprintf(stderr, "mmlab insns plugin: unknown argument '%s'\n", argv[i]);
+			return -1;
+		}
+	}
+	if (!info->system_emulation || !path) {
+		fprintf(stderr, "mmlab insns plugin: needs system emulation and out=PATH\n");
+		return -1;
+	}
+	n_vcpus = info->system.max_vcpus;
+	inline_counts = mode ? !strcmp(mode, "inline") : n_vcpus == 1;
+	if (!inline_counts && mode && strcmp(mode, "callback")) {
+		fprintf(stderr, "mmlab insns plugin: mode is inline or callback, not '%s'\n", mode);
+		return -1;
+	}
+	vcpus = aligned_alloc(64, sizeof(*vcpus) * (size_t)n_vcpus);
+	out = fopen(path, "w");
+	if (!vcpus || !out) {
+		fprintf(stderr, "mmlab insns plugin: cannot write %s\n", path);
+		return -1;
+	}
+	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
+	fprintf(out, "{\"kind\": \"start\", \"vcpus\": %d, \"mode\": \"%s\"}\n", n_vcpus,
+		inline_counts ? "inline" : "callback");
+	fflush(out);
+	qemu_plugin_register_vcpu_tb_trans_cb(id, tb_trans);
+	qemu_plugin_register_atexit_cb(id, at_exit, NULL);
+	return 0;
+}
