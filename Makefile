@@ -11,12 +11,14 @@ MMLAB := $(VENV)/bin/mmlab
 # for mkswap/swapon, chromium to check that the HTML report renders; flex, bison,
 # bc, libelf-dev and libssl-dev to build kernels from source (mmlab kernels build);
 # libglib2.0-dev and dpkg-dev (dpkg-source) to build mmlab's QEMU TCG plugin against
-# Debian's qemu source (guest instruction counts).
+# Debian's qemu source (guest instruction counts); postgresql and redis-server
+# for a lab of many machines (the shared store and the broker; the tests and
+# `make bench-fleet` start private instances of both).
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
 	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
-	dpkg-dev
+	dpkg-dev postgresql redis-server
 
-.PHONY: setup system venv build demo test test-slow bench clean
+.PHONY: setup system venv build demo test test-slow bench bench-fleet clean
 
 setup: system venv build
 
@@ -32,7 +34,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,fleet]'
 	touch $@
 
 build:
@@ -62,6 +64,10 @@ test-slow: setup
 
 bench: setup
 	$(PY) -m mmlab.bench
+
+# 10,000 sleeping trials over 50 local workers: the fleet's own overhead.
+bench-fleet: setup
+	$(PY) -m mmlab.fleet.bench
 
 clean:
 	rm -rf build $(VENV)

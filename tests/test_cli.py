@@ -69,6 +69,16 @@ def test_bad_paths_and_usage_are_one_line_with_exit_2(tmp_path):
         assert proc.returncode == 2 and len(lines) == 1 and message in lines[0], (args, proc.stderr)
 
 
+def test_experiment_plan_shows_the_arms_and_runs_nothing(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc = mmlab("experiment", "plan", str(Path(__file__).parent.parent / "experiments"
+                                          / "pageout-thp-modes.toml"))
+    assert proc.returncode == 0, proc.stderr
+    assert "3 arms x 12 to 25 rounds, 36 trials planned" in proc.stdout
+    assert "thp=nohugepage" in proc.stdout and "(baseline)" in proc.stdout
+    assert not (tmp_path / "mmlab-results").exists()
+
+
 def test_workloads_json_lists_metrics_with_direction():
     proc = mmlab("workloads", "--json")
     table = {w["name"]: w for w in json.loads(proc.stdout)}

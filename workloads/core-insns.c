@@ -118,17 +118,15 @@ void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const ch
 	snprintf(buf, size, "%s_%s_insns_per_%s", w->name, side, w->unit);
 }
 
-void mm_insns_init(struct mm_ctx *c, int on)
+void mm_insns_init(int on)
 {
-	(void)c;
 	mm_insns_on = on;
 	if (on && !insns_totals)
 		insns_totals = mm_shared_alloc(sizeof(*insns_totals));
 }
 
-void mm_insns_sample_begin(struct mm_ctx *c)
+void mm_insns_sample_begin(void)
 {
-	(void)c;
 	if (!mm_insns_on)
 		return;
 	memset(insns_totals, 0, sizeof(*insns_totals));

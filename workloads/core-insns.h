@@ -94,8 +94,8 @@ void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const ch
 
 /* The harness's side: --insns on or off, per-sample reset, and the end of
  * a sample (its marker, its window counts and, with perf, its metrics). */
-void mm_insns_init(struct mm_ctx *ctx, int on);
-void mm_insns_sample_begin(struct mm_ctx *ctx);
+void mm_insns_init(int on);
+void mm_insns_sample_begin(void);
 void mm_insns_sample_end(struct mm_ctx *ctx, int warmup);
 
 #endif

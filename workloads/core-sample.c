@@ -197,7 +197,7 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		mm_vmstat_read(c->wl->vmstat, &v0);
 	}
 	rusage_total(&r0);
-	mm_insns_sample_begin(c);
+	mm_insns_sample_begin();
 	int rc = c->wl->sample(c);
 	mm_insns_sample_end(c, warmup);
 	rusage_total(&r1);

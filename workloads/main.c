@@ -241,7 +241,7 @@ int main(int argc, char **argv)
 	if (mm_arg_long(&ctx, "check"))
 		return 0;
 	ctx.probes = !mm_arg_long(&ctx, "no-probes");
-	mm_insns_init(&ctx, (int)mm_arg_long(&ctx, "insns"));
+	mm_insns_init((int)mm_arg_long(&ctx, "insns"));
 	mm_errors_init();
 	mm_knobs_restore_on_exit();
 

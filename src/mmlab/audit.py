@@ -252,6 +252,8 @@ def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
 def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: list[Sample],
                differing_axes: set[str]) -> list[Finding]:
     """State differences between two arms that no differing axis explains."""
+    if not samples or not base_samples:
+        return []   # an arm whose trials all failed has no state; its verdict says so
     blind = [name for name, ss in ((arm, samples), (baseline, base_samples))
              if any(s.params.get("no-probes") is True for s in ss)]
     if blind:

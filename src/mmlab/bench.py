@@ -4,7 +4,10 @@
    with the same workers and bytes, interleaved (A B A B) so that drift on a
    noisy machine hits both alike.  stress-ng divides --mremap-bytes by the
    instance count (at least one page), so mmwork gets that per-worker size.
-2. pageout-refault sample-to-sample CV, the stability a verdict rests on.
+2. pageout-refault sample-to-sample CV, the stability a verdict rests on,
+   and (agreement.py) mmlab beside the reporter's tools: pageout-refault
+   against a single-file reproducer of its loop, and `mmlab run exec --
+   stress-ng` against stress-ng run directly, on the host and in a guest.
 3. The verdicts' operating characteristics at the defaults, by simulation
    (`mmlab selftest verdicts`), and the verdicts of two real profiles, the
    A/A check and the THP modes, run while a noisy neighbour (a process
@@ -16,7 +19,6 @@ Figures are printed as ratios; nothing here asserts a speed.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import signal
 import subprocess
@@ -29,7 +31,8 @@ from pathlib import Path
 import tomli_w
 from rich.table import Table
 
-from . import experiment, mmwork, runner, selftest, stats, verdicts, workloads
+from . import (agreement, execwork, experiment, mmwork, runner, selftest, stats, verdicts,
+               workloads)
 from .errors import Interrupted, MmlabError
 from .report.fmt import num, pct
 from .report.terminal import console
@@ -49,14 +52,8 @@ def stress_ng_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str
         subprocess.run(["stress-ng", "--mremap", str(workers), "--mremap-bytes",
                         str(total_bytes), "--timeout", f"{seconds}s", "--metrics-brief",
                         "--yaml", str(out)], capture_output=True, check=True)
-        text = out.read_text()
-    def field(name: str) -> float:
-        m = re.search(rf"^\s+{name}: ([0-9.]+)$", text, re.M)
-        if not m:
-            raise RuntimeError(f"stress-ng YAML has no {name}")
-        return float(m.group(1))
-    return {"ops_per_s_real": field("bogo-ops-per-second-real-time"),
-            "ops_per_s_cpu": field("bogo-ops-per-second-usr-sys-time")}
+        found = execwork.figures("stress-ng-yaml", out.read_text())
+    return {k: found[execwork.STRESS_NG[k].key] for k in ("ops_per_s_real", "ops_per_s_cpu")}
 
 
 def mmwork_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:
@@ -216,8 +213,12 @@ def print_real(found: list[RealResult]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mmlab.bench",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts"],
-                        default="all")
+    parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
+                                           "agreement"], default="all")
+    parser.add_argument("--guest", default="debian:6.12",
+                        help="agreement: the guest kernel for stress-ng ('none': host only)")
+    parser.add_argument("--pairs", type=int, default=10,
+                        help="agreement: interleaved pairs (pageout; half as many for stress-ng)")
     parser.add_argument("--experiments", type=int, default=2000,
                         help="simulated profiles per cell of the selftest")
     parser.add_argument("--seed", type=int, default=1, help="the selftest's seed")
@@ -241,6 +242,12 @@ def main(argv: list[str] | None = None) -> None:
                           "(`make setup` installs it)")
         if args.part in ("all", "stability"):
             out.print(pageout_cv_table())
+        if args.part in ("all", "agreement"):
+            found = agreement.pageout(args.pairs) + agreement.stress_ng_host(
+                max(3, args.pairs // 2))
+            if args.guest != "none":
+                found += agreement.stress_ng_guest(args.guest, max(2, args.pairs // 4))
+            out.print(agreement.table(found))
         if args.part in ("all", "selftest"):
             selftest.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):

@@ -14,8 +14,8 @@ from pathlib import Path
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from . import (execwork, experiment, kernels, knobs, mmwork, probe, runner, selftest, verdicts,
-               workloads)
+from . import (execwork, experiment, kernels, knobs, mmwork, probe, qemu_plugin, runner,
+               selftest, verdicts, workloads)
 from .attribution.guest import Instrumentation
 from .errors import Interrupted, MmlabError
 from .knobs import HostSettings
@@ -32,7 +32,9 @@ app.add_typer(kernels_app, name="kernels")
 selftest_app = typer.Typer(no_args_is_help=True, help="How well mmlab's own methods work.")
 app.add_typer(selftest_app, name="selftest")
 
-RESULTS = typer.Option("mmlab-results", "--results", help="lab directory holding the store")
+RESULTS = typer.Option("mmlab-results", "--results", parser=str,
+                       help="lab directory holding the store, or a fleet's shared store: "
+                            "postgresql://user@host/db")
 ALLOW = typer.Option(False, "--allow-host-changes",
                      help="let arms and workloads change global settings (restored afterwards)")
 
@@ -151,7 +153,17 @@ def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, k
     if not as_json:
         typer.echo(f"booting {kernel} ({guest.kernel.version}) with {vcpus} vCPU(s), "
                    f"{memory_mb} MiB" + (", traced" if instrument else ""), err=True)
-    samples = qemu.run(guest, wl, params, reps, None, HostSettings(), instrument=instrument)
+    plugin, no_plugin = None, ""
+    if params.get("insns"):      # --insns: counted in this very boot, timings included
+        try:
+            plugin = qemu_plugin.ensure()
+        except MmlabError as exc:
+            no_plugin = f"none (no QEMU plugin: {exc})"
+            typer.echo(f"mmlab: instruction counts unavailable: {exc}", err=True)
+    samples = qemu.run(guest, wl, params, reps, None, HostSettings(), instrument=instrument,
+                       plugin=plugin)
+    for s in samples if no_plugin else []:
+        s.state["insns_source"] = no_plugin
     if as_json:
         for s in samples:
             typer.echo(s.model_dump_json())
@@ -177,7 +189,7 @@ def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, lab: Lab,
     out = terminal.console()
     with _progress() as progress:
         task = progress.add_task("starting", total=len(plan.order))
-        lab.say = progress.console.print
+        lab.say = terminal.plain(progress.console)
 
         def on_trial(trial, index, total):
             progress.update(task, completed=index, total=total,
@@ -188,13 +200,13 @@ def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, lab: Lab,
                 lab.say(f"after {judged.rounds} rounds {len(judged.undecided)} comparison(s) "
                         f"undecided: rounds added up to {judged.next_rounds}")
         result = runner.run(store, exp_id, plan, lab, on_trial, on_look, with_controls)
-    lab.say = out.print
+    lab.say = terminal.plain(out)
     plan = store.plan(exp_id)          # with the matched-state controls the run added
     out.print(f"trials: {result.done} run now, {result.skipped} already done, "
               f"{result.failed} failed; {result.rounds} rounds ({result.added} added): "
               f"{result.stopped}")
     if attribute or plan.profile.attribute:
-        n = runner.attribute(store, exp_id, plan, lab, say=out.print)
+        n = runner.attribute(store, exp_id, plan, lab, say=terminal.plain(out))
         out.print(f"attribution stored for {n} arm(s): mmlab explain {exp_id}")
     for t in store.trials(exp_id, status="failed")[:5]:
         out.print(f"[red]failed[/red] trial {t.position} ({terminal.escape(t.arm)}): "
@@ -226,14 +238,100 @@ NO_CONTROLS = typer.Option(False, "--no-controls",
                                 "finds in different page states")
 
 
+@experiment_app.command("plan")
+def experiment_plan(profile: Path = typer.Argument(..., help="a TOML profile"),
+                    max_repetitions: int = MAX_REPS, budget: float = BUDGET) -> None:
+    """Expand PROFILE and show its arms, settings and schedule; runs nothing."""
+    plan = experiment.with_limits(experiment.load(profile), max_repetitions, budget)
+    terminal.console().print(terminal.plan_table(plan))
+    for warning in plan.warnings():
+        typer.echo(f"mmlab: warning: {warning}", err=True)
+
+
+MACHINES = typer.Option(None, "--machines",
+                        help="a,b,c: run on these fleet machines (their workers), one "
+                             "experiment each, verdicts per machine; needs a postgresql:// store")
+
+
+def _refuse_fleet_attribution(attribute: bool) -> None:
+    if attribute:
+        raise MmlabError("--attribute: attribution runs on one machine, not in fleet runs "
+                         "(run the profile there with a lab directory)")
+
+
+def _start_fleet(plan: experiment.Plan, results: str, machines: str, allow: bool,
+                 attribute: bool, with_controls: bool) -> None:
+    """Plan one experiment per machine in the shared store and run them."""
+    from . import fleet
+    from .fleet import coordinator
+    _refuse_fleet_attribution(attribute or plan.profile.attribute)
+    for warning in plan.warnings():
+        typer.echo(f"mmlab: warning: {warning}", err=True)
+    store = Store(results)
+    ids = coordinator.create(store, plan, fleet.machine_names(machines), allow)
+    typer.echo(f"fleet {store.plan(ids[0]).fleet}: experiments "
+               + ", ".join(f"{e} on {m}" for e, m in zip(ids, fleet.machine_names(machines)))
+               + f"; store {store.where}", err=True)
+    _run_fleet(results, ids, allow, with_controls)
+
+
+def _run_fleet(results: str, ids: list[int], allow: bool, with_controls: bool) -> None:
+    """Every machine's experiment at once, a progress bar each; then each
+    machine's verdicts and where the change reproduced."""
+    from .fleet import coordinator
+    store = Store(results)
+    plans = {e: store.plan(e) for e in ids}
+    out = terminal.console()
+    with _progress() as progress:
+        say = terminal.plain(progress.console)
+        bars = {p.machine: progress.add_task(p.machine, total=len(p.order))
+                for p in plans.values()}
+
+        def on_trial(machine, trial, index, total):
+            progress.update(bars[machine], completed=index, total=total,
+                            description=f"{machine}: trial {index + 1}/{total} arm {trial.arm}")
+
+        def on_look(machine, judged):
+            if judged.next_rounds:
+                say(f"{machine}: after {judged.rounds} rounds {len(judged.undecided)} "
+                    f"comparison(s) undecided: rounds added up to {judged.next_rounds}")
+        ran = coordinator.run(results, ids, allow, on_trial, on_look, with_controls, say)
+    for exp_id in ids:
+        plan, result = store.plan(exp_id), ran[exp_id]
+        out.print(terminal.escape(
+            f"machine {plan.machine}, experiment {exp_id}: {result.done} run now, "
+            f"{result.skipped} already done, {result.failed} failed; {result.rounds} rounds "
+            f"({result.added} added): {result.stopped}"))
+        for t in store.trials(exp_id, status="failed")[:5]:
+            out.print(f"[red]failed[/red] trial {t.position} ({terminal.escape(t.arm)}): "
+                      f"{terminal.escape(t.error or '')}")
+        _print_comparison(store, exp_id, plan)
+    _print_fleet(store, ids)
+    typer.echo(ids[0])
+
+
+def _print_fleet(store: Store, ids: list[int]) -> None:
+    from .fleet import summary, tables
+    found = summary.summarize(store, ids)
+    out = terminal.console()
+    for line in tables.machines_lines(found):
+        out.print(line)
+    out.print(tables.summary_table(found))
+
+
 @experiment_app.command("run")
 def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
                    results: Path = RESULTS, allow_host_changes: bool = ALLOW,
                    attribute: bool = ATTRIBUTE, max_repetitions: int = MAX_REPS,
-                   budget: float = BUDGET, no_controls: bool = NO_CONTROLS) -> None:
-    """Expand PROFILE, store its plan, run it; prints the experiment ID last."""
+                   budget: float = BUDGET, no_controls: bool = NO_CONTROLS,
+                   machines: str = MACHINES) -> None:
+    """Expand PROFILE, store its plan, run it; prints the experiment ID last.
+    With --machines, one experiment per machine, run by the machines' workers."""
     plan = experiment.with_limits(experiment.load(profile), max_repetitions, budget)
-    lab = Lab(allow_host_changes, say=terminal.console().print)
+    if machines:
+        _start_fleet(plan, results, machines, allow_host_changes, attribute, not no_controls)
+        return
+    lab = Lab(allow_host_changes, say=terminal.plain(terminal.console()))
     runner.check(plan, lab)
     for warning in plan.warnings():
         typer.echo(f"mmlab: warning: {warning}", err=True)
@@ -243,7 +341,7 @@ def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
     rounds = (f"{p.repetitions}" if p.rounds_at_most == p.repetitions
               else f"{p.repetitions} to {p.rounds_at_most}")
     typer.echo(f"experiment {exp_id}: {len(plan.arms)} arms x {rounds} rounds, seed {p.seed}, "
-               f"store {store.dir}", err=True)
+               f"store {store.where}", err=True)
     _run_plan(store, exp_id, plan, lab, attribute, not no_controls)
 
 
@@ -257,6 +355,14 @@ def experiment_resume(exp_id: int = typer.Argument(...), results: Path = RESULTS
     store = Store(results)
     plan = store.plan(exp_id)
     experiment.with_limits(plan, max_repetitions, budget)        # checked before stored
+    if plan.machine:
+        from .fleet import coordinator
+        _refuse_fleet_attribution(attribute)
+        ids = coordinator.members(store, exp_id)
+        for member in ids:
+            store.set_limits(member, max_repetitions, budget)
+        _run_fleet(results, ids, allow_host_changes, not no_controls)
+        return
     _run_plan(store, exp_id, store.set_limits(exp_id, max_repetitions, budget),
               Lab(allow_host_changes), attribute, not no_controls)
 
@@ -423,8 +529,8 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
     def compare_pair(ref: str, kernel: str):
         ensure(ref)
         ensure(kernel)
-        c = narrowing.experiment_step(store, plan, ref, kernel, metric, Lab(allow_host_changes,
-                                                                            out.print))
+        c = narrowing.experiment_step(store, plan, ref, kernel, metric,
+                                      Lab(allow_host_changes, terminal.plain(out)))
         out.print(terminal.escape(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio "
                                   f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], "
                                   f"p {c.p_value:.2g} ({c.reason})"))
@@ -557,6 +663,52 @@ def probe_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON")) 
         typer.echo(json.dumps([dataclasses.asdict(f) for f in facts], indent=1))
         return
     terminal.console().print(terminal.probe_table(facts))
+
+
+fleet_app = typer.Typer(no_args_is_help=True,
+                        help="A lab of many machines: workers, queues, verdicts per machine.")
+app.add_typer(fleet_app, name="fleet")
+store_app = typer.Typer(no_args_is_help=True, help="The store itself.")
+app.add_typer(store_app, name="store")
+BROKER = typer.Option("redis://localhost:6379/0", "--broker", envvar="MMLAB_BROKER",
+                      help="the fleet's broker (Redis); its queues hold the planned trials")
+
+
+@app.command()
+def worker(name: str = typer.Option(..., "--name", help="this machine's name in the fleet"),
+           results: Path = RESULTS, broker: str = BROKER) -> None:
+    """Serve this lab machine: register its probe in the shared store, then
+    run the trials of its own queue one at a time until stopped."""
+    from .fleet import worker as fleet_worker
+    fleet_worker.serve(name, results, broker)
+
+
+@fleet_app.command("status")
+def fleet_status(results: Path = RESULTS) -> None:
+    """The registered machines: whether their workers answer, what waits in
+    their queues, what they run now."""
+    from .fleet import summary, tables
+    terminal.console().print(tables.status_table(summary.status(Store(results))))
+
+
+@fleet_app.command("summary")
+def fleet_summary(exp_id: int = typer.Argument(..., help="any experiment of the fleet run"),
+                  results: Path = RESULTS) -> None:
+    """Each machine's verdicts side by side: where the change reproduced."""
+    from .fleet import coordinator
+    store = Store(results)
+    _print_fleet(store, coordinator.members(store, exp_id))
+
+
+@store_app.command("copy")
+def store_copy(source: str = typer.Argument(..., help="a lab directory or postgresql:// URL"),
+               destination: str = typer.Argument(..., help="a lab directory or postgresql:// URL")
+               ) -> None:
+    """Copy every experiment of SOURCE into DESTINATION (a lab directory's
+    SQLite into a fleet's PostgreSQL, or back); ones already there are skipped."""
+    from . import storecopy
+    for line in storecopy.copy(Store(source), Store(destination)):
+        typer.echo(line)
 
 
 @app.command()

@@ -14,8 +14,9 @@ printed; `measured` turns that into metrics:
 - `key=value`: `name=number` tokens, as single-file reproducers print them;
 - `json`: one JSON object per line, nested keys joined by dots.
 
-A key printed twice counts with its last value.  Output that does not parse,
-or lacks a declared key, fails that trial with one line saying why.
+A key printed twice counts with its last value; keys nobody declared may
+hold any text.  Output that does not parse, lacks a declared key or holds
+no number there fails that trial with one line saying why.
 
 Axis values and parameters are substituted into the command's arguments as
 `{name}`; `{name?TEXT}` is TEXT when the (boolean) value is true, and the
@@ -111,10 +112,13 @@ def _number(text: object, where: str) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _stress_ng_yaml(text: str) -> dict[str, float | None]:
+# A parser gives every scalar the output holds: key -> (value as printed, where).
+Raw = dict[str, tuple[object, str]]
+
+
+def _stress_ng_yaml(text: str) -> Raw:
     """stress-ng -Y: `metrics` is a list of one mapping per stressor.  Every
-    numeric field is `STRESSOR.FIELD`, and plain `FIELD` when there is one
-    stressor."""
+    field is `STRESSOR.FIELD`, and plain `FIELD` when there is one stressor."""
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -124,40 +128,40 @@ def _stress_ng_yaml(text: str) -> dict[str, float | None]:
     if not isinstance(rows, list) or not rows:
         raise MmlabError("stress-ng YAML has no 'metrics' list (run it with -Y {out} and "
                          "--metrics or --metrics-brief)")
-    found: dict[str, float | None] = {}
+    found: Raw = {}
     for row in rows:
         if not isinstance(row, dict) or "stressor" not in row:
             raise MmlabError(f"stress-ng YAML: a metrics entry without 'stressor': {row!r:.60}")
         for field, value in row.items():
-            if field != "stressor" and isinstance(value, int | float):
-                found[f"{row['stressor']}.{field}"] = _number(value, f"{row['stressor']}.{field}")
-                if len(rows) == 1:
-                    found[field] = found[f"{row['stressor']}.{field}"]
+            where = f"stress-ng YAML {row['stressor']}.{field}"
+            found[f"{row['stressor']}.{field}"] = (value, where)
+            if len(rows) == 1:
+                found[field] = (value, where)
     return found
 
 
-def _key_value(text: str) -> dict[str, float | None]:
-    """Every `key=value` token; a value that is not a number is an error."""
-    found: dict[str, float | None] = {}
+def _key_value(text: str) -> Raw:
+    """Every `key=value` token, wherever it stands on a line."""
+    found: Raw = {}
     for no, line in enumerate(text.splitlines(), 1):
         for token in line.split():
             key, eq, value = token.partition("=")
             if eq and re.fullmatch(r"[A-Za-z_][\w.-]*", key):
-                found[key] = _number(value, f"key=value line {no}: {key}")
+                found[key] = (value, f"key=value line {no}: {key}")
     return found
 
 
-def _flatten(obj: object, prefix: str, out: dict[str, float | None], where: str) -> None:
+def _flatten(obj: object, prefix: str, out: Raw, where: str) -> None:
     if isinstance(obj, dict):
         for k, v in obj.items():
             _flatten(v, f"{prefix}{k}.", out, where)
-    elif isinstance(obj, int | float) and not isinstance(obj, bool):
-        out[prefix[:-1]] = _number(obj, where)
+    elif not isinstance(obj, list):
+        out[prefix[:-1]] = (obj, f"{where}: {prefix[:-1]}")
 
 
-def _json_lines(text: str) -> dict[str, float | None]:
+def _json_lines(text: str) -> Raw:
     """One JSON object per non-empty line; nested keys joined by dots."""
-    found: dict[str, float | None] = {}
+    found: Raw = {}
     for no, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
@@ -174,11 +178,23 @@ def _json_lines(text: str) -> dict[str, float | None]:
 PARSERS = {"stress-ng-yaml": _stress_ng_yaml, "key=value": _key_value, "json": _json_lines}
 
 
-def figures(metrics_from: str, text: str) -> dict[str, float | None]:
-    """Every figure a command's output holds, by key; MmlabError if it is malformed."""
+def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
+            ) -> dict[str, float | None]:
+    """The figures a command's output holds, by key: every numeric one, and
+    each `wanted` key, which must be a number.  MmlabError (one line) when
+    the output is malformed or a wanted value is not a number."""
     if not text.strip():
         raise MmlabError(f"the command printed no {metrics_from} output")
-    return PARSERS[metrics_from](text)
+    found: dict[str, float | None] = {}
+    for key, (value, where) in PARSERS[metrics_from](text).items():
+        if key in wanted:
+            found[key] = _number(value, where)
+        else:
+            try:
+                found[key] = _number(value, where)
+            except MmlabError:
+                continue        # text the command prints beside its figures
+    return found
 
 
 # ---------------------------------------------------------------- the command line
@@ -249,11 +265,13 @@ class ExecWorkload(Workload):
             raise MmlabError("{source}: this exec workload has no source")
         return csource.binary(self.source_text, self.source_name or "repro.c")
 
-    def argv(self, params: dict[str, object]) -> list[str]:
-        """The command with `params` substituted ({out} is left to mmwork)."""
+    def argv(self, params: dict[str, object], program: str | None = None) -> list[str]:
+        """The command with `params` substituted ({out} is left to mmwork);
+        {source} is the compiled reproducer, or `program` (a bundle names
+        the file there instead of compiling it)."""
         values = dict(params)
         if self.source_text is not None:
-            values["source"] = str(self.binary())
+            values["source"] = program or str(self.binary())
         return [a for a in (substitute(arg, values) for arg in self.command) if a is not None]
 
     def args(self, params: dict[str, object]) -> list[str]:
@@ -299,7 +317,8 @@ class ExecWorkload(Workload):
         if self.metrics_from:
             where = f"exec sample {sample.sample}"
             try:
-                found = figures(self.metrics_from, sample.output or "")
+                found = figures(self.metrics_from, sample.output or "",
+                                tuple(key for _, key in self.keys))
             except MmlabError as exc:
                 raise MmlabError(f"{where}: {exc}") from None
             for name, key in self.keys:
@@ -389,7 +408,7 @@ def build(command: list[str] | str, *, source: str | None = None, base: Path = P
         summary = summary.replace("{source}", f"{source} (sha256 {csource.sha256(text)[:16]})")
     table = exec_table()
     wl = ExecWorkload(
-        name="exec", seed="the reporter's own command", summary=summary,
+        name="exec", seed="", summary=summary,
         params=tuple(Param(n, "text", "", "substituted into the command") for n in names),
         metrics=metrics, mm_paths=(), vmstat=tuple(table["vmstat"]), tracepoints=(),
         host_settings=(), command=cmd, metrics_from=metrics_from, keys=keys, smaps=smaps,

@@ -187,6 +187,8 @@ class Plan(BaseModel):
     workload: execwork.AnyWorkload
     arms: list[Arm]
     order: list[tuple[int, str]] = []   # (round, arm name)
+    machine: str | None = None          # a fleet machine whose worker runs the trials
+    fleet: str | None = None            # the fleet run its machines' experiments share
 
     @property
     def profile_hash(self) -> str:
@@ -317,7 +319,7 @@ def _workload(profile: Profile, path: str, fail) -> workloads.Workload:
         try:
             return workloads.get(profile.workload)
         except MmlabError as exc:
-            raise fail(("workload",), f"{exc} or exec") from exc
+            raise fail(("workload",), f"{exc}; exec runs a command") from exc
     try:
         return execwork.build(profile.command, source=profile.source, base=Path(path).parent,
                               metrics_from=profile.metrics_from, declared=profile.exec_metrics,

@@ -313,3 +313,12 @@ def environment() -> dict[str, object]:
         "mmlab_version": __version__,
         "git_commit": git_commit(),
     }
+
+
+def machine() -> dict[str, object]:
+    """What a fleet worker registers for its machine: the machine class a
+    verdict belongs to (CPU model and count, memory, NUMA nodes, kernel, and
+    whether guests get KVM or TCG)."""
+    return {"cpu_model": cpu_model(), "cpus": os.cpu_count(), "memory": _memory().value,
+            "numa_nodes": int(_numa().value.split()[0]), "kernel": _kernel().value,
+            "accelerator": "kvm" if _kvm().ok else "tcg"}

@@ -13,6 +13,7 @@ the verdicts decide whether rounds are added (see verdicts.judge).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -34,6 +35,13 @@ class RunResult:
     controls: int = 0          # matched-state control arms in the plan
 
 
+# How a look's pending trials run: here one after another (run_here), or on a
+# fleet machine by its worker (fleet/coordinator.py).  It calls
+# announce(trial) as each one starts and returns how many were done and failed.
+Execute = Callable[[Store, int, Plan, Lab, list[Trial], Callable[[Trial], None]],
+                   tuple[int, int]]
+
+
 def check(plan: Plan, lab: Lab) -> None:
     """Every target the plan uses checks it before the first trial."""
     for target in {lab.target(a).name: lab.target(a) for a in plan.arms}.values():
@@ -43,7 +51,7 @@ def check(plan: Plan, lab: Lab) -> None:
 def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
         on_trial: Callable[[Trial, int, int], None] | None = None,
         on_look: Callable[[verdicts.Judgement], None] | None = None,
-        with_controls: bool = True) -> RunResult:
+        with_controls: bool = True, execute: Execute | None = None) -> RunResult:
     """Run every planned trial of `exp_id`, then judge; while a judged pair is
     undecided and the profile's maximum rounds and time budget allow, append
     the rounds of the next planned look (one transaction) and run them.
@@ -52,7 +60,8 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
     same way, unless `with_controls` is False.
     `on_trial(trial, index, total)` before each trial, `on_look(judgement)`
     after each look.  Everything it decides is derived from the store, so an
-    interrupted run resumes where it stopped, also in the middle of added rounds."""
+    interrupted run resumes where it stopped, also in the middle of added rounds.
+    `execute` runs each look's trials (default run_here)."""
     check(plan, lab)
     store.replan_interrupted(exp_id)
     done = failed = added = 0
@@ -63,22 +72,10 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
         total = len(store.trials(exp_id))
         if skipped is None:
             skipped = total - len(pending)
-        for trial in pending:
-            if on_trial:
-                on_trial(trial, skipped + done + failed, total)
-            arm = plan.arm(trial.arm)
-            store.start_trial(trial.id)
-            try:
-                result = lab.target(arm).run_trial(arm, plan)
-            except Interrupted:
-                store.replan_trial(trial.id)
-                raise
-            except MmlabError as exc:
-                store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None))
-                failed += 1
-                continue
-            store.finish_trial(trial.id, result.samples, result.environment)
-            done += 1
+        ran, lost = (execute or run_here)(store, exp_id, plan, lab, pending,
+                                          _announcer(on_trial, skipped + done + failed, total))
+        done += ran
+        failed += lost
         measured = store.measurements(exp_id)
         judged = verdicts.judge(plan, measured)
         if on_look:
@@ -94,6 +91,46 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
         store.extend(exp_id, plan, schedule(names, judged.next_rounds, plan.profile.seed,
                                             start=measured.rounds))
         added += judged.next_rounds - measured.rounds
+
+
+def _announcer(on_trial: Callable[[Trial, int, int], None] | None, first: int,
+               total: int) -> Callable[[Trial], None]:
+    """on_trial(trial, index, total) with the index counted on from `first`."""
+    index = itertools.count(first)
+    return lambda trial: on_trial(trial, next(index), total) if on_trial else None
+
+
+def run_here(store: Store, exp_id: int, plan: Plan, lab: Lab, pending: list[Trial],
+             announce: Callable[[Trial], None]) -> tuple[int, int]:
+    """The pending trials on this machine, one after another."""
+    done = failed = 0
+    for trial in pending:
+        announce(trial)
+        outcome = run_one(store, trial, plan, lab)
+        done += outcome is True
+        failed += outcome is False
+    return done, failed
+
+
+def run_one(store: Store, trial: Trial, plan: Plan, lab: Lab) -> bool | None:
+    """Take one planned trial, run it with its arm's target and commit it:
+    True when done, False when failed, None when it was not planned or its
+    claim was lost (a fleet message delivered twice, a worker thought lost):
+    nothing is then counted.  Ctrl-C puts it back into the plan."""
+    arm = plan.arm(trial.arm)
+    claim = store.start_trial(trial.id)
+    if claim is None:
+        return None
+    try:
+        result = lab.target(arm).run_trial(arm, plan)
+    except Interrupted:
+        store.replan_trial(trial.id)
+        raise
+    except MmlabError as exc:
+        ended = store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None), claim)
+        return False if ended else None
+    return True if store.finish_trial(trial.id, result.samples, result.environment,
+                                      claim) else None
 
 
 def _controls(store: Store, exp_id: int, plan: Plan, lab: Lab,

@@ -140,6 +140,11 @@ class Measurements:
         return Series(tuple(values), tuple(rounds), tuple(positions))
 
 
+def _trial(r: Mapping[str, Any]) -> Trial:
+    return Trial(r["id"], r["arm"], r["position"], r["round"], r["status"], r["started"],
+                 r["ended"], r["error"])
+
+
 def status_counts(trials: list[Trial]) -> dict[str, int]:
     """How many trials are done, failed, planned and running."""
     return {st: sum(t.status == st for t in trials)
@@ -224,34 +229,49 @@ class Store:
                                 (json.dumps(stored), exp_id))
         return self.plan(exp_id)
 
-    def start_trial(self, trial_id: int) -> bool:
-        """Take a planned trial; False when it was not planned (another
-        worker has it, or it is finished): a fleet never runs a trial twice."""
+    def start_trial(self, trial_id: int) -> float | None:
+        """Take a planned trial; returns the claim (its start time), or None
+        when it was not planned (another worker has it, or it is finished)."""
+        started = time.time()
         with self.db.transaction():
-            return self.db.execute("UPDATE trials SET status='running', started=? "
-                                   "WHERE id=? AND status='planned'",
-                                   (time.time(), trial_id)).rowcount == 1
+            taken = self.db.execute("UPDATE trials SET status='running', started=? "
+                                    "WHERE id=? AND status='planned'", (started, trial_id))
+            return started if taken.rowcount == 1 else None
 
-    def finish_trial(self, trial_id: int, samples: list[Sample], environment: dict) -> None:
-        """Samples and status in one transaction: the trial is kept whole or not at all."""
+    def _ended(self, trial_id: int, claim: float | None, sets: str, args: tuple) -> bool:
+        """End a trial (inside a transaction); with a claim, only if the trial
+        still runs under it: a fleet worker whose trial was re-queued while it
+        seemed lost cannot count it a second time."""
+        fence = " AND status='running' AND started=?" if claim is not None else ""
+        return self.db.execute(f"UPDATE trials SET {sets} WHERE id=?{fence}",
+                               (*args, trial_id, *(() if claim is None else (claim,)))
+                               ).rowcount == 1
+
+    def finish_trial(self, trial_id: int, samples: list[Sample], environment: dict,
+                     claim: float | None = None) -> bool:
+        """Samples and status in one transaction: the trial is kept whole or
+        not at all; False when its claim was lost (nothing is written)."""
         with self.db.transaction():
+            if not self._ended(trial_id, claim, "status='done', ended=?, environment=?",
+                               (time.time(), json.dumps(environment))):
+                return False
             self.db.executemany("INSERT INTO samples (trial_id, idx, raw) VALUES (?, ?, ?)",
                                 [(trial_id, i, s.model_dump_json()) for i, s in enumerate(samples)])
-            self.db.execute("UPDATE trials SET status='done', ended=?, environment=? WHERE id=?",
-                            (time.time(), json.dumps(environment), trial_id))
+            return True
 
-    def fail_trial(self, trial_id: int, error: str, environment: dict | None = None) -> None:
+    def fail_trial(self, trial_id: int, error: str, environment: dict | None = None,
+                   claim: float | None = None) -> bool:
         with self.db.transaction():
-            self.db.execute("UPDATE trials SET status='failed', ended=?, error=?, environment=? "
-                            "WHERE id=?", (time.time(), error,
-                                           json.dumps(environment) if environment else None,
-                                           trial_id))
+            return self._ended(trial_id, claim, "status='failed', ended=?, error=?, environment=?",
+                               (time.time(), error,
+                                json.dumps(environment) if environment else None))
 
-    def replan_trial(self, trial_id: int) -> None:
-        """An interrupted trial goes back to the plan, to run again on resume."""
+    def replan_trial(self, trial_id: int) -> bool:
+        """An interrupted (or orphaned) running trial goes back to the plan, to
+        run again; False when it was not running any more."""
         with self.db.transaction():
-            self.db.execute("UPDATE trials SET status='planned', started=NULL WHERE id=?",
-                            (trial_id,))
+            return self.db.execute("UPDATE trials SET status='planned', started=NULL "
+                                   "WHERE id=? AND status='running'", (trial_id,)).rowcount == 1
 
     def replan_interrupted(self, exp_id: int) -> int:
         with self.db.transaction():
@@ -309,8 +329,14 @@ class Store:
             sql += " AND t.status=?"
             args.append(status)
         rows = self.db.execute(sql + " ORDER BY t.position", args).fetchall()
-        return [Trial(r["id"], r["arm"], r["position"], r["round"], r["status"], r["started"],
-                      r["ended"], r["error"]) for r in rows]
+        return [_trial(r) for r in rows]
+
+    def trial(self, exp_id: int, trial_id: int) -> Trial | None:
+        """One trial of an experiment (what a fleet worker's message names)."""
+        row = self.db.execute("SELECT t.*, a.name AS arm FROM trials t JOIN arms a ON "
+                              "a.id=t.arm_id WHERE t.experiment_id=? AND t.id=?",
+                              (exp_id, trial_id)).fetchone()
+        return None if row is None else _trial(row)
 
     def environments(self, exp_id: int) -> list[dict]:
         rows = self.db.execute("SELECT environment FROM trials WHERE experiment_id=? AND "

@@ -58,9 +58,13 @@ class SQLite:
             self.conn.execute("PRAGMA journal_mode=WAL")
             self.conn.execute("PRAGMA synchronous=FULL")
             self.conn.execute("PRAGMA foreign_keys=ON")
-            self.conn.executescript(schema)
+            self.create(schema)
         except sqlite3.DatabaseError as exc:
             raise MmlabError(f"{path}: not an mmlab store ({exc})") from exc
+
+    def create(self, schema: str) -> None:
+        """Tables and indexes that are not there yet."""
+        self.conn.executescript(schema)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
         return self.conn.execute(sql, args)
@@ -107,6 +111,11 @@ class Postgres:
         except psycopg.Error as exc:
             raise MmlabError(f"{self.where}: cannot connect "
                              f"({str(exc).strip().splitlines()[-1]})") from exc
+        self.create(schema)
+
+    def create(self, schema: str) -> None:
+        """Tables and indexes that are not there yet, by one process at a time
+        (CREATE ... IF NOT EXISTS races with itself in PostgreSQL)."""
         with self.transaction():
             self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
             for statement in pg_schema(schema):

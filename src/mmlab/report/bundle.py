@@ -6,11 +6,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import shlex
 import tarfile
 from pathlib import Path
 
 from . import flamegraph, plots, reproducer, text
 from .data import ReportData
+from .. import csource
 from ..names import safe_name
 
 
@@ -29,6 +31,28 @@ def _raw_rows(d: ReportData) -> list[dict]:
             rows.append({"arm": arm, "index": i, **{f"metric.{k}": v for k, v in s.metrics.items()},
                          **{f"rusage.{k}": v for k, v in s.rusage.items()}})
     return rows
+
+
+def _reproducers(d: ReportData, out: Path) -> None:
+    """mmwork's workloads: a single-file C reproducer per arm.  An exec
+    workload: the command each arm ran and, for a C file, that file as the
+    experiment stored it (with the gcc line that built it)."""
+    wl = d.workload
+    if wl.kind != "exec":
+        for arm in d.plan.arms:
+            (out / f"reproducer-{safe_name(arm.name)}.c").write_text(
+                reproducer.source(wl, arm.params, f"{d.plan.profile.name}, arm {arm.name}"))
+        return
+    program = None
+    if wl.source_text is not None:
+        name = safe_name(Path(wl.source_name or "repro.c").name)
+        (out / name).write_text(wl.source_text)
+        program = f"./{Path(name).stem}"
+        build = f"gcc {' '.join(csource.CFLAGS)} -o {program} {name} {' '.join(csource.LIBS)}\n"
+    lines = [f"# {d.plan.profile.name}: the command of each arm ({{out}}: a file the "
+             "command writes its figures to)\n", *([build] if program else [])]
+    lines += [f"{arm.name}: {shlex.join(wl.argv(arm.params, program))}\n" for arm in d.plan.arms]
+    (out / "commands.txt").write_text("".join(lines))
 
 
 def write(d: ReportData, out: Path, tar: bool = False) -> Path:
@@ -60,9 +84,7 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
             {arm: a.model_dump(exclude_none=True) for arm, a in d.attributions.items()}))
         (out / "attribution" / "explanation.json").write_text(
             json.dumps(d.explanation.to_json(), indent=1))
-    for arm in d.plan.arms:
-        (out / f"reproducer-{safe_name(arm.name)}.c").write_text(
-            reproducer.source(d.workload, arm.params, f"{d.plan.profile.name}, arm {arm.name}"))
+    _reproducers(d, out)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
     (out / "MANIFEST.sha256").write_text("".join(
         f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.relative_to(out)}\n" for p in files))

@@ -69,6 +69,33 @@ def matched_state(label: str, c) -> str:
             f"({level}CI {ci(c.ci_low, c.ci_high)})")
 
 
+# What one trial's figure of a metric is, as reports name it beside the figure.
+STATISTICS = {
+    "median round": "a trial's median round",
+    "median mapping": "a trial's median mapping",
+    "total/total": "a trial's total time (or ops) over its total pages (or time): the mean, "
+                   "which reproducers and stress-ng print",
+    "maximum": "the largest value in a trial",
+    "as printed": "the figure the command printed",
+    "whole sample": "one figure for a trial's whole run",
+}
+
+
+def statistic(metric: Metric) -> str:
+    """The statistic one trial's figure of `metric` is (a key of STATISTICS),
+    read from the description its workload declares (mmwork describe, or an
+    exec profile's declaration)."""
+    h = metric.help
+    if metric.name.endswith("_total") or "total time over total" in h or "total ops over" in h:
+        return "total/total"
+    for label in ("median round", "median mapping"):
+        if label in h:
+            return label
+    if "maximum" in h:
+        return "maximum"
+    return "as printed" if "as the command prints it" in h else "whole sample"
+
+
 def arrow(metric: Metric) -> str:
     """Which way is better."""
     return "↑" if metric.higher_is_better else "↓"

@@ -10,7 +10,7 @@ from rich.table import Table
 
 from ..attribution.explain import ArmExplanation, GuestExplanation, PairExplanation
 from ..attribution.guest import figures, skipped
-from ..experiment import Plan
+from ..experiment import Plan, baseline_for
 from ..probe import Fact
 from ..samples import Sample
 from ..stats import Comparison, summarize
@@ -121,6 +121,13 @@ def compare_table(plan: Plan, title: str, comparisons: list[Comparison]) -> Tabl
     return table
 
 
+def plain(console: Console):
+    """A `say` for the runner and the targets: their messages are plain text,
+    so brackets in them (arm names like "A [control thp=nohugepage]") must
+    not be read as markup."""
+    return lambda message: console.print(escape(message))
+
+
 def reasons(comparisons: list[Comparison],
             matched: dict[tuple[str, str, str], list[tuple[str, Comparison]]] | None = None
             ) -> list[str]:
@@ -165,6 +172,26 @@ def experiments_table(rows) -> Table:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
         table.add_row(str(r["id"]), r["name"], r["workload"], created, str(r["trials"]),
                       str(r["done"]), str(r["failed"]))
+    return table
+
+
+def plan_table(plan: Plan) -> Table:
+    """The arms a profile expands to, as they would run: where, with which
+    settings and parameters, and against which baseline."""
+    p = plan.profile
+    rounds = f"{p.repetitions}" + (f" to {p.rounds_at_most}" if p.rounds_at_most > p.repetitions
+                                   else "")
+    table = Table(title=f"{p.name}: {len(plan.arms)} arms x {rounds} rounds, "
+                        f"{len(plan.order)} trials planned, seed {p.seed}")
+    for col in ("arm", "target", "settings", "parameters", "baseline"):
+        table.add_column(col, overflow="fold")
+    for arm in plan.arms:
+        settings = arm.settings.model_dump(exclude_defaults=True)
+        base = baseline_for(plan, arm)
+        table.add_row(escape(arm.name), arm.target + (f" ({arm.cpus} cpus)" if arm.cpus else ""),
+                      escape(", ".join(f"{k}={v}" for k, v in settings.items()) or DASH),
+                      escape(" ".join(f"--{k} {v}" for k, v in arm.params.items())),
+                      escape(base.name) if base else "(baseline)")
     return table
 
 

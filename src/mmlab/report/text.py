@@ -28,7 +28,8 @@ def results(d: ReportData) -> list[str]:
     lines = []
     for metric in d.plan.profile.metrics:
         m = d.workload.metric(metric)
-        lines += ["", f"{metric} ({m.unit}, {m.direction} is better), medians:"]
+        lines += [""] + _wrap(f"{metric} [{fmt.statistic(m)}] ({m.unit}, {m.direction} is "
+                              "better), medians of trials:", "")
         groups: dict[tuple, list[tuple[fmt.Contrast, Comparison]]] = defaultdict(list)
         for c in d.judgement.comparisons:
             if c.metric == metric:
@@ -86,8 +87,8 @@ def render(d: ReportData) -> str:
     env = d.environments[0] if d.environments else {}
     out = _wrap(f"[mmlab] {p.name}: {p.description or d.workload.summary}", "") + [""]
     out += ["What was run"]
-    out += _wrap(f"workload {d.workload.name}: {d.workload.summary} "
-                 f"(reproduces seed {d.workload.seed})")
+    out += _wrap(f"workload {d.workload.name}: {d.workload.summary}"
+                 + (f" (reproduces seed {d.workload.seed})" if d.workload.seed else ""))
     out += _wrap(f"arms ({len(d.plan.arms)}): " + "; ".join(a.name for a in d.plan.arms))
     budget = f", within {p.budget_s:g} s" if p.budget_s else ""
     rounds = (f"{p.repetitions} rounds" if p.rounds_at_most == p.repetitions else
@@ -124,6 +125,9 @@ def render(d: ReportData) -> str:
            else "(uncorrected) ")
         + f"below alpha and the ratio beyond +-{p.tolerance:.0%}; "
         f"{d.judgement.criteria.describe()}")
+    used = dict.fromkeys(fmt.statistic(d.workload.metric(m)) for m in p.metrics)
+    out += _wrap("each figure is the median over trials of the statistic named beside "
+                 "its metric: " + "; ".join(f"[{s}] {fmt.STATISTICS[s]}" for s in used))
     out += results(d)
     out += details(d)
     out += ["", "Same-state audit"]
@@ -149,8 +153,10 @@ def render(d: ReportData) -> str:
     out += [f"  make setup   # in an mmlab checkout (git {env.get('git_commit', '?')})",
             f"  .venv/bin/mmlab experiment run {d.row['profile_path']}",
             "  .venv/bin/mmlab compare <ID>",
-            "  or without mmlab: gcc -O2 -o repro reproducer-<arm>.c && ./repro --samples 5",
-            "  (the reproducer files are in the evidence bundle)"]
+            *(["  or without mmlab: each arm's command in the evidence bundle's commands.txt"]
+              if d.workload.kind == "exec" else
+              ["  or without mmlab: gcc -O2 -o repro reproducer-<arm>.c && ./repro --samples 5",
+               "  (the reproducer files are in the evidence bundle)"])]
     tags = regzbot_lines(d)
     if tags:
         out += [""] + tags

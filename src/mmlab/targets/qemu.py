@@ -300,6 +300,7 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     insns.Unavailable when they cannot)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
+    plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
     packed = workload.programs(params)
     archives = (initramfs.files_archive(packed, cache),) if packed else ()
@@ -336,6 +337,20 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry)})
     return got
+
+
+def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),
+               cache: Path | None = None) -> str:
+    """The stdout of `script` run as the guest's /trial.sh in one boot, with
+    no mmwork around it: a peer tool run as it is, to set beside mmlab's
+    trial of it (bench.py's agreement part).  A non-zero exit is TrialFailed."""
+    cache = cache or initramfs_cache()
+    accel, _ = accelerator(guest.kernel, cache)
+    boot = _boot(guest, script, accel, cache, None, archives)
+    if int(boot.frames["rc"].strip()):
+        raise TrialFailed(f"script failed in the guest ({guest.kernel.name}): "
+                          f"{boot.frames['stderr'].decode(errors='replace').strip()[-200:]}")
+    return boot.frames["stdout"].decode(errors="replace")
 
 
 def qemu_version() -> str:

@@ -1,0 +1,70 @@
+"""The machines of a fleet, in the shared store: each worker's probe (the
+machine class its verdicts belong to), its Celery node and broker, and when
+its current worker started."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from ..errors import MmlabError
+from ..store import Store
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS machines (
+    name TEXT PRIMARY KEY,
+    node TEXT NOT NULL,                 -- the worker's Celery node, name@host
+    broker TEXT NOT NULL,               -- where its queue is
+    probe TEXT NOT NULL,                -- probe.machine() as JSON
+    registered REAL NOT NULL            -- when its current worker started
+);
+"""
+
+
+@dataclass(frozen=True)
+class Machine:
+    name: str
+    node: str
+    broker: str
+    probe: dict
+    registered: float
+
+    def describe(self) -> str:
+        p = self.probe
+        return (f"{p['cpus']} x {p['cpu_model']}, {p['memory']}, {p['numa_nodes']} NUMA "
+                f"node(s), {p['kernel']}, guests {p['accelerator'].upper()}")
+
+
+def register(store: Store, name: str, node: str, broker: str, probe: dict) -> None:
+    store.db.create(SCHEMA)
+    with store.db.transaction():
+        store.db.execute("INSERT INTO machines (name, node, broker, probe, registered) "
+                         "VALUES (?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET "
+                         "node=excluded.node, broker=excluded.broker, probe=excluded.probe, "
+                         "registered=excluded.registered",
+                         (name, node, broker, json.dumps(probe), time.time()))
+
+
+def machines(store: Store) -> dict[str, Machine]:
+    """Every registered machine by name."""
+    store.db.create(SCHEMA)
+    return {r["name"]: Machine(r["name"], r["node"], r["broker"], json.loads(r["probe"]),
+                               r["registered"])
+            for r in store.db.execute("SELECT * FROM machines ORDER BY name")}
+
+
+def lookup(store: Store, names: list[str]) -> dict[str, Machine]:
+    """The named machines, each registered by its worker, all on one broker."""
+    known = machines(store)
+    missing = [n for n in names if n not in known]
+    if missing:
+        raise MmlabError(f"machine {missing[0]}: no worker has registered in {store.where} "
+                         f"(on it: mmlab worker --name {missing[0]} --results ...; "
+                         f"registered: {', '.join(known) or 'none'})")
+    found = {n: known[n] for n in names}
+    brokers = {m.broker for m in found.values()}
+    if len(brokers) > 1:
+        raise MmlabError(f"machines {', '.join(names)} use different brokers; one fleet run "
+                         "needs one broker")
+    return found

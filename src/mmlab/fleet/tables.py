@@ -1,0 +1,44 @@
+"""The fleet's tables for the terminal: status and the reproduction summary."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from ..report.terminal import escape
+from .summary import FleetSummary, MachineStatus, ago
+
+
+def status_table(rows: list[MachineStatus]) -> Table:
+    table = Table(title="fleet: machines, queues, trials in flight")
+    for col in ("machine", "worker", "queued", "planned", "running now", "machine class",
+                "registered"):
+        table.add_column(col)
+    for r in rows:
+        running = "; ".join(f"exp {e} trial {t.position} {escape(t.arm)} ({ago(t.started)})"
+                            for e, t in r.running) or "-"
+        table.add_row(escape(r.machine.name),
+                      f"{escape(r.machine.node)} " + ("answers" if r.answering else
+                                                       "[red]does not answer[/red]"),
+                      "?" if r.queued is None else str(r.queued), str(r.planned), running,
+                      escape(r.machine.describe()), ago(r.machine.registered))
+    return table
+
+
+def summary_table(s: FleetSummary) -> Table:
+    """One row per metric and pair: each machine's verdict and ratio, and
+    where the change reproduced."""
+    table = Table(title=f"fleet {s.fleet or '-'}: where the change reproduced (each verdict "
+                        "from its own machine's trials)")
+    table.add_column("metric", no_wrap=True)
+    table.add_column("arm vs baseline")
+    table.add_column("per machine: verdict (ratio)")
+    table.add_column("reproduced on")
+    for r in s.rows:
+        table.add_row(r.metric, escape(f"{r.arm} vs {r.baseline}"), escape(r.sentence()),
+                      f"{len(r.reproduced_on)} of {len(r.by_machine)}"
+                      + (f": {escape(', '.join(r.reproduced_on))}" if r.reproduced_on else ""))
+    return table
+
+
+def machines_lines(s: FleetSummary) -> list[str]:
+    return [escape(f"{m}: experiment {e}, {s.classes[m]}") for m, e in s.experiments.items()]

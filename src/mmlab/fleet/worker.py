@@ -1,0 +1,127 @@
+"""`mmlab worker --name NAME`: the worker of one lab machine.
+
+It registers the machine's probe in the shared store, then consumes the
+machine's own queue with one pool process, so the machine runs one trial at
+a time.  For each message it takes (claims) the trial in the store, runs it
+with the targets a local run uses (host settings journaled and restored on
+this machine, guests booted here) and commits it as it ends: the trial's
+result never waits in the broker or in a coordinator.
+
+A trial this machine's worker finds `running` when it takes the message was
+orphaned by a worker killed mid-trial (only this worker runs this machine's
+trials, and it is free): it goes back to the plan and runs now.  Settings
+that killed worker left changed are restored from the journal before the
+next trial, as every `mmlab` start does.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from .. import knobs, runner, storedb
+from ..errors import MmlabError
+from ..experiment import Plan
+from ..store import Store
+from ..targets import Lab
+from . import engine, machine_name, queue, registry
+
+LabMaker = Callable[[bool], Lab]     # host changes allowed -> the lab trials run in
+
+
+@dataclass
+class Worker:
+    """What a pool process needs to run the machine's trials; made before the
+    pool forks, the store connection after (one per process)."""
+    name: str
+    results: str
+    make_lab: LabMaker
+    _store: Store | None = None
+    _labs: dict[bool, Lab] = field(default_factory=dict)
+    _plans: dict[int, Plan] = field(default_factory=dict)
+    _checked: set[tuple[int, bool, int]] = field(default_factory=set)
+
+    def store(self) -> Store:
+        if self._store is None:
+            self._store = Store(self.results)
+        return self._store
+
+    def run(self, exp_id: int, trial_id: int, allow_host_changes: bool) -> str:
+        """One message: the trial run and committed, or why not, in words."""
+        try:
+            return self._run(self.store(), exp_id, trial_id, allow_host_changes)
+        except Exception:
+            self._store = None      # a broken connection is not reused
+            raise
+
+    def _run(self, store: Store, exp_id: int, trial_id: int, allow: bool) -> str:
+        trial = store.trial(exp_id, trial_id)
+        if trial is None:
+            return f"skipped: experiment {exp_id} has no trial {trial_id}"
+        plan = self._plan(store, exp_id, trial.arm)
+        if plan.machine != self.name:
+            return f"skipped: experiment {exp_id} runs on {plan.machine}, not {self.name}"
+        if trial.status == "running":
+            store.replan_trial(trial.id)         # orphaned by a killed worker of this machine
+        if allow not in self._labs:
+            self._labs[allow] = self.make_lab(allow)
+        lab = self._labs[allow]
+        try:
+            knobs.replay_orphaned()
+            self._check(plan, lab, exp_id, allow)
+        except MmlabError as exc:       # this machine cannot run it: the trial fails, visibly
+            claim = store.start_trial(trial.id)
+            if claim is not None:
+                store.fail_trial(trial.id, str(exc), None, claim)
+            return f"failed: {exc}"
+        outcome = runner.run_one(store, trial, plan, lab)
+        return {True: "done", False: "failed", None: "skipped: not planned"}[outcome]
+
+    def _plan(self, store: Store, exp_id: int, arm: str) -> Plan:
+        """The experiment's plan, read again only when it has grown an arm
+        (matched-state controls): rounds added later change nothing a trial uses."""
+        plan = self._plans.get(exp_id)
+        if plan is None or arm not in {a.name for a in plan.arms}:
+            plan = self._plans[exp_id] = store.plan(exp_id)
+        return plan
+
+    def _check(self, plan: Plan, lab: Lab, exp_id: int, allow: bool) -> None:
+        """The plan's targets check it on this machine, once per experiment
+        and arms (consent for host changes, a guest kernel fetched here)."""
+        key = (exp_id, allow, len(plan.arms))
+        if key not in self._checked:
+            runner.check(plan, lab)
+            self._checked.add(key)
+
+
+def node(name: str) -> str:
+    """The worker's Celery node name."""
+    return f"{name}@{socket.gethostname()}"
+
+
+def serve(name: str, results: str, broker: str, make_lab: LabMaker | None = None,
+          loglevel: str = "WARNING") -> None:
+    """Register this machine and consume its queue until stopped (SIGTERM
+    waits for the trial in flight)."""
+    from .. import probe
+    machine_name(name)
+    if not storedb.is_url(results):
+        raise MmlabError(f"--results {results}: a worker needs the fleet's shared store, a "
+                         "postgresql:// URL")
+    celery = engine.app(broker)
+    engine.reachable(celery)
+    me = node(name)
+    if me in engine.active(celery):
+        raise MmlabError(f"a worker named {name} already answers as {me}: one worker per machine")
+    store = Store(results)
+    registry.register(store, name, me, broker, probe.machine())
+    store.close()
+    worker = Worker(name, results, make_lab or (lambda allow: Lab(allow, say=print)))
+    celery.task(name=engine.TASK)(worker.run)
+    print(f"mmlab worker {name}: queue {queue(name)} on {storedb.redacted(broker)}, "
+          f"store {storedb.redacted(results)}", flush=True)
+    celery.worker_main(["worker", "--queues", queue(name), "--concurrency", "1",
+                        "--pool", "prefork", "--hostname", me, "--prefetch-multiplier", "1",
+                        "--without-gossip", "--without-mingle", "--without-heartbeat",
+                        "--loglevel", loglevel])

@@ -1,0 +1,307 @@
+"""Any command as a workload (issue 12): the three output formats and what
+malformed output does, `mmwork exec` on the host (rusage, {out}, smaps at
+exit, timeouts), a C file compiled and cached by hash, exec profiles end to
+end with a failed arm that loses nothing else, and a guest that runs
+Debian's dynamically linked stress-ng from the initramfs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from mmlab import csource, execwork, experiment, kernels, mmwork
+from mmlab.build import REPO_ROOT
+from mmlab.errors import MmlabError
+from mmlab.knobs import HostSettings
+from mmlab.store import Store
+from mmlab.targets import qemu
+
+from .conftest import mmlab, run_profile
+
+# What stress-ng 0.15.06 wrote with -Y for `--mremap 2 --timeout 2`: the
+# parser's input shape (system-info, a metrics list, the YAML end marker).
+STRESS_NG_YAML = """\
+---
+system-info:
+      stress-ng-version: 0.15.06
+      date-yyyy-mm-dd: 2026:11:23
+      time-hh-mm-ss: 18:17:23
+      cpus: 2
+
+metrics:
+    - stressor: mremap
+      bogo-ops: 352701
+      bogo-ops-per-second-usr-sys-time: 97179.729363
+      bogo-ops-per-second-real-time: 176247.202841
+      wall-clock-time: 2.001172
+      user-time: 0.174429
+      system-time: 3.454939
+      max-rss: 2388
+
+...
+"""
+HAVE_STRESS_NG = shutil.which("stress-ng") is not None
+
+
+# ---------------------------------------------------------------- output formats
+
+def test_stress_ng_yaml_gives_every_field_by_stressor_and_plainly_for_one():
+    found = execwork.figures("stress-ng-yaml", STRESS_NG_YAML)
+    assert found["bogo-ops-per-second-real-time"] == found["mremap.bogo-ops-per-second-real-time"]
+    assert found["bogo-ops"] == 352701 and found["max-rss"] == 2388
+    two = STRESS_NG_YAML.replace("\n...", "    - stressor: vm\n      bogo-ops: 5\n\n...")
+    both = execwork.figures("stress-ng-yaml", two)
+    assert both["vm.bogo-ops"] == 5 and "bogo-ops" not in both   # ambiguous with two
+
+
+def test_key_value_tokens_anywhere_on_a_line_last_one_wins():
+    found = execwork.figures("key=value", "starting mode=fast\nadvise_ns_per_page=380.5 "
+                                          "rounds=8\nresult: cycle_ns_per_page = 1 (ignored)\n"
+                                          "rounds=9 x_ns=nan\n")
+    assert found == {"advise_ns_per_page": 380.5, "rounds": 9, "x_ns": None}
+
+
+def test_json_lines_flatten_nested_keys():
+    found = execwork.figures("json", '{"metrics": {"a_ns": 5, "b": [1]}, "ok": true}\n\n'
+                                     '{"metrics": {"a_ns": 7}, "n": 2, "name": "x"}\n')
+    assert found == {"metrics.a_ns": 7, "n": 2}
+
+
+@pytest.mark.parametrize("kind, text, message", [
+    ("stress-ng-yaml", "metrics: [\n", "stress-ng YAML does not parse"),
+    ("stress-ng-yaml", "system-info:\n  cpus: 2\n", "has no 'metrics' list"),
+    ("stress-ng-yaml", "metrics:\n  - bogo-ops: 5\n", "without 'stressor'"),
+    ("stress-ng-yaml", "metrics:\n  - stressor: vm\n    b_ns: n/a\n",
+     "stress-ng YAML vm.b_ns: 'n/a' is not a number"),
+    ("key=value", "a_ns=12\nb_ns=fast\n", "key=value line 2: b_ns: 'fast' is not a number"),
+    ("json", '{"a": 1}\nnot json\n', "json line 2 is not JSON"),
+    ("json", "[1, 2]\n", "json line 1 is not a JSON object"),
+    ("json", '{"m": {"b_ns": "?"}}\n', "json line 1: m.b_ns: '?' is not a number"),
+    ("key=value", "  \n", "printed no key=value output"),
+])
+def test_malformed_output_is_one_line_saying_why(kind, text, message):
+    with pytest.raises(MmlabError) as err:
+        execwork.figures(kind, text, wanted=("b_ns", "m.b_ns", "vm.b_ns"))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_placeholders_fill_drop_and_refuse():
+    wl = execwork.build(["prog", "--n", "{n}", "--size={kb}k", "{numa?--numa}", "-Y", "{out}"])
+    assert wl.argv({"n": 2, "kb": 4, "numa": True}) == ["prog", "--n", "2", "--size=4k", "--numa",
+                                                        "-Y", "{out}"]
+    assert wl.argv({"n": 2, "kb": 4, "numa": False}) == ["prog", "--n", "2", "--size=4k", "-Y",
+                                                         "{out}"]
+    assert wl.argv({"n": 2, "kb": 4}) == ["prog", "--n", "2", "--size=4k", "-Y", "{out}"]
+    with pytest.raises(MmlabError, match=r"no value for \{kb\}"):
+        wl.argv({"n": 2})
+    with pytest.raises(MmlabError, match="takes true or false"):
+        wl.argv({"n": 2, "kb": 4, "numa": "yes"})
+
+
+# ---------------------------------------------------------------- on the host
+
+def run_one(wl: execwork.ExecWorkload, params: dict | None = None):
+    (sample,) = mmwork.run(wl, params or {}, samples=1)
+    return sample
+
+
+def test_exec_measures_from_outside_and_reads_out_files_and_smaps_at_exit():
+    """{out} is a fresh file the command writes; rusage covers its children;
+    smaps is read at its exit stop, so a mapping it still holds is seen."""
+    script = ('python3 -c "import mmap; m = mmap.mmap(-1, 8 << 20); m.write(b\'x\' * (8 << 20)); '
+              'print(\'{\\"touched_kb\\": 8192}\')" > {out}; sh -c \'echo pid_ns=$$\'')
+    wl = execwork.build(["sh", "-c", script], metrics_from="json",
+                        declared={"touched_kb": "higher"}, smaps=True)
+    s = run_one(wl)
+    assert s.metrics["touched_kb"] == 8192 and "pid_ns" not in s.output
+    assert s.counts["command_wall_s"] > 0 and s.metrics["outside_wall_s"] == \
+        s.counts["command_wall_s"]
+    assert s.metrics["outside_cpu_s"] == pytest.approx(s.rusage["user_s"] + s.rusage["sys_s"])
+    assert s.metrics["outside_max_rss_kb"] >= 8192          # the python child's peak
+    assert s.state["exit_vmas"] > 0 and s.state["exit_rss_kb"] > 0   # sh, at its exit stop
+    assert "pgfault" in s.vmstat_delta and "thp_enabled" in s.state
+
+
+@pytest.mark.skipif(not HAVE_STRESS_NG, reason="stress-ng is not installed (make setup)")
+def test_exec_runs_stress_ng_and_reads_its_yaml():
+    wl = execwork.build("stress-ng --mremap 1 --mremap-bytes 4K --timeout 1 --metrics-brief "
+                        "-Y {out}", metrics_from="stress-ng-yaml")
+    s = run_one(wl)
+    m = s.metrics
+    assert m["ops_per_s_real"] > 0 and s.counts["ops"] > 0
+    # stress-ng's own usr+sys and the rusage of its process tree see the same run.
+    assert m["outside_cpu_s"] == pytest.approx(m["usr_s"] + m["sys_s"], rel=0.25, abs=0.05)
+    assert m["ops_per_s_cpu"] == pytest.approx(s.counts["ops"] / (m["usr_s"] + m["sys_s"]),
+                                               rel=0.02)
+
+
+@pytest.mark.parametrize("command, message", [
+    (["sh", "-c", "echo oops >&2; exit 3"], "'sh' exited with status 3: oops"),
+    (["sleep", "5"], "'sleep' did not finish within 0.3 s"),
+    (["sh", "-c", "kill -9 $$"], "'sh' was killed by signal 9"),
+])
+def test_a_failing_command_fails_its_sample_in_one_line(command, message):
+    wl = execwork.build(command, timeout_s=0.3)
+    with pytest.raises(MmlabError) as err:
+        run_one(wl)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+EXEC_PROFILE = """\
+name = "exec-arms"
+workload = "exec"
+command = ["sh", "-c", "echo x_ns={x} other=text"]
+metrics_from = "key=value"
+metrics = ["x_ns", "outside_wall_s"]
+repetitions = 3
+baseline = "good"
+[exec_metrics]
+x_ns = "lower"
+[[arms]]
+name = "good"
+set = {x = 100}
+[[arms]]
+name = "also-good"
+set = {x = 200}
+[[arms]]
+name = "bad"
+set = {x = "fast"}
+"""
+
+
+def test_a_profile_whose_arm_prints_garbage_loses_only_that_arms_trials(tmp_path):
+    proc, results = run_profile(tmp_path, EXEC_PROFILE)
+    assert proc.returncode == 0, proc.stderr
+    trials = Store(results).trials(1)
+    assert {(t.arm, t.status) for t in trials} == {("good", "done"), ("also-good", "done"),
+                                                  ("bad", "failed")}
+    errors = {t.error for t in trials if t.arm == "bad"}
+    assert errors == {"exec sample 0: key=value line 1: x_ns: 'fast' is not a number"}
+    verdicts = json.loads(mmlab("compare", "1", "--results", str(results), "--json").stdout)
+    pair = next(c for c in verdicts if c["arm"] == "also-good" and c["metric"] == "x_ns")
+    assert pair["median"] == 200 and pair["median_baseline"] == 100
+    report = mmlab("report", "1", "--results", str(results)).stdout
+    assert "x_ns [as printed]" in report and "outside_wall_s [whole sample]" in report
+    assert "commands.txt" in report
+
+
+@pytest.mark.parametrize("edit, message", [
+    (("metrics_from = \"key=value\"", "metrics_from = \"yaml\""), r"p\.toml:4: metrics_from"),
+    (("x_ns = \"lower\"", "x = \"lower\""), r"exec_metrics\.x: a metric's name carries its unit"),
+    (("x_ns = \"lower\"", "x_ns = \"up\""), r"exec_metrics\.x_ns"),
+    (("set = {x = 100}", "set = {x = 100, y = 1}"), "parameter 'y' is not used by the command"),
+    (('"sh", "-c"', '"no-such-program-here", "-c"'), "no-such-program-here: not found"),
+    (('metrics = ["x_ns", "outside_wall_s"]', 'metrics = ["y_ns"]'), "unknown metric 'y_ns'"),
+])
+def test_exec_profile_errors_name_the_key(tmp_path, edit, message):
+    path = tmp_path / "p.toml"
+    path.write_text(EXEC_PROFILE.replace(*edit))
+    with pytest.raises(MmlabError, match=message):
+        experiment.load(path)
+
+
+def test_exec_keys_belong_to_exec_profiles():
+    text = EXEC_PROFILE.replace('workload = "exec"', 'workload = "pageout-refault"')
+    with pytest.raises(MmlabError, match=r'<profile>:3: command: only for workload = "exec"'):
+        experiment.parse(text)
+
+
+# ---------------------------------------------------------------- C sources
+
+TINY_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+int main(int argc, char **argv) { printf("n_pages=%d\n", argc > 1 ? atoi(argv[1]) : 1); return 0; }
+"""
+
+
+def test_a_source_is_compiled_statically_once_per_hash(tmp_path):
+    first = csource.binary(TINY_C, "tiny.c", cache=tmp_path)
+    built = first.stat().st_mtime_ns
+    assert csource.binary(TINY_C, "tiny.c", cache=tmp_path) == first
+    assert first.stat().st_mtime_ns == built                      # cached, not rebuilt
+    assert not execwork.shared_libraries(first)                   # static: packs alone
+    changed = csource.binary(TINY_C.replace("n_pages", "m_pages"), "tiny.c", cache=tmp_path)
+    assert changed != first and changed.parent.name != first.parent.name
+    with pytest.raises(MmlabError, match=r"broken\.c: does not compile .*broken\.c:1"):
+        csource.binary("int main(void) { return x; }\n", "broken.c", cache=tmp_path)
+
+
+SOURCE_PROFILE = """\
+name = "repro-sizes"
+workload = "exec"
+source = "pageout_repro.c"
+command = ["{source}", "--mapping-kb", "{kb}", "--rounds", "2", "--min-ms", "0", "--warmup-ms", "0"]
+metrics_from = "key=value"
+metrics = ["advise_ns_per_page", "cycle_ns_per_page"]
+repetitions = 3
+baseline = { kb = 1024 }
+[exec_metrics]
+advise_ns_per_page = "lower"
+cycle_ns_per_page = "lower"
+[matrix]
+kb = [1024, 2048]
+"""
+
+
+def test_a_c_reproducer_runs_gets_verdicts_and_travels_in_the_bundle(tmp_path):
+    shutil.copy(REPO_ROOT / "experiments/repro/pageout_repro.c", tmp_path)
+    proc, results = run_profile(tmp_path, SOURCE_PROFILE)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = json.loads(mmlab("compare", "1", "--results", str(results), "--json").stdout)
+    assert {c["metric"] for c in verdicts} == {"advise_ns_per_page", "cycle_ns_per_page"}
+    assert all(c["n"] == 3 and c["median"] > 0 and c["verdict"] for c in verdicts)
+    bundle = tmp_path / "b"
+    assert mmlab("bundle", "1", str(bundle), "--results", str(results)).returncode == 0
+    assert (bundle / "pageout_repro.c").read_text() == (tmp_path / "pageout_repro.c").read_text()
+    commands = (bundle / "commands.txt").read_text()
+    assert "gcc -O2 -static" in commands and "kb=2048: ./pageout_repro --mapping-kb 2048" in commands
+    assert not list(bundle.glob("reproducer-*.c"))
+
+
+def test_run_source_on_the_command_line():
+    proc = mmlab("run", "--source", str(REPO_ROOT / "experiments/repro/pageout_repro.c"), "--reps",
+                 "2", "--metrics-from", "key=value", "--metric", "advise_ns_per_page:lower",
+                 "--json", "--", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0")
+    assert proc.returncode == 0, proc.stderr
+    samples = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(samples) == 2 and all(s["metrics"]["advise_ns_per_page"] > 0 for s in samples)
+    assert "rounds=2 pages=512" in samples[0]["output"]
+
+
+# ---------------------------------------------------------------- in a guest
+
+def guest_kernel():
+    try:
+        return kernels.get("debian:6.12")
+    except MmlabError:
+        pytest.skip("debian:6.12 is not cached (mmlab kernels add debian:6.12)")
+
+
+@pytest.mark.skipif(not HAVE_STRESS_NG, reason="stress-ng is not installed (make setup)")
+def test_debian_stress_ng_runs_in_a_guest_from_its_packed_libraries():
+    """Debian's stress-ng is dynamically linked: the binary, its loader and
+    every library ldd names go into the initramfs at their host paths."""
+    wl = execwork.build("stress-ng --mremap 1 --mremap-bytes 4K --timeout 1 --metrics-brief "
+                        "-Y {out}", metrics_from="stress-ng-yaml", smaps=True)
+    packed = wl.programs({})
+    assert packed[0].name == "stress-ng" and any("libc.so" in p.name for p in packed)
+    guest = qemu.Guest(guest_kernel(), vcpus=1, memory_mb=512, timeout_s=300)
+    (s,) = qemu.run(guest, wl, {}, 1, 0, HostSettings())
+    assert s.state["guest_kernel"] == "debian:6.12"
+    assert s.metrics["ops_per_s_real"] > 0 and s.metrics["outside_cpu_s"] > 0
+    assert s.state["exit_vmas"] > 0
+
+
+def test_a_c_reproducers_metrics_get_verdicts_in_a_guest(tmp_path):
+    guest_kernel()
+    shutil.copy(REPO_ROOT / "experiments/repro/pageout_repro.c", tmp_path)
+    text = SOURCE_PROFILE.replace('workload = "exec"', 'workload = "exec"\nkernel = "debian:6.12"'
+                                  '\nmemory_mb = 256')
+    proc, results = run_profile(tmp_path, text, timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    verdicts = json.loads(mmlab("compare", "1", "--results", str(results), "--json").stdout)
+    assert all(c["n"] == 3 and c["median"] > 0 for c in verdicts), verdicts
+    assert "accelerator" in mmlab("report", "1", "--results", str(results)).stdout

@@ -1,0 +1,300 @@
+"""A lab of many machines on this one: a private PostgreSQL and Redis from
+Debian's packages, started here and stopped afterwards.
+
+The PostgreSQL store keeps the SQLite store's guarantees (same plan, same
+trials, same verdicts; a trial claimed once by concurrent writers; a claim
+lost to a re-queue counts nothing) and `store copy` moves a lab directory
+into it and back.  End to end: a profile over two workers (two `mmlab worker`
+processes with different names) running real mmwork trials, a worker killed
+in the middle of a trial (re-queued, never lost or counted twice), the run
+interrupted and resumed, verdicts per machine and the fleet summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mmlab import experiment, runner, verdicts
+from mmlab.fleet import bench, coordinator, engine, queue, registry, services, summary
+from mmlab.store import Store
+
+from .conftest import MMLAB, mmlab
+from .fake_target import FakeLab, FakeTarget
+
+FAKE = """\
+name = "fleet-fake"
+workload = "pageout-refault"
+repetitions = 6
+metrics = ["cycle_ns_per_page"]
+baseline = "A"
+seed = 3
+
+[params]
+mapping-kb = 1024
+
+[[arms]]
+name = "A"
+
+[[arms]]
+name = "B"
+"""
+
+# Real trials, cheap and long enough (about half a second) to be killed in.
+THP = """\
+name = "fleet-thp"
+workload = "pageout-refault"
+repetitions = 6
+min_sample_ms = 300
+metrics = ["cycle_ns_per_page"]
+baseline = { thp = "nohugepage" }
+seed = 5
+
+[params]
+mapping-kb = 4096
+
+[matrix]
+thp = ["hugepage", "nohugepage"]
+"""
+
+
+@pytest.fixture(scope="module")
+def servers():
+    with services.Postgres() as pg, services.Redis() as redis:
+        yield pg, redis
+
+
+def fresh_db(servers, name: str) -> str:
+    return servers[0].url(name)
+
+
+def run_fake(results: str | Path, fake: FakeTarget) -> tuple[Store, int]:
+    plan = experiment.parse(FAKE, "fleet-fake.toml")
+    store = Store(results)
+    exp_id = store.create_experiment(plan)
+    runner.run(store, exp_id, plan, FakeLab(fake))
+    return store, exp_id
+
+
+def contents(store: Store, exp_id: int) -> tuple:
+    """What an experiment holds, without ids and times."""
+    trials = [(t.arm, t.position, t.round, t.status, t.error) for t in store.trials(exp_id)]
+    samples = [(t.arm, t.round, [s.model_dump() for s in t.samples])
+               for t in store.measurements(exp_id).trials]
+    return store.plan(exp_id).model_dump(), trials, samples
+
+
+def test_postgresql_store_holds_what_sqlite_holds_and_resumes(servers, tmp_path):
+    lite, lite_id = run_fake(tmp_path / "r", FakeTarget({"B": 1.3}, seed=7))
+    pg, pg_id = run_fake(fresh_db(servers, "same"), FakeTarget({"B": 1.3}, seed=7))
+    assert contents(pg, pg_id) == contents(lite, lite_id)
+    judged = [verdicts.judge(s.plan(e), s.measurements(e)).comparisons
+              for s, e in ((lite, lite_id), (pg, pg_id))]
+    assert [json.dumps(c.as_dict()) for c in judged[0]] == \
+        [json.dumps(c.as_dict()) for c in judged[1]]
+    assert judged[1][0].verdict == "regression"
+    # a process killed mid-trial leaves its trial running; resume runs it once
+    plan = pg.plan(pg_id)
+    again = pg.create_experiment(plan)
+    first = pg.trials(again)[0]
+    assert pg.start_trial(first.id) is not None
+    runner.run(pg, again, plan, FakeLab(FakeTarget()))
+    assert [t.status for t in pg.trials(again)] == ["done"] * 12
+    assert sum(len(t.samples) for t in pg.measurements(again).trials) == 12
+
+
+def test_concurrent_writers_claim_each_trial_once_and_a_lost_claim_counts_nothing(servers):
+    url = fresh_db(servers, "writers")
+    plan = experiment.parse(FAKE.replace("repetitions = 6", "repetitions = 30"), "w.toml")
+    exp_id = Store(url).create_experiment(plan)
+    sample = FakeLab(FakeTarget()).target(plan.arms[0]).run_trial(plan.arms[0], plan).samples
+    claimed: list[int] = []
+
+    def writer() -> None:
+        store = Store(url)
+        for t in store.trials(exp_id):
+            claim = store.start_trial(t.id)
+            if claim is not None:
+                assert store.finish_trial(t.id, sample, {"writer": threading.get_ident()}, claim)
+                claimed.append(t.id)
+        store.close()
+
+    threads = [threading.Thread(target=writer) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    store = Store(url)
+    assert sorted(claimed) == sorted(t.id for t in store.trials(exp_id))     # each once
+    assert sum(len(t.samples) for t in store.measurements(exp_id).trials) == 60
+    # a claim lost to a re-queue: the slow worker's late result is refused whole
+    other = store.create_experiment(plan)
+    t = store.trials(other)[0]
+    stale = store.start_trial(t.id)
+    assert store.replan_trial(t.id)
+    fresh = store.start_trial(t.id)
+    assert not store.finish_trial(t.id, sample, {}, stale)
+    assert not store.fail_trial(t.id, "late", None, stale)
+    assert store.finish_trial(t.id, sample, {}, fresh)
+    assert len(store.measurements(other).trials[0].samples) == 1
+    assert not store.replan_trial(t.id)                 # a finished trial stays finished
+
+
+def test_store_copy_moves_a_lab_directory_into_postgresql_and_back(servers, tmp_path):
+    lite, exp_id = run_fake(tmp_path / "lab", FakeTarget({"B": 0.8}, seed=2))
+    url = fresh_db(servers, "copy")
+    proc = mmlab("store", "copy", str(tmp_path / "lab"), url)
+    assert proc.returncode == 0, proc.stderr
+    assert f"experiment {exp_id} -> " in proc.stdout
+    assert contents(Store(url), exp_id) == contents(lite, exp_id)          # same id
+    again = mmlab("store", "copy", str(tmp_path / "lab"), url)
+    assert "skipped" in again.stdout and len(Store(url).experiments()) == 1
+    back = mmlab("store", "copy", url, str(tmp_path / "back"))
+    assert back.returncode == 0, back.stderr
+    assert contents(Store(tmp_path / "back"), exp_id) == contents(lite, exp_id)
+    shown = mmlab("compare", str(exp_id), "--results", url, "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)[0]["verdict"] == "improvement"
+
+
+def test_fleet_commands_refuse_clearly(servers, tmp_path):
+    profile = tmp_path / "p.toml"
+    profile.write_text(FAKE)
+    lab = mmlab("experiment", "run", str(profile), "--machines", "a", "--results",
+                str(tmp_path / "r"))
+    assert lab.returncode == 2 and "postgresql://" in lab.stderr
+    unknown = mmlab("experiment", "run", str(profile), "--machines", "nosuch", "--results",
+                    fresh_db(servers, "refuse"))
+    assert unknown.returncode == 2 and "machine nosuch: no worker has registered" in unknown.stderr
+    worker = mmlab("worker", "--name", "x", "--results", str(tmp_path / "r"))
+    assert worker.returncode == 2 and "postgresql://" in worker.stderr
+
+
+# ---------------------------------------------------------------- two workers, end to end
+
+def start_worker(name: str, url: str, broker: str, tmp_path: Path) -> subprocess.Popen:
+    """`mmlab worker --name NAME` as a machine of its own (its own state dir)."""
+    env = {**os.environ, "MMLAB_STATE_DIR": str(tmp_path / f"state-{name}")}
+    return subprocess.Popen([*MMLAB, "worker", "--name", name, "--results", url, "--broker",
+                             broker], env=env, stdout=open(tmp_path / f"{name}.log", "a"),
+                            stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def wait_until(what: str, check, timeout: float = 60, every: float = 0.02):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        found = check()
+        if found:
+            return found
+        time.sleep(every)
+    raise AssertionError(f"not within {timeout} s: {what}")
+
+
+def answering(url: str, celery, names: list[str]) -> bool:
+    known = registry.machines(Store(url))
+    return all(n in known for n in names) and \
+        {known[n].node for n in names} <= set(engine.active(celery))
+
+
+def trial_of(store: Store, exp_id: int, trial_id: int):
+    return next(t for t in store.trials(exp_id) if t.id == trial_id)
+
+
+@pytest.fixture
+def workers():
+    started: list[subprocess.Popen] = []
+    yield started
+    for p in started:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGTERM)
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+
+def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp_path,
+                                                                    workers):
+    """The broker loses the machine's queue mid-run (as a Redis restarted
+    without its append-only file would): the planned trials are sent again."""
+    url, broker = fresh_db(servers, "lost"), servers[1].url
+    workers += bench.start_workers(["s"], url, broker, tmp_path)   # sleeps, no mmwork
+    bench.wait_for(["s"], url, broker, workers)
+    store = Store(url)
+    (exp_id,) = coordinator.create(store, bench.sleep_plan(4, 300), ["s"], False)
+    said: list[str] = []
+    run = threading.Thread(target=coordinator.run, args=(
+        url, [exp_id], False, lambda *a: None, lambda *a: None, True, said.append))
+    run.start()
+    wait_until("a trial running", lambda: store.trials(exp_id, status="running"))
+    with engine.app(broker).connection_for_write() as conn:
+        assert conn.default_channel.queue_purge(queue("s")) == 7
+    run.join(120)
+    assert not run.is_alive()
+    assert [t.status for t in store.trials(exp_id)] == ["done"] * 8
+    assert [len(t.samples) for t in store.measurements(exp_id).trials] == [1] * 8
+    assert said == ["s: 7 planned trial(s) had no message in its queue; sent again"]
+
+
+def test_two_workers_run_a_profile_survive_a_killed_worker_and_resume(servers, tmp_path,
+                                                                      workers):
+    url, broker = fresh_db(servers, "fleet"), servers[1].url
+    celery = engine.app(broker)
+    workers += [start_worker(n, url, broker, tmp_path) for n in ("a", "b")]
+    wait_until("both workers answer", lambda: answering(url, celery, ["a", "b"]), every=0.5)
+    profile = tmp_path / "thp.toml"
+    profile.write_text(THP)
+    run = subprocess.Popen([*MMLAB, "experiment", "run", str(profile), "--machines", "a,b",
+                            "--results", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env={**os.environ, "MMLAB_FLEET_LOST_S": "4"})
+    store = Store(url)
+    exp_a, exp_b = wait_until("the fleet's experiments", lambda: [
+        r["id"] for r in store.experiments()] if len(store.experiments()) == 2 else None)
+    assert [store.plan(e).machine for e in (exp_a, exp_b)] == ["a", "b"]
+    assert coordinator.members(store, exp_b) == [exp_a, exp_b]
+
+    # b is killed in the middle of a trial: the trial goes back to the plan
+    killed = wait_until("a trial running on b", lambda: next(
+        (t for t in store.trials(exp_b) if t.status == "running"), None))
+    os.killpg(workers[1].pid, signal.SIGKILL)
+    workers[1].wait()
+    wait_until("the killed trial re-queued", lambda: trial_of(
+        store, exp_b, killed.id).status == "planned", timeout=30, every=0.2)
+    assert all(t.position != killed.position for t in store.measurements(exp_b).trials)
+
+    # b comes back, takes the re-queued trial; the run is interrupted and resumed
+    workers[1] = start_worker("b", url, broker, tmp_path)
+    wait_until("b answers again", lambda: answering(url, celery, ["b"]), every=0.5)
+    wait_until("b has run the re-queued trial", lambda: trial_of(
+        store, exp_b, killed.id).status == "done", timeout=60, every=0.2)
+    run.send_signal(signal.SIGINT)
+    out, err = run.communicate(timeout=60)
+    assert run.returncode in (0, 130), err                 # 0: it had just finished
+    assert f"b: trial {killed.position} ({killed.arm}) re-queued: its worker b@" in out
+    resumed = mmlab("experiment", "resume", str(exp_b), "--results", url, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+
+    # every trial ran once, on its own machine; verdicts per machine
+    for exp_id in (exp_a, exp_b):
+        assert [t.status for t in store.trials(exp_id)] == ["done"] * 12
+        assert [len(t.samples) for t in store.measurements(exp_id).trials] == [1] * 12
+    assert trial_of(store, exp_b, killed.id).started > killed.started
+    (row,) = summary.summarize(store, [exp_a, exp_b]).rows
+    assert row.reproduced_on == ["a", "b"]          # hugepage pageout: ~1.4x on this kernel
+    for machine, exp_id in (("a", exp_a), ("b", exp_b)):
+        assert f"machine {machine}, experiment {exp_id}: " in resumed.stdout
+        (c,) = json.loads(mmlab("compare", str(exp_id), "--results", url, "--json").stdout)
+        assert c["rounds"] == 6                     # its own machine's rounds, not both
+        assert row.by_machine[machine].verdict == c["verdict"]
+    assert "where the change reproduced" in resumed.stdout
+    shown = mmlab("fleet", "summary", str(exp_a), "--results", url)
+    assert shown.returncode == 0 and f"{len(row.reproduced_on)} of 2" in shown.stdout
+    status = mmlab("fleet", "status", "--results", url)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.count("answers") == 2 and "does not answer" not in status.stdout

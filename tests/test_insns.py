@@ -1,0 +1,242 @@
+"""Instructions per page: mmwork's window markers and counters, the QEMU
+plugin built from Debian's qemu source and counting a real guest, the
+counting pass joined into the timing samples, the metric absent (never zero)
+where no source exists, and verdicts and narrow on an instruction metric."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mmlab import experiment, insns, kernels, narrow, qemu_plugin, runner, verdicts, workloads
+from mmlab.build import mmwork_path
+from mmlab.knobs import HostSettings
+from mmlab.names import safe_name
+from mmlab.samples import Sample
+from mmlab.store import Store
+from mmlab.targets import qemu
+from mmlab.targets.host import HostTarget
+
+from .conftest import mmlab, samples_of
+from .fake_target import RUSAGE, FakeLab, FakeTarget
+
+needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
+                                reason="QEMU is not installed (make setup installs it)")
+SMALL = {"rounds": 3, "min-ms": 0, "thp": "nohugepage"}
+PO = "pageout-refault"
+ADVISE = "advise_kernel_insns_per_page"
+
+
+def pageout() -> workloads.Workload:
+    return workloads.get(PO)
+
+
+# ---------------------------------------------------------------- mmwork's side
+
+def test_every_timed_window_declares_its_instruction_metrics():
+    for wl in workloads.registry().values():
+        for w in wl.windows:
+            for name in (w.kernel_metric, w.user_metric):
+                m = wl.metric(name)
+                assert m.unit == "insns" and m.direction == "lower" and w.unit in name
+    assert {w.name for w in pageout().windows} == {"prefault", "advise", "post_touch"}
+
+
+def test_the_markers_are_the_nops_the_plugin_matches():
+    """0f 1f 80 + a displacement 0x4d4d<kind><window>: begin and end of
+    each pageout window, and the sample and warm-up ends."""
+    dump = subprocess.run(["objdump", "-d", str(mmwork_path())], capture_output=True,
+                          text=True).stdout
+    found = {int(line.split("nopl")[1].split("(")[0], 16) for line in dump.splitlines()
+             if "0f 1f 80" in line and "nopl   0x4d4d" in line}
+    assert {0x4d4d0100, 0x4d4d0200, 0x4d4d0101, 0x4d4d0201, 0x4d4d0102, 0x4d4d0202,
+            0x4d4d0300, 0x4d4d0400} <= found
+
+
+def test_insns_counts_windows_and_labels_the_source():
+    """--insns: each sample says how many windows ran and the units of one;
+    the metrics exist only where perf counts (absent here without a PMU)."""
+    (s,) = samples_of(PO, "--mapping-kb", "1024", "--rounds", "3", "--min-ms", "0", "--insns")
+    assert s["counts"]["advise_windows"] == s["counts"]["rounds"] == 3
+    assert s["counts"]["advise_units"] == 256
+    have_perf, why = insns.perf_status()
+    if have_perf:
+        assert s["state"]["insns_source"] == "perf" and s["metrics"][ADVISE] > 0
+    else:
+        assert ADVISE not in s["metrics"] and "perf_event_open" in s["state"]["insns_source"]
+        assert "perf_event_open" in why
+    (plain,) = samples_of(PO, "--mapping-kb", "1024", "--rounds", "3", "--min-ms", "0")
+    assert "advise_windows" not in plain["counts"] and "insns_source" not in plain["state"]
+
+
+# ---------------------------------------------------------------- joining the passes
+
+def sample(metrics=None, counts=None, state=None) -> Sample:
+    return Sample(workload=PO, sample=0, mmwork_version="t", params={}, metrics=metrics or {},
+                  counts=counts or {}, rusage=RUSAGE, vmstat_delta={}, state=state or {},
+                  errors={})
+
+
+def record(kind: str, advise: tuple[int, int, int]) -> str:
+    windows = [[0, 0, 0], list(advise)] + [[0, 0, 0]] * 6
+    return json.dumps({"kind": kind, "record": 0, "unmatched": 1, "windows": windows})
+
+
+def test_plugin_records_become_per_unit_metrics_of_the_counted_samples():
+    counted = [sample(counts={"advise_units": 100.0, "advise_windows": 4.0})]
+    out = "\n".join([json.dumps({"kind": "start"}), record("warmup", (9, 9, 9)),
+                     record("sample", (4, 4000, 80)), json.dumps({"kind": "exit"})])
+    insns.from_plugin(pageout(), counted, out)
+    assert counted[0].metrics == {ADVISE: 10.0, "advise_user_insns_per_page": 0.2}
+    assert counted[0].counts["insns_windows_unmatched"] == 1
+    with pytest.raises(insns.Unavailable, match="closed 0 samples, mmwork printed 1"):
+        insns.from_plugin(pageout(), counted, record("warmup", (1, 1, 1)))
+
+
+def test_the_counting_pass_joins_the_timing_samples_by_index():
+    timed = [sample({"advise_ns_per_page": 5.0}), sample({"advise_ns_per_page": 6.0})]
+    counted = [sample({"advise_ns_per_page": 99.0, ADVISE: float(i)}, {"advise_units": 1.0},
+                      {"insns_source": "qemu tcg plugin"}) for i in (1, 2)]
+    insns.add_counts(timed, pageout(), lambda: counted)
+    assert [s.metrics for s in timed] == [{"advise_ns_per_page": 5.0, ADVISE: 1.0},
+                                          {"advise_ns_per_page": 6.0, ADVISE: 2.0}]
+    assert timed[0].state["insns_source"] == "qemu tcg plugin, separate counting pass"
+
+    def unavailable():
+        raise insns.Unavailable("no plugin here")
+    bare = [sample({"advise_ns_per_page": 5.0})]
+    insns.add_counts(bare, pageout(), unavailable)
+    assert ADVISE not in bare[0].metrics and bare[0].state["insns_source"] == "none (no plugin here)"
+
+
+def test_a_host_trial_counts_where_perf_does():
+    """A profile naming an instruction metric gets a counting pass on the
+    host: perf's counts where the CPU has them, else the reason, no metric."""
+    plan = experiment.parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
+                                            'kernel = ["host"]')
+                            .replace('baseline = { kernel = "debian:6.12" }',
+                                     'baseline = { kernel = "host" }')
+                            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
+                                     "min-ms = 0"))
+    (s,) = HostTarget().run_trial(plan.arms[0], plan).samples
+    ok, why = insns.perf_status()
+    if ok:
+        assert s.metrics[ADVISE] > 0
+        assert s.state["insns_source"] == "perf, separate counting pass"
+    else:
+        assert ADVISE not in s.metrics and s.state["insns_source"] == f"none ({why})"
+    assert s.metrics["advise_ns_per_page"] > 0 and s.params["insns"] is False  # timed plain
+
+
+# ---------------------------------------------------------------- verdicts and narrow
+
+PROFILE = f"""
+name = "insns-verdict"
+workload = "{PO}"
+repetitions = 5
+metrics = ["{ADVISE}"]
+tolerance = 0.01
+baseline = {{ kernel = "debian:6.12" }}
+[params]
+mapping-kb = 1024
+[matrix]
+kernel = ["debian:6.12", "debian:6.19"]
+"""
+
+
+def test_an_instruction_metric_is_judged_like_any_other(tmp_path):
+    """Counts with 0.1 % noise, 3 % apart, a 1 % tolerance: decided in 5 rounds."""
+    plan = experiment.parse(PROFILE)
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    lab = FakeLab(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
+    runner.run(store, exp, plan, lab, with_controls=False)
+    (c,) = verdicts.judge(plan, store.measurements(exp)).comparisons
+    assert c.metric == ADVISE and c.verdict == "regression" and c.rounds == 5
+
+
+def test_narrow_measures_the_metric_it_narrows_on(tmp_path):
+    text = PROFILE.replace(f'metrics = ["{ADVISE}"]', 'metrics = ["advise_ns_per_page"]')
+    plan = experiment.parse(text)
+    store = Store(tmp_path / "r")
+    lab = FakeLab(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
+    c = narrow.experiment_step(store, plan, "debian:6.12", "debian:6.19", ADVISE, lab)
+    assert c.metric == ADVISE and c.verdict == "regression"
+    assert ADVISE in store.plan(1).profile.metrics
+    assert insns.wanted(plan.workload, store.plan(1).profile.metrics)
+
+
+# ---------------------------------------------------------------- the plugin in a guest
+
+@pytest.fixture(scope="module")
+def plugin() -> Path:
+    """Built from the cached header (the first fetch of Debian's qemu source
+    takes a minute; then it is cached by version)."""
+    return qemu_plugin.ensure()
+
+
+def test_the_plugin_is_built_against_the_installed_qemu(plugin):
+    syms = subprocess.run(["nm", "-D", "--defined-only", str(plugin)], capture_output=True,
+                          text=True).stdout
+    assert "qemu_plugin_install" in syms and "qemu_plugin_version" in syms
+    assert plugin.parent.name == safe_name(qemu_plugin.source_version())
+    assert qemu_plugin.ensure() == plugin and qemu_plugin.status()[0]
+
+
+def test_the_probe_says_which_source_counts(plugin):
+    facts = {f["what"]: f for f in json.loads(mmlab("probe", "--json").stdout)}
+    host = facts["instruction counts (host)"]
+    assert host["ok"] == insns.perf_status()[0] == facts["hardware counters"]["ok"]
+    assert facts["instruction counts (TCG guests)"]["ok"] and str(plugin) in \
+        facts["instruction counts (TCG guests)"]["value"]
+
+
+def counted_boot(kernel, plugin, mapping_kb: int) -> list[Sample]:
+    return qemu.run(qemu.Guest(kernel, memory_mb=512), pageout(),
+                    insns.counting_params({**SMALL, "mapping-kb": mapping_kb}), samples=1,
+                    warmups=0, settings=HostSettings(), plugin=plugin)
+
+
+@needs_qemu
+def test_a_guest_counts_stable_positive_and_growing_with_the_mapping(plugin):
+    """Three boots: 2 MiB twice (within 1 %), then 8 MiB (more per window)."""
+    k = kernels.ensure("debian:6.12")
+    (a,), (b,), (big,) = (counted_boot(k, plugin, kb) for kb in (2048, 2048, 8192))
+    for s in (a, b, big):
+        assert s.state["insns_source"] == "qemu tcg plugin"
+        assert s.metrics[ADVISE] > 100 and s.metrics["prefault_user_insns_per_page"] > 0
+        assert s.counts["insns_windows_unmatched"] == 0
+    assert math.isclose(a.metrics[ADVISE], b.metrics[ADVISE], rel_tol=0.01)
+
+    def per_window(s: Sample) -> float:
+        return s.metrics[ADVISE] * s.counts["advise_units"]
+    assert per_window(big) > 3 * per_window(a)
+
+
+@needs_qemu
+def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monkeypatch):
+    """No cached header and no reachable mirror: the timing pass still runs,
+    its samples say why they carry no counts."""
+    real = kernels.ensure("debian:6.12")
+    cache = tmp_path / "kernels"
+    cache.mkdir()
+    os.symlink(real.dir, cache / Path(real.dir).name)
+    monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(cache))
+    monkeypatch.setenv("MMLAB_APT_MIRROR", "http://127.0.0.1:9/debian")
+    plan = experiment.parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
+                                            'kernel = ["debian:6.12"]')
+                            .replace("repetitions = 5", "repetitions = 3\nwarmups = 0")
+                            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
+                                     "min-ms = 0"))
+    target = qemu.QemuTarget("debian:6.12", say=lambda _: None)
+    result = target.run_trial(plan.arms[0], plan)
+    (s,) = result.samples
+    assert s.metrics["advise_ns_per_page"] > 0 and ADVISE not in s.metrics
+    assert s.state["insns_source"].startswith("none (no QEMU plugin: ")
+    assert "cannot be reached" in s.state["insns_source"]
