@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -88,6 +89,16 @@ def contents(store: Store, exp_id: int) -> tuple:
     samples = [(t.arm, t.round, [s.model_dump() for s in t.samples])
                for t in store.measurements(exp_id).trials]
     return store.plan(exp_id).model_dump(), trials, samples
+
+
+def test_a_lab_directory_needs_nothing_of_the_fleet(tmp_path):
+    code = ("import sys; from mmlab import cli, runner, store; store.Store(sys.argv[1]); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('celery', 'kombu', 'billiard', 'redis', 'psycopg') or m.startswith('mmlab.fleet')))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[]"
 
 
 def test_postgresql_store_holds_what_sqlite_holds_and_resumes(servers, tmp_path):
@@ -227,7 +238,7 @@ def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp
     workers += bench.start_workers(["s"], url, broker, tmp_path)   # sleeps, no mmwork
     bench.wait_for(["s"], url, broker, workers)
     store = Store(url)
-    (exp_id,) = coordinator.create(store, bench.sleep_plan(4, 300), ["s"], False)
+    (exp_id,) = coordinator.create(store, bench.sleep_plan(4, 150), ["s"], False)
     said: list[str] = []
     run = threading.Thread(target=coordinator.run, args=(
         url, [exp_id], False, lambda *a: None, lambda *a: None, True, said.append))

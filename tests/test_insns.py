@@ -220,6 +220,15 @@ def test_a_guest_counts_stable_positive_and_growing_with_the_mapping(plugin):
 
 
 @needs_qemu
+def test_mmlab_run_insns_counts_in_the_same_boot(plugin):
+    proc = mmlab("run", PO, "--kernel", "debian:6.12", "--insns", "--reps", "1", "--json",
+                 "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0")
+    assert proc.returncode == 0, proc.stderr
+    (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert s["metrics"][ADVISE] > 0 and s["state"]["insns_source"] == "qemu tcg plugin"
+
+
+@needs_qemu
 def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monkeypatch):
     """No cached header and no reachable mirror: the timing pass still runs,
     its samples say why they carry no counts."""

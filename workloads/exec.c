@@ -146,8 +146,10 @@ static void child(char **argv, int out_fd, int err_fd, pid_t parent, int traced)
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (getppid() != parent)
 		_exit(127);
-	if (null >= 0)
+	if (null > 0) {
 		dup2(null, 0);
+		close(null);
+	}
 	dup2(out_fd, 1);
 	dup2(err_fd, 2);
 	if (traced) {
@@ -234,6 +236,9 @@ static int exec_sample(struct mm_ctx *c)
 	FILE *out = tmpfile(), *err = tmpfile();
 	if (!out || !err)
 		mm_die(c, "cannot create files for the command's output: %s", strerror(errno));
+	/* The command gets them as its stdout and stderr only (dup2 clears this). */
+	fcntl(fileno(out), F_SETFD, FD_CLOEXEC);
+	fcntl(fileno(err), F_SETFD, FD_CLOEXEC);
 	fflush(NULL);
 
 	struct rusage ru = { 0 };
@@ -253,17 +258,18 @@ static int exec_sample(struct mm_ctx *c)
 	kill(-pid, SIGKILL);	/* whatever the command left running in its group */
 
 	char why[512];
+	const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
 	last_line(fileno(err), why, sizeof(why));
 	if (to_file && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
 		unlink(path);
 	if (killed)
-		mm_die(c, "'%s' did not finish within %g s (killed): %s", argv[0],
+		mm_die(c, "'%s' did not finish within %g s (killed): %s", name,
 		       mm_arg_double(c, "timeout-s"), why);
 	if (WIFSIGNALED(status))
-		mm_die(c, "'%s' was killed by signal %d (%s): %s", argv[0], WTERMSIG(status),
+		mm_die(c, "'%s' was killed by signal %d (%s): %s", name, WTERMSIG(status),
 		       strsignal(WTERMSIG(status)), why);
 	if (!WIFEXITED(status) || WEXITSTATUS(status))
-		mm_die(c, "'%s' exited with status %d: %s", argv[0], WEXITSTATUS(status), why);
+		mm_die(c, "'%s' exited with status %d: %s", name, WEXITSTATUS(status), why);
 
 	size_t len;
 	long total;

@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
             found = agreement.pageout(args.pairs) + agreement.stress_ng_host(
                 max(3, args.pairs // 2))
             if args.guest != "none":
-                found += agreement.stress_ng_guest(args.guest, max(2, args.pairs // 4))
+                found += agreement.stress_ng_guest(args.guest, max(3, args.pairs // 2))
             out.print(agreement.table(found))
         if args.part in ("all", "selftest"):
             selftest.print_report(args.experiments, args.seed)

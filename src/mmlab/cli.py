@@ -60,6 +60,8 @@ def workloads_cmd(as_json: bool = typer.Option(False, "--json", help="print JSON
         typer.echo(json.dumps([dataclasses.asdict(w) for w in table.values()], indent=1))
         return
     terminal.console().print(terminal.workloads_table(list(table.values())))
+    typer.echo("and exec: any command or C file as a workload (mmlab run exec -- CMD ARGS..., "
+               "mmlab run --source repro.c; profiles with workload = \"exec\")")
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -98,10 +100,14 @@ def run(ctx: typer.Context,
     command, `mmlab run --source repro.c [-- ARGS]` a C reproducer."""
     if workload == "exec" or source:
         args = ctx.args if workload in (None, "exec") else [workload, *ctx.args]
-        wl: workloads.Workload = execwork.build(
-            ["{source}", *args] if source else args, source=str(source) if source else None,
-            metrics_from=metrics_from, declared=dict(map(execwork.parse_metric_option, metric)),
-            smaps=smaps, timeout_s=timeout_s)
+        try:
+            wl: workloads.Workload = execwork.build(
+                ["{source}", *args] if source else args, source=str(source) if source else None,
+                metrics_from=metrics_from,
+                declared=dict(map(execwork.parse_metric_option, metric)),
+                smaps=smaps, timeout_s=timeout_s)
+        except execwork.ProfileKeyError as exc:
+            raise MmlabError(f"{exc.key}: {exc}") from exc
         params: dict = {}
     elif workload is None:
         raise MmlabError("mmlab run: name a workload (mmlab workloads), exec -- CMD, or "

@@ -275,8 +275,10 @@ class ExecWorkload(Workload):
         return [a for a in (substitute(arg, values) for arg in self.command) if a is not None]
 
     def args(self, params: dict[str, object]) -> list[str]:
+        """mmwork exec's arguments; the program by its path on this machine,
+        where a guest finds it too (its files are packed at the same paths)."""
         return ["--timeout-s", f"{self.timeout_s:g}", *(["--smaps"] if self.smaps else []),
-                "--", *self.argv(params)]
+                "--", str(self.program(params)), *self.argv(params)[1:]]
 
     def program(self, params: dict[str, object]) -> Path:
         """The command's program as a path on this machine."""

@@ -22,6 +22,9 @@
  * (its task migrated) is not counted, only reported as unmatched.  Sums over
  * the windows of a sample are taken under a lock.
  *
+ * Arguments: out=PATH (required); mode=inline or mode=callback forces one
+ * way of counting (to measure what each costs; README).
+ *
  * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
  * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
  */

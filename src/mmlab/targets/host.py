@@ -8,6 +8,7 @@ from .. import insns, knobs, mmwork, probe
 from ..attribution import collect
 from ..errors import MmlabError
 from ..experiment import Arm, Plan
+from ..samples import Sample
 from . import TrialError, TrialResult
 
 
@@ -53,7 +54,7 @@ class HostTarget:
                 raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
 
-    def _counting_pass(self, arm: Arm, plan: Plan) -> list:
+    def _counting_pass(self, arm: Arm, plan: Plan) -> list[Sample]:
         """The trial again in an mmwork of its own that reads the CPU's
         instruction counters around each window (insns.py), settings as set."""
         ok, why = insns.perf_status()
