@@ -305,3 +305,13 @@ def test_a_c_reproducers_metrics_get_verdicts_in_a_guest(tmp_path):
     verdicts = json.loads(mmlab("compare", "1", "--results", str(results), "--json").stdout)
     assert all(c["n"] == 3 and c["median"] > 0 for c in verdicts), verdicts
     assert "accelerator" in mmlab("report", "1", "--results", str(results)).stdout
+
+
+def test_stress_ng_run_as_it_is_gives_its_own_figures_or_one_line():
+    """The benchmarks' peer: stress-ng's YAML read back by mmlab's names."""
+    found = execwork.run_stress_ng(["stress-ng", "--mremap", "1", "--mremap-bytes", "4K",
+                                    "--timeout", "1", "--metrics-brief"],
+                                   ("ops_per_s_real", "ops_per_s_cpu"))
+    assert found["ops_per_s_real"] > 0 and found["ops_per_s_cpu"] > 0
+    with pytest.raises(MmlabError, match="stress-ng --no-such-stressor 1 failed"):
+        execwork.run_stress_ng(["stress-ng", "--no-such-stressor", "1"], ("ops_per_s_real",))

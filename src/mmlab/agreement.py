@@ -17,11 +17,8 @@ sides' medians.  Nothing here asserts a speed: it prints what it measured.
 
 from __future__ import annotations
 
-import subprocess
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from rich.table import Table
 
@@ -95,23 +92,10 @@ def stress_ng_workload() -> execwork.ExecWorkload:
     return execwork.build([*STRESS_NG, "-Y", "{out}"], metrics_from="stress-ng-yaml")
 
 
-def _stress_ng_figures(text: str) -> dict:
-    found = execwork.figures("stress-ng-yaml", text)
-    return {name: found[execwork.STRESS_NG[name].key] for name in STRESS_NG_METRICS}
-
-
-def stress_ng_direct() -> dict:
-    """stress-ng's own figures, run as it is on the host."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "sng.yaml")
-        subprocess.run([*STRESS_NG, "-Y", str(out)], capture_output=True, check=True)
-        return _stress_ng_figures(out.read_text())
-
-
 def stress_ng_host(pairs: int = 5) -> list[Agreement]:
     wl = stress_ng_workload()
     ours, peer = interleaved(pairs, lambda: mmwork.run(wl, {}, samples=1)[0].metrics,
-                             stress_ng_direct)
+                             lambda: execwork.run_stress_ng(STRESS_NG, STRESS_NG_METRICS))
     return [Agreement("mmlab run exec -- stress-ng vs stress-ng (host)", m, m,
                       [o[m] for o in ours], [p[m] for p in peer], STRESS_NG_BOUND)
             for m in STRESS_NG_METRICS]
@@ -128,7 +112,8 @@ def stress_ng_guest(kernel: str, pairs: int = 8, vcpus: int = 1) -> list[Agreeme
               f"cat {GUEST_YAML}\n")
     ours, peer = interleaved(
         pairs, lambda: qemu.run(guest, wl, {}, 1, 0, HostSettings())[0].metrics,
-        lambda: _stress_ng_figures(qemu.run_script(guest, script, archives)))
+        lambda: execwork.stress_ng_figures(qemu.run_script(guest, script, archives),
+                                           STRESS_NG_METRICS))
     return [Agreement(f"mmlab run exec -- stress-ng vs stress-ng ({kernel}, {vcpus} vCPUs, "
                       f"{accel.upper()})", m, m, [o[m] for o in ours], [p[m] for p in peer],
                       STRESS_NG_BOUND)

@@ -47,13 +47,9 @@ ROUNDS = 2
 
 def stress_ng_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:
     """stress-ng's own figures for one run, read from its YAML output."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp, "sng.yaml")
-        subprocess.run(["stress-ng", "--mremap", str(workers), "--mremap-bytes",
-                        str(total_bytes), "--timeout", f"{seconds}s", "--metrics-brief",
-                        "--yaml", str(out)], capture_output=True, check=True)
-        found = execwork.figures("stress-ng-yaml", out.read_text())
-    return {k: found[execwork.STRESS_NG[k].key] for k in ("ops_per_s_real", "ops_per_s_cpu")}
+    return execwork.run_stress_ng(["stress-ng", "--mremap", str(workers), "--mremap-bytes",
+                                   str(total_bytes), "--timeout", f"{seconds}s",
+                                   "--metrics-brief"], ("ops_per_s_real", "ops_per_s_cpu"))
 
 
 def mmwork_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:

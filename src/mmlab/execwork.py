@@ -31,6 +31,7 @@ import math
 import re
 import shlex
 import shutil
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal, Union
@@ -195,6 +196,21 @@ def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
             except MmlabError:
                 continue        # text the command prints beside its figures
     return found
+
+
+def stress_ng_figures(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """mmlab's `names` (keys of STRESS_NG) read from stress-ng's YAML output."""
+    found = figures("stress-ng-yaml", text)
+    return {name: found[STRESS_NG[name].key] for name in names}
+
+
+def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    """stress-ng run as it is, not as a workload (the peer the benchmarks set
+    mmlab beside), its figures read back from its own YAML (-Y)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "stress-ng.yaml")
+        proc.run([*argv, "-Y", str(out)], what=" ".join(argv[:3]))
+        return stress_ng_figures(out.read_text(), names)
 
 
 # ---------------------------------------------------------------- the command line

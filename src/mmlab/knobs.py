@@ -29,6 +29,8 @@ THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
 KSM_DIR = "/sys/kernel/mm/ksm"
 SWAP_SPEC = re.compile(r"^(none|file:\d+[KMG]|zram:\d+[KMG])$")
+DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
+DAMON_MODULES = "/sys/module/damon_*/parameters/enabled"
 TRACEFS = "/sys/kernel/tracing"
 TRACEFS_CANDIDATES = (TRACEFS, "/sys/kernel/debug/tracing")
 
@@ -303,8 +305,8 @@ class DamonActors:
     state as one run without.  "off" turns each one off, journaled as the
     file it writes, so restore turns it back on."""
 
-    MODULES = "/sys/module/damon_*/parameters/enabled"
-    KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds/*/state"
+    MODULES = DAMON_MODULES
+    KDAMONDS = f"{DAMON_KDAMONDS}/*/state"
     ON = {"Y": "N", "on": "off"}      # running value -> stopped value
 
     def files(self) -> list[tuple[SettingFile, str]]:

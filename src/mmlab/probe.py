@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from . import __version__, insns, qemu_plugin
+from . import __version__, insns, knobs, qemu_plugin
 from .build import REPO_ROOT
 from .knobs import Journal, Tracefs, active_swaps
 
@@ -128,7 +128,6 @@ def _numa() -> Fact:
                 "one node: --numa-move migrates within node 0 only" if nodes == 1 else "")
 
 
-DAMON_ADMIN = Path("/sys/kernel/mm/damon/admin/kdamonds")
 KHUGEPAGED = Path("/sys/kernel/mm/transparent_hugepage/khugepaged")
 
 
@@ -138,14 +137,14 @@ def damon() -> list[str]:
     LRU sort, stat) that are enabled.  Each one pages out, sorts LRUs or
     reads access bits on its own, under whatever mmlab measures."""
     running = []
-    for kd in sorted(DAMON_ADMIN.glob("[0-9]*")):
+    for kd in sorted(Path(knobs.DAMON_KDAMONDS).glob("[0-9]*")):
         if _read(str(kd / "state")) != "on":
             continue
         for ctx in sorted(kd.glob("contexts/[0-9]*")):
             actions = [_read(str(s / "action")) for s in sorted(ctx.glob("schemes/[0-9]*"))]
             running.append(f"kdamond {kd.name} ({_read(str(ctx / 'operations'))}: "
                            f"{', '.join(actions) or 'monitoring only'})")
-    for module in sorted(Path("/sys/module").glob("damon_*/parameters/enabled")):
+    for module in sorted(Path("/").glob(knobs.DAMON_MODULES.lstrip("/"))):
         if _read(str(module)) == "Y":
             running.append(f"{module.parts[3]} enabled")
     return running
