@@ -5,6 +5,8 @@ where no source exists, and verdicts and narrow on an instruction metric."""
 
 from __future__ import annotations
 
+import dataclasses
+import gzip
 import json
 import math
 import os
@@ -15,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from mmlab import experiment, insns, kernels, narrow, qemu_plugin, runner, verdicts, workloads
+from mmlab.attribution import explain, functions
+from mmlab.errors import MmlabError
 from mmlab.build import mmwork_path
 from mmlab.knobs import HostSettings
 from mmlab.names import safe_name
@@ -249,3 +253,79 @@ def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monk
     assert s.metrics["advise_ns_per_page"] > 0 and ADVISE not in s.metrics
     assert s.state["insns_source"].startswith("none (no QEMU plugin: ")
     assert "cannot be reached" in s.state["insns_source"]
+
+
+# ---------------------------------------------------------------- instructions by function
+
+def symbols_file(tmp_path: Path) -> Path:
+    """A System.map-format table: _text at a link address, two functions, _etext."""
+    text = "\n".join(["ffffffff81000000 T _text", "ffffffff81000100 t shrink_folio_list",
+                      "ffffffff81000200 T folio_referenced", "ffffffff81000300 D some_data",
+                      "ffffffff81000400 T _etext", ""])
+    path = tmp_path / "symbols.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    return path
+
+
+def plugin_output(text: int, blocks: list[tuple[int, int]], advise_total: int) -> str:
+    return "\n".join([record("sample", (2, advise_total, 10)).replace('"unmatched": 1',
+                                                                      '"unmatched": 0'),
+                      json.dumps({"kind": "blocks", "window": 1, "dropped": 0,
+                                  "blocks": [[text + off, n] for off, n in blocks]})])
+
+
+def test_blocks_are_named_by_function_at_the_boots_kaslr_offset(tmp_path):
+    """Run-time addresses minus this boot's _text, against the table's own
+    _text: each block lands in its function; past _etext it is unresolved;
+    the functions and the unresolved part are the window's kernel total."""
+    text = 0xffffffff9a000000
+    counted = [sample(counts={"advise_units": 10.0})]
+    out = plugin_output(text, [(0x110, 600), (0x1f0, 200), (0x210, 100), (0x500, 100)], 1000)
+    found = functions.attribute(pageout(), counted, out, f"{text:x} T _text\n",
+                                symbols_file(tmp_path), "6.12-test")
+    assert found.windows["advise"] == {"shrink_folio_list": 40.0, "folio_referenced": 5.0}
+    assert found.unresolved["advise"] == 5.0 and found.kernel["advise"] == 50.0
+    assert found.top("advise", 1) == [("shrink_folio_list", 40.0)]
+    with pytest.raises(MmlabError, match="add up to 900 of the plugin's 1000"):
+        functions.attribute(pageout(), counted, plugin_output(text, [(0x110, 900)], 1000),
+                            f"{text:x} T _text\n", symbols_file(tmp_path), "6.12-test")
+    with pytest.raises(MmlabError, match="no _text address"):
+        functions.attribute(pageout(), counted, out, "", symbols_file(tmp_path), "6.12-test")
+
+
+def test_a_pair_shows_the_functions_whose_instructions_moved_most():
+    def counted(per_fn: dict[str, float]) -> functions.FunctionInsns:
+        return functions.FunctionInsns(windows={"walk": per_fn}, kernel={"walk": sum(per_fn.values())},
+                                       unresolved={"walk": 0.0}, units={"walk": "migrated_page"},
+                                       kernel_release="x", text_address=0)
+    a = counted({"rmap_walk_ksm": 50.0, "anon_vma_interval_tree_iter_next": 10.0})
+    base = counted({"rmap_walk_ksm": 60.0, "anon_vma_interval_tree_iter_next": 9000.0,
+                    "anon_vma_interval_tree_iter_first": 5.0})
+    (w,) = explain.explain_functions("B", a, "A", base, n=2)
+    assert w.baseline == "A" and w.change == 60.0 - 9065.0
+    assert [r.function for r in w.rows] == ["anon_vma_interval_tree_iter_next", "rmap_walk_ksm"]
+    (alone,) = explain.explain_functions("A", base, n=1)
+    assert alone.baseline is None and alone.rows[0].function == "anon_vma_interval_tree_iter_next"
+
+
+@needs_qemu
+def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
+    """One boot reads the kernel's kallsyms (kept from then on), one counts
+    by block with two vCPUs (per-vCPU callbacks, windows that may migrate):
+    every window's functions add up to its total, which is the one-vCPU
+    counting pass's own figure, and MADV_PAGEOUT's largest functions are
+    reclaim and rmap ones."""
+    real = kernels.ensure("debian:6.12")
+    copy = shutil.copytree(real.dir, tmp_path / "k", ignore=shutil.ignore_patterns("symbols.gz"))
+    k = dataclasses.replace(real, dir=str(copy))
+    guest = qemu.Guest(k, vcpus=2, memory_mb=512)
+    params = {**SMALL, "mapping-kb": 2048}
+    found = qemu.count_functions(guest, pageout(), params, 1, 0, HostSettings(), plugin)
+    assert k.symbols.exists()
+    (plain,) = counted_boot(k, plugin, 2048)
+    assert math.isclose(found.kernel["advise"], plain.metrics[ADVISE], rel_tol=0.01)
+    advise = dict(found.top("advise", 12))
+    assert {"shrink_folio_list", "try_to_unmap_one", "page_vma_mapped_walk"} & advise.keys()
+    assert sum(found.windows["advise"].values()) + found.unresolved["advise"] == \
+        pytest.approx(found.kernel["advise"])
+    assert "clear_page" in found.top("prefault", 1)[0][0]

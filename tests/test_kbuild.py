@@ -100,6 +100,7 @@ def test_the_seed_patches_are_shipped_for_6_12_and_7_3():
 def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     """About 7 minutes on 2 cores: `make test-slow`."""
     from mmlab import workloads
+    from mmlab.attribution import functions
     from mmlab.knobs import HostSettings
     from mmlab.targets import qemu
     k = kbuild.build("debian-source:6.12", [PATCHES / "seed004-ksm-rmap-walk-range-6.12.patch"])
@@ -108,6 +109,8 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     assert again.dir == k.dir and again.details["build_key"] == k.details["build_key"]
     feats = k.features()
     assert feats["KSM"] == feats["THP"] == feats["ADVISE_SYSCALLS"] == "y"
+    table = functions.SymbolTable.load(k.symbols)       # the build's System.map, kept
+    assert "rmap_walk_ksm" in table.names and table.offsets[0] >= 0
     guest = qemu.Guest(k, vcpus=1, memory_mb=256, timeout_s=300)
     for name in workloads.registry():
         params = {"ksm-rmap": {"vmas": 200}, "mremap-churn": {"seconds": 0.2},

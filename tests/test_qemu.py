@@ -203,6 +203,12 @@ name = "A"
     first = workloads.get("pageout-refault").mm_paths[0]       # counted and timed by default
     assert rows[("calls", first)] > 0 and rows[("timed_calls", first)] > 0
     assert g["accelerator"] in ("tcg", "kvm")
+    if g["accelerator"] == "tcg":       # the plugin counted the kernel by function too
+        windows = {w["window"]: w for w in out["functions"]}
+        assert windows["advise"]["kernel"] > 0 and windows["advise"]["rows"]
+        assert windows["advise"]["baseline"] is None          # one arm: its own largest
+        report = mmlab("report", "1", "--results", str(results)).stdout
+        assert "A: kernel instructions per page in advise" in report
 
 
 # ---------------------------------------------------------------- the catalog, swap and NUMA

@@ -83,6 +83,9 @@ def run(ctx: typer.Context,
                                         help="guest only: count calls of these functions (a,b)"),
         trace_time: str = typer.Option("", "--trace-time",
                                        help="guest only: time every call of these functions"),
+        functions: int = typer.Option(0, "--functions", min=0,
+                                      help="TCG guest only: then one more boot counting kernel "
+                                           "instructions by function; print the top N per window"),
         source: Path = typer.Option(None, "--source", help="a C reproducer: compiled "
                                     "statically (cached) and run as `exec`; its arguments "
                                     "after --"),
@@ -118,10 +121,12 @@ def run(ctx: typer.Context,
     wl.check(params)
     if kernel != "host":
         _run_guest(wl, params, reps, as_json, kernel, vcpus, memory_mb, trace_count, trace_time)
+        if functions:
+            _print_functions(wl, params, reps, kernel, vcpus, memory_mb, functions)
         return
-    if trace_count or trace_time:
-        raise MmlabError("--trace-count/--trace-time need a guest kernel (--kernel): the host "
-                         "has no kprobes or function_graph (see mmlab probe)")
+    if trace_count or trace_time or functions:
+        raise MmlabError("--trace-count/--trace-time/--functions need a guest kernel (--kernel): "
+                         "the host has no kprobes, function_graph or TCG plugin (mmlab probe)")
     if wl.host_settings and not allow_host_changes:
         raise MmlabError(f"{wl.name} changes {', '.join(wl.host_settings)} while it runs; "
                          "pass --allow-host-changes (they are restored afterwards)")
@@ -177,6 +182,23 @@ def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, k
     if not as_json:
         typer.echo(f"accelerator: {samples[0].state['accelerator']}"
                    + (" (emulated timings)" if samples[0].state["accelerator"] == "tcg" else ""))
+
+
+def _print_functions(wl: workloads.Workload, params: dict, reps: int, kernel: str, vcpus: int,
+                     memory_mb: int, top: int) -> None:
+    """One TCG boot counting kernel instructions by function in the timed
+    windows (attribution/functions.py), the top `top` per window printed."""
+    from .attribution import explain as ex
+    guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
+    accel, why = qemu.accelerator(guest.kernel, qemu.initramfs_cache())
+    if accel != "tcg":
+        raise MmlabError(f"--functions: {kernel} runs under {accel} here ({why}); per-function "
+                         "counts come from the TCG plugin")
+    counted = qemu.count_functions(guest, wl, params, reps, None, HostSettings(),
+                                   qemu_plugin.ensure())
+    out = terminal.console()
+    for w in ex.explain_functions(f"{kernel}", counted, n=top):
+        out.print(terminal.functions_table(w))
 
 
 def _progress(disable: bool = False) -> Progress:
@@ -403,6 +425,8 @@ def explain(exp_id: int = typer.Argument(...), results: Path = RESULTS,
     out = terminal.console()
     if found.guests:
         out.print(terminal.guest_trace_table(found.guests))
+    for w in found.functions:
+        out.print(terminal.functions_table(w))
     for a in found.arms:
         out.print(terminal.arm_explanation(a))
     out.print(terminal.overhead_table(found.arms))

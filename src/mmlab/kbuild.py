@@ -264,6 +264,7 @@ def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | 
         k = kernels.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
                           copy / "arch/x86/boot/bzImage", copy / ".config", details=details)
         shutil.copyfile(log, Path(k.dir) / "build.log")
+        k.keep_symbols((copy / "System.map").read_bytes())
         return k
     finally:
         shutil.rmtree(copy, ignore_errors=True)

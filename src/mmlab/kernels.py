@@ -24,10 +24,14 @@ package an image depends on (6.19 to 7.1 here), it is fetched from the pool
 directory the Sources index gives for its source package (hence `deb-src`
 lines for the backports suites and sid), by the name and version the image's
 Depends names.  Nothing is installed on the host: packages are fetched with
-`apt-get download` (or `apt-helper download-file`) and unpacked.  Each cached kernel keeps the vmlinuz, the
-config, the modules guests load for swap (zram and its compressors,
-virtio_blk, decompressed, in load order) and a `kernel.json` with its
-release, the exact package version, suite, flavour and packaging.
+`apt-get download` (or `apt-helper download-file`) and unpacked.  Each
+cached kernel keeps the vmlinuz, the config, the modules guests load for
+swap (zram and its compressors, virtio_blk, decompressed, in load order)
+and a `kernel.json` with its release, the exact package version, suite,
+flavour and packaging.  Per-function instruction counts need the kernel's
+text symbols (`symbols.gz`): a build's System.map, or for a Debian kernel
+(whose package ships a placeholder System.map; the real one is in the -dbg
+package) its own /proc/kallsyms, read from a guest once and kept.
 
 `debian:6.12..debian:7.3` is a release range: one kernel per release series
 the catalog has, from the first to the last.
@@ -84,6 +88,17 @@ class Kernel:
     @property
     def config(self) -> Path:
         return Path(self.dir) / "config"
+
+    @property
+    def symbols(self) -> Path:
+        """The kernel's symbols, System.map format, gzipped (may not exist yet)."""
+        return Path(self.dir) / "symbols.gz"
+
+    def keep_symbols(self, text: bytes) -> None:
+        """Store a System.map (or a kallsyms read from this kernel) as its symbols."""
+        tmp = self.symbols.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_bytes(gzip.compress(text))
+        tmp.rename(self.symbols)
 
     def features(self) -> dict[str, str]:
         """FEATURE -> y, m or n, read from the config."""

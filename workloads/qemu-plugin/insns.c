@@ -22,8 +22,18 @@
  * (its task migrated) is not counted, only reported as unmatched.  Sums over
  * the windows of a sample are taken under a lock.
  *
+ * Per block (blocks=on): every kernel block's instructions inside each
+ * window are also kept by the block's start address, for mmlab to name the
+ * function each block is in (attribution/functions.py, with the kernel's
+ * symbols).  Counting then takes the callback (it must know whether a
+ * window is open).  A window's blocks are pending on its vCPU until the
+ * window ends there, and dropped with it when it does not (unmatched), so
+ * the blocks of the counted windows add up to exactly their totals.  Blocks
+ * are summed over the measured samples' windows (warm-ups are dropped) and
+ * written at exit, one line per window.
+ *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
- * way of counting (to measure what each costs; README).
+ * way of counting (to measure what each costs; README); blocks=on.
  *
  * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
  * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
@@ -48,11 +58,27 @@ struct vcpu {
 	uint64_t insns[2];			/* USER, KERNEL: since boot */
 	uint64_t start[MM_MAX_WINDOWS][2];	/* at each open window's begin marker */
 	uint32_t open;				/* bit w: window w is open here */
+	uint64_t *pending[MM_MAX_WINDOWS];	/* blocks=on: per block slot, the open window's */
+	GArray *touched[MM_MAX_WINDOWS];	/* the slots with pending counts */
 } __attribute__((aligned(64)));
 
 struct window_sum {
 	uint64_t windows, insns[2];
 };
+
+/*
+ * A kernel block seen with blocks=on: its address, size, and instructions per
+ * window.  One address can start blocks of different sizes (a block cut short
+ * by an interrupt or a page boundary), so the key holds both.
+ */
+struct block {
+	uint64_t key;				/* low 48 bits of the address, size above */
+	uint64_t vaddr;
+	uint64_t n_insns;
+	uint64_t insns[MM_MAX_WINDOWS];		/* the counted windows', added under `lock` */
+};
+
+#define MAX_BLOCKS (1u << 18)
 
 static struct vcpu *vcpus;
 static int n_vcpus;
@@ -61,11 +87,71 @@ static GMutex lock;				/* the sums and the output */
 static struct window_sum sums[MM_MAX_WINDOWS];
 static uint64_t unmatched, records;
 static FILE *out;
+static struct block *blocks;			/* blocks=on: calloc'ed, touched as used */
+static GHashTable *block_slots;			/* key -> slot + 1, under `lock` */
+static uint32_t n_blocks, blocks_dropped;
 
 static void count_block(unsigned int vcpu, void *udata)
 {
 	uintptr_t packed = (uintptr_t)udata;
 	vcpus[vcpu].insns[packed & 1] += packed >> 1;
+}
+
+/* blocks=on: a kernel block counts on its vCPU and, pending, into every window open there. */
+static void count_kernel_block(unsigned int vcpu, void *udata)
+{
+	struct block *b = udata;
+	struct vcpu *v = &vcpus[vcpu];
+	const uint32_t slot = (uint32_t)(b - blocks);
+	v->insns[KERNEL] += b->n_insns;
+	for (uint32_t open = v->open; open; open &= open - 1) {
+		const int w = __builtin_ctz(open);
+		if (!v->pending[w]) {		/* first use: this vCPU's thread only */
+			v->pending[w] = calloc(MAX_BLOCKS, sizeof(uint64_t));
+			v->touched[w] = g_array_new(FALSE, FALSE, sizeof(uint32_t));
+			if (!v->pending[w])
+				abort();
+		}
+		if (!v->pending[w][slot])
+			g_array_append_val(v->touched[w], slot);
+		v->pending[w][slot] += b->n_insns;
+	}
+}
+
+/* Window w ended on `v`: add its pending blocks to the sums (`commit`) or drop them. */
+static void settle_blocks(struct vcpu *v, unsigned w, gboolean commit)
+{
+	if (!v->pending[w])
+		return;
+	for (guint i = 0; i < v->touched[w]->len; i++) {
+		const uint32_t slot = g_array_index(v->touched[w], uint32_t, i);
+		if (commit)
+			blocks[slot].insns[w] += v->pending[w][slot];
+		v->pending[w][slot] = 0;
+	}
+	g_array_set_size(v->touched[w], 0);
+}
+
+/* The slot of the `n`-instruction block at `vaddr` (translated again, it keeps its slot). */
+static struct block *block_at(uint64_t vaddr, size_t n)
+{
+	struct block *b = NULL;
+	uint64_t key = (vaddr & 0xffffffffffffULL) | (uint64_t)n << 48;
+	g_mutex_lock(&lock);
+	gpointer slot = g_hash_table_lookup(block_slots, &key);
+	if (slot) {
+		b = &blocks[GPOINTER_TO_UINT(slot) - 1];
+	} else if (n_blocks < MAX_BLOCKS) {
+		b = &blocks[n_blocks++];
+		b->key = key;
+		b->vaddr = vaddr;
+		b->n_insns = n;
+		g_hash_table_insert(block_slots, &b->key, GUINT_TO_POINTER(n_blocks));
+	} else {
+		blocks_dropped++;
+	}
+	g_mutex_unlock(&lock);
+	return b;
 }
 
 /* A sample (or warm-up) is complete: write its windows, start afresh. */
@@ -81,6 +167,9 @@ static void write_record(const char *kind)
 	fflush(out);
 	memset(sums, 0, sizeof(sums));
 	unmatched = 0;
+	if (blocks && !strcmp(kind, "warmup"))	/* blocks sum the measured samples only */
+		for (uint32_t i = 0; i < n_blocks; i++)
+			memset(blocks[i].insns, 0, sizeof(blocks[i].insns));
 	g_mutex_unlock(&lock);
 }
 
@@ -91,6 +180,7 @@ static void end_window(struct vcpu *v, unsigned w)
 		sums[w].windows++;
 		for (int side = USER; side <= KERNEL; side++)
 			sums[w].insns[side] += v->insns[side] - v->start[w][side];
+		settle_blocks(v, w, TRUE);
 	} else {
 		unmatched++;
 	}
@@ -107,6 +197,7 @@ static void on_marker(unsigned int vcpu, void *udata)
 	switch (code & MM_MARK_KIND) {
 	case MM_MARK_BEGIN:
 		memcpy(v->start[w], v->insns, sizeof(v->insns));
+		settle_blocks(v, w, FALSE);	/* a window begun here before never ended here */
 		v->open |= 1u << w;
 		break;
 	case MM_MARK_END:
@@ -140,8 +231,11 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	const size_t n = qemu_plugin_tb_n_insns(tb);
 	const int side = qemu_plugin_tb_vaddr(tb) >= KERNEL_HALF ? KERNEL : USER;
+	struct block *b;
 	(void)id;
-	if (inline_counts)
+	if (blocks && side == KERNEL && (b = block_at(qemu_plugin_tb_vaddr(tb), n)))
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_kernel_block, QEMU_PLUGIN_CB_NO_REGS, b);
+	else if (inline_counts)
 		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64,
 							 &vcpus[0].insns[side], n);
 	else
@@ -166,6 +260,19 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 	for (int i = 0; i < n_vcpus; i++)
 		for (int side = USER; side <= KERNEL; side++)
 			total[side] += vcpus[i].insns[side];
+	for (int w = 0; blocks && w < MM_MAX_WINDOWS; w++) {
+		const char *sep = "";
+		fprintf(out, "{\"kind\": \"blocks\", \"window\": %d, \"dropped\": %" PRIu32
+			", \"blocks\": [", w, blocks_dropped);
+		for (uint32_t i = 0; i < n_blocks; i++) {
+			if (!blocks[i].insns[w])
+				continue;
+			fprintf(out, "%s[%" PRIu64 ", %" PRIu64 "]", sep, blocks[i].vaddr,
+				blocks[i].insns[w]);
+			sep = ", ";
+		}
+		fputs("]}\n", out);
+	}
 	fprintf(out, "{\"kind\": \"exit\", \"kernel\": %" PRIu64 ", \"user\": %" PRIu64 "}\n",
 		total[KERNEL], total[USER]);
 	fclose(out);
@@ -175,11 +282,14 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 					   int argc, char **argv)
 {
 	const char *path = NULL, *mode = NULL;
+	gboolean by_block = FALSE;
 	for (int i = 0; i < argc; i++) {
 		if (g_str_has_prefix(argv[i], "out="))
 			path = argv[i] + 4;
 		else if (g_str_has_prefix(argv[i], "mode="))
 			mode = argv[i] + 5;
+		else if (!strcmp(argv[i], "blocks=on"))
+			by_block = TRUE;
 		else {
 			fprintf(stderr, "mmlab insns plugin: unknown argument '%s'\n", argv[i]);
 			return -1;
@@ -202,6 +312,14 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	}
 	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
+	if (by_block) {
+		blocks = calloc(MAX_BLOCKS, sizeof(*blocks));
+		block_slots = g_hash_table_new(g_int64_hash, g_int64_equal);
+		if (!blocks) {
+			fprintf(stderr, "mmlab insns plugin: no memory for blocks=on\n");
+			return -1;
+		}
+	}
 	fprintf(out, "{\"kind\": \"start\", \"vcpus\": %d, \"mode\": \"%s\"}\n", n_vcpus,
 		inline_counts ? "inline" : "callback");
 	fflush(out);

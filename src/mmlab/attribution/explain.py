@@ -18,6 +18,7 @@ from .. import verdicts
 from ..experiment import Plan
 from ..samples import Sample, work_units
 from .events import EventCount, EventCounts
+from .functions import FunctionChange, FunctionInsns, changes
 from .guest import GuestTrace, TraceFigure
 from .locks import Contention, LockCaller, LockWaits
 from .stacks import Delta, FunctionCost, StackProfile, diff, top_functions
@@ -32,6 +33,7 @@ class Attribution(BaseModel):
     locks: Contention | None = None
     events: EventCounts | None = None
     guest_trace: GuestTrace | None = None
+    functions: FunctionInsns | None = None
 
 
 def load(stored: dict[str, dict[str, dict]]) -> dict[str, Attribution]:
@@ -77,6 +79,25 @@ class GuestExplanation:
 
 
 @dataclass(frozen=True)
+class WindowFunctions:
+    """Kernel instructions per unit by function in one timed window of a
+    guest arm (exact counts from the TCG plugin), against the baseline's
+    when the baseline has them too."""
+    arm: str
+    baseline: str | None
+    window: str
+    unit: str
+    kernel: float                   # the window's kernel instructions per unit
+    kernel_baseline: float | None
+    unresolved: float               # per unit in no function System.map knows
+    rows: list[FunctionChange]      # largest by count (alone) or by change (pair)
+
+    @property
+    def change(self) -> float | None:
+        return None if self.kernel_baseline is None else self.kernel - self.kernel_baseline
+
+
+@dataclass(frozen=True)
 class PairExplanation:
     arm: str
     baseline: str
@@ -97,6 +118,7 @@ class Explanation:
     arms: list[ArmExplanation]        # host arms with perf stacks, locks, events
     pairs: list[PairExplanation]      # each arm against its baseline, both attributed
     guests: list[GuestExplanation]    # guest arms' in-guest traces
+    functions: list[WindowFunctions]  # guest arms' instructions by function, per window
     focus: str | None                 # stacks only through this function
     stacks: dict[str, StackProfile]   # per arm, what flame graphs are drawn from
 
@@ -104,7 +126,8 @@ class Explanation:
         """The explanation without the raw stacks (the bundle keeps those)."""
         return {"focus": self.focus, "arms": [asdict(a) for a in self.arms],
                 "pairs": [asdict(p) for p in self.pairs],
-                "guest_traces": [asdict(g) for g in self.guests]}
+                "guest_traces": [asdict(g) for g in self.guests],
+                "functions": [asdict(f) for f in self.functions]}
 
 
 def _median(samples: list[Sample], metric: str) -> float | None:
@@ -185,6 +208,37 @@ def explain_pair(arm: str, baseline: str, a: Attribution, base: Attribution,
                            vmstat_changes(samples, base_samples), event_changes(a, base))
 
 
+def explain_functions(arm: str, f: FunctionInsns, baseline: str | None = None,
+                      base: FunctionInsns | None = None, n: int = 12) -> list[WindowFunctions]:
+    """Per window: the arm's largest functions, or with a baseline that
+    counted the same window, the functions whose instructions moved most."""
+    out = []
+    for window, kernel in f.kernel.items():
+        paired = base is not None and window in base.kernel
+        rows = (changes(f, base, window, n) if paired else
+                [FunctionChange(fn, v, 0.0) for fn, v in f.top(window, n)])
+        out.append(WindowFunctions(arm, baseline if paired else None, window, f.units[window],
+                                   kernel, base.kernel[window] if paired else None,
+                                   f.unresolved.get(window, 0.0), rows))
+    return out
+
+
+def _functions(plan: Plan, attributed: dict[str, Attribution], n: int) -> list[WindowFunctions]:
+    """Each counted arm against its baseline where both counted; an arm
+    with no counted baseline on its own."""
+    counted = {arm: a.functions for arm, a in attributed.items() if a.functions}
+    out, paired = [], set()
+    for p in verdicts.pairs(plan):
+        a, b = counted.get(p.arm.name), counted.get(p.baseline.name)
+        if a and b:
+            out += explain_functions(p.arm.name, a, p.baseline.name, b, n)
+            paired |= {p.arm.name, p.baseline.name}
+    for arm, f in counted.items():
+        if arm not in paired:
+            out += explain_functions(arm, f, n=n)
+    return out
+
+
 def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
                        samples: dict[str, list[Sample]], focus: str | None = None,
                        n: int = 12) -> Explanation:
@@ -197,5 +251,5 @@ def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
                           samples.get(p.baseline.name, []), n=n, focus=focus)
              for p in verdicts.pairs(plan)
              if p.arm.name in attributed and p.baseline.name in attributed]
-    return Explanation(arms, pairs, guests, focus,
+    return Explanation(arms, pairs, guests, _functions(plan, attributed, n), focus,
                        {arm: a.stacks for arm, a in attributed.items() if a.stacks})

@@ -56,8 +56,9 @@ def p_value(p: float | None) -> str:
 
 
 def signed(x: float | None) -> str:
-    """A difference in its own unit: +641.2, -12.5."""
-    return DASH if missing(x) else f"{x:+.4g}"
+    """A difference in its own unit, as `num` writes figures: +641.2, -12.50,
+    -49,643,429."""
+    return DASH if missing(x) else ("-" if x < 0 else "+") + num(abs(x))
 
 
 def matched_state(label: str, c) -> str:

@@ -8,7 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..attribution.explain import ArmExplanation, GuestExplanation, PairExplanation
+from ..attribution.explain import (ArmExplanation, GuestExplanation, PairExplanation,
+                                  WindowFunctions)
 from ..attribution.guest import figures, skipped
 from ..experiment import Plan, baseline_for
 from ..probe import Fact
@@ -287,6 +288,30 @@ def overhead_table(arms: list[ArmExplanation]) -> Table | str:
     for a in arms:
         for o in a.overhead:
             table.add_row(escape(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
+    return table
+
+
+def functions_table(w: WindowFunctions) -> Table:
+    """Kernel instructions per unit by function in one window: an arm's
+    largest, or against its baseline, the largest changes."""
+    per = f"/{w.unit}"
+    if w.baseline is None:
+        table = Table(title=f"{escape(w.arm)}: kernel instructions in '{w.window}' by function "
+                            f"({num(w.kernel)} {per}, unresolved {num(w.unresolved)})")
+        table.add_column("function")
+        table.add_column(f"instructions {per}", justify="right")
+        table.add_column("share", justify="right")
+        for r in w.rows:
+            table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
+        return table
+    table = Table(title=f"{escape(w.arm)} vs {escape(w.baseline)}: kernel instructions in "
+                        f"'{w.window}' {num(w.kernel_baseline)} -> {num(w.kernel)} {per} "
+                        f"({signed(w.change)})")
+    for col in ("function", "baseline", "arm", "change"):
+        table.add_column(f"{col} {per}" if col != "function" else col,
+                         justify="left" if col == "function" else "right")
+    for r in w.rows:
+        table.add_row(r.function, num(r.per_unit_baseline), num(r.per_unit), signed(r.change))
     return table
 
 

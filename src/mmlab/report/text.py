@@ -176,6 +176,16 @@ def attribution(d: ReportData) -> list[str]:
                              for x in ex.deltas[:TEXT_TOP])
             out += _wrap(f"{ex.arm} vs {ex.baseline}: CPU time per {ex.unit} "
                          f"{fmt.signed(ex.cpu_change)} ns; largest changes: {tops}")
+    for w in found.functions:
+        tops = ", ".join(f"{r.function} {fmt.signed(r.change)}" if w.baseline else
+                         f"{r.function} {fmt.num(r.per_unit)}" for r in w.rows[:TEXT_TOP])
+        if w.baseline:
+            out += _wrap(f"{w.arm} vs {w.baseline}: kernel instructions per {w.unit} in "
+                         f"{w.window} {fmt.num(w.kernel_baseline)} -> {fmt.num(w.kernel)}; "
+                         f"largest changes: {tops}")
+        else:
+            out += _wrap(f"{w.arm}: kernel instructions per {w.unit} in {w.window} "
+                         f"{fmt.num(w.kernel)}; largest: {tops}")
     guests = {g.arm: g for g in found.guests}
     arms = {a.arm: a for a in found.arms}
     for arm in d.attributions:

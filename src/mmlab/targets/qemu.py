@@ -23,6 +23,7 @@ never answers is a failed trial carrying the console's tail, never a result.
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import re
@@ -36,6 +37,7 @@ from pathlib import Path
 from collections.abc import Callable
 
 from .. import insns, kernels, mmwork, probe, qemu_plugin
+from ..attribution import functions
 from ..attribution.guest import Instrumentation, guest_trace_record
 from ..errors import MmlabError
 from ..experiment import Arm, Plan
@@ -155,10 +157,12 @@ def _tail(console: str) -> str:
 
 
 def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None,
-          archives: tuple[Path, ...] = (), plugin: Path | None = None) -> BootResult:
+          archives: tuple[Path, ...] = (), plugin: Path | None = None,
+          plugin_args: tuple[str, ...] = ()) -> BootResult:
     """One boot running `script`; `archives` are further initramfs parts
     (an exec workload's program and libraries); `plugin` is mmlab's TCG
-    plugin (qemu_plugin.py), loaded to count instructions."""
+    plugin (qemu_plugin.py), loaded to count instructions, with
+    `plugin_args` besides its output file."""
     with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
         tmpd = Path(tmp)
         extra = [initramfs.modules_archive(guest.kernel)] if needs_modules(guest.kernel, swap) \
@@ -174,7 +178,7 @@ def _boot(guest: Guest, script: str, accel: str, cache: Path, swap: str | None =
                 f.truncate(parse_size(swap.split(":", 1)[1]))
         counts = tmpd / "insns.jsonl"
         argv = _qemu_argv(guest, initrd, accel, console, results, disk) + \
-            (["-plugin", f"{plugin},out={counts}"] if plugin else [])
+            (["-plugin", ",".join((str(plugin), f"out={counts}", *plugin_args))] if plugin else [])
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
@@ -260,9 +264,10 @@ def swap_script(kernel: kernels.Kernel, swap: str | None) -> list[str]:
 def trial_script(workload: Workload, params: dict[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
-                 kernel: kernels.Kernel | None = None) -> str:
+                 kernel: kernels.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
     """The guest's /trial.sh: give it the arm's swap, apply the arm's
-    settings, say how many NUMA nodes it has, then run mmwork."""
+    settings, say how many NUMA nodes it has, then run mmwork (traced by
+    `instrument`), then the lines `after`."""
     lines = ["set -e"]
     if settings.swap not in (None, "none"):
         if kernel is None:
@@ -275,12 +280,13 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
     lines.append('echo "mmlab-guest: numa nodes $(ls -d /sys/devices/system/node/node* '
                  '2>/dev/null | wc -l)" > /dev/ttyS0')
     command = shlex.join(mmwork.argv(workload, params, samples, warmups, binary="/bin/mmwork"))
-    if not instrument:
+    if not instrument and not after:
         lines.append("exec " + command)
         return "\n".join(lines) + "\n"
-    lines += instrument.script_before()
-    lines += [command, "rc=$?"] + instrument.script_after() + ["exit $rc"]
-    return "\n".join(lines) + "\n"
+    lines += instrument.script_before() if instrument else []
+    lines += ["set +e", command, "rc=$?"]
+    lines += [*instrument.script_after(), *after] if instrument else list(after)
+    return "\n".join(lines + ["exit $rc"]) + "\n"
 
 
 def initramfs_cache() -> Path:
@@ -304,23 +310,8 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
     packed = workload.programs(params)
     archives = (initramfs.files_archive(packed, cache),) if packed else ()
-    for retry in range(BOOT_RETRIES + 1):
-        try:
-            boot = _boot(guest, script, accel, cache, settings.swap, archives, plugin)
-            break
-        except BootFailed:
-            if retry == BOOT_RETRIES:
-                raise
-    rc = int(boot.frames["rc"].strip())
-    stderr = boot.frames["stderr"].decode(errors="replace").strip()
-    if rc:
-        last = stderr.splitlines()[-1] if stderr else f"exit status {rc}"
-        raise TrialFailed(f"{workload.name} failed in the guest ({guest.kernel.name}): {last}")
-    got = [workload.measured(parse_line(line))
-           for line in boot.frames["stdout"].decode().splitlines() if line]
-    if len(got) != samples:
-        raise TrialFailed(f"{workload.name}: expected {samples} samples from the guest, "
-                          f"got {len(got)}")
+    boot, retry = _boot_retrying(guest, script, accel, cache, settings.swap, archives, plugin)
+    got, stderr = _samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
@@ -337,6 +328,70 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry)})
     return got
+
+
+def _boot_retrying(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
+                   archives: tuple[Path, ...], plugin: Path | None,
+                   plugin_args: tuple[str, ...] = ()) -> tuple[BootResult, int]:
+    """A boot, tried again when the kernel failed before the trial began."""
+    for retry in range(BOOT_RETRIES + 1):
+        try:
+            return _boot(guest, script, accel, cache, swap, archives, plugin, plugin_args), retry
+        except BootFailed:
+            if retry == BOOT_RETRIES:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _samples(boot: BootResult, guest: Guest, workload: Workload,
+             samples: int) -> tuple[list[Sample], str]:
+    """The samples mmwork printed in the guest, and its stderr; a failed
+    workload or a missing sample is TrialFailed."""
+    rc = int(boot.frames["rc"].strip())
+    stderr = boot.frames["stderr"].decode(errors="replace").strip()
+    if rc:
+        last = stderr.splitlines()[-1] if stderr else f"exit status {rc}"
+        raise TrialFailed(f"{workload.name} failed in the guest ({guest.kernel.name}): {last}")
+    got = [workload.measured(parse_line(line))
+           for line in boot.frames["stdout"].decode().splitlines() if line]
+    if len(got) != samples:
+        raise TrialFailed(f"{workload.name}: expected {samples} samples from the guest, "
+                          f"got {len(got)}")
+    return got, stderr
+
+
+def count_functions(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
+                    warmups: int | None, settings: HostSettings, plugin: Path,
+                    cache: Path | None = None) -> functions.FunctionInsns:
+    """One TCG boot counting the kernel's instructions per function inside
+    the timed windows (attribution/functions.py): the plugin with
+    blocks=on, the workload with --insns, and the kernel's `_text` printed
+    afterwards for the KASLR offset."""
+    cache = cache or initramfs_cache()
+    symbols = kernel_symbols(guest, cache)
+    script = trial_script(workload, insns.counting_params(params), samples, warmups, settings,
+                          kernel=guest.kernel, after=functions.SCRIPT_AFTER)
+    packed = workload.programs(params)
+    archives = (initramfs.files_archive(packed, cache),) if packed else ()
+    boot, _ = _boot_retrying(guest, script, "tcg", cache, settings.swap, archives, plugin,
+                             ("blocks=on",))
+    got, stderr = _samples(boot, guest, workload, samples)
+    return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
+                               guest.kernel.version)
+
+
+def kernel_symbols(guest: Guest, cache: Path) -> Path:
+    """The kernel's text symbols: kept with the kernel (a build's System.map),
+    or read from its /proc/kallsyms in one boot (about 1 MB over the serial
+    port, 5-10 s) and kept from then on."""
+    if not guest.kernel.symbols.exists():
+        dumped = run_script(guest, functions.DUMP_SCRIPT, cache=cache)
+        try:
+            guest.kernel.keep_symbols(gzip.decompress(base64.b64decode(dumped)))
+        except (ValueError, OSError, EOFError) as exc:
+            raise MmlabError(f"{guest.kernel.name}: /proc/kallsyms arrived unreadable: "
+                             f"{exc}") from exc
+    return guest.kernel.symbols
 
 
 def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),
@@ -449,10 +504,36 @@ class QemuTarget:
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One instrumented boot of GUEST_TRACE_SAMPLES samples: calls of the
         profile's `trace_count` functions and call times of its `trace_time`
-        ones (default: the workload's declared mm paths, timing the first)."""
+        ones (default: the workload's declared mm paths, timing the first).
+        Under TCG a second boot counts the kernel's instructions per function
+        in the timed windows (a trial of the profile's size)."""
         wl = plan.workload
         count = tuple(plan.profile.trace_count) or wl.mm_paths
         time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
-        got = run(self.guest(arm, plan), wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
+        guest = self.guest(arm, plan)
+        got = run(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
                   settings=arm.settings, instrument=Instrumentation(count, time_))
-        return {"guest_trace": guest_trace_record(got)}
+        found = {"guest_trace": guest_trace_record(got)}
+        counted = self._functions(guest, arm, plan)
+        if counted:
+            found["functions"] = counted.model_dump()
+        return found
+
+    def _functions(self, guest: Guest, arm: Arm, plan: Plan) -> functions.FunctionInsns | None:
+        """Kernel instructions per function in the timed windows, where the
+        guest runs under TCG and mmlab's plugin builds; otherwise the reason
+        is said and there are none."""
+        if not plan.workload.windows:
+            return None
+        accel, _ = accelerator(guest.kernel, initramfs_cache())
+        if accel != "tcg":
+            self.say(f"{arm.name}: no per-function instruction counts under {accel} "
+                     "(they come from the TCG plugin)")
+            return None
+        try:
+            return count_functions(guest, plan.workload, arm.params,
+                                   plan.profile.samples_per_trial, plan.profile.warmups,
+                                   arm.settings, qemu_plugin.ensure())
+        except MmlabError as exc:
+            self.say(f"{arm.name}: no per-function instruction counts: {exc}")
+            return None
