@@ -329,3 +329,19 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
     assert sum(found.windows["advise"].values()) + found.unresolved["advise"] == \
         pytest.approx(found.kernel["advise"])
     assert "clear_page" in found.top("prefault", 1)[0][0]
+
+
+@needs_qemu
+def test_mmlab_run_functions_prints_a_kernels_top_functions(plugin):
+    """`run --functions` in a two-node guest: the move_pages walk by function;
+    a workload whose window did no work is a one-line error."""
+    proc = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--numa-nodes", "2", "--reps", "1",
+                 "--vmas", "100", "--trigger", "move", "--no-writer", "--functions", "25")
+    assert proc.returncode == 0, proc.stderr
+    assert "kernel instructions in 'walk' by function" in proc.stdout
+    assert "rmap_walk_ksm" in proc.stdout
+    idle = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--reps", "1", "--vmas", "50",
+                 "--functions", "3")
+    assert idle.returncode != 0
+    assert idle.stderr.strip().splitlines()[-1] == (
+        "mmlab: --functions: no timed window of ksm-rmap did any work here (windows: walk)")

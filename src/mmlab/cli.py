@@ -79,6 +79,8 @@ def run(ctx: typer.Context,
                                    help="run in a QEMU guest: debian:6.12, local:NAME"),
         vcpus: int = typer.Option(1, "--vcpus", min=1, help="guest vCPUs"),
         memory_mb: int = typer.Option(1024, "--memory-mb", min=128, help="guest memory"),
+        numa_nodes: int = typer.Option(1, "--numa-nodes", min=1,
+                                       help="guest NUMA nodes (memory split evenly)"),
         trace_count: str = typer.Option("", "--trace-count",
                                         help="guest only: count calls of these functions (a,b)"),
         trace_time: str = typer.Option("", "--trace-time",
@@ -120,9 +122,11 @@ def run(ctx: typer.Context,
         params = wl.parse_cli(ctx.args)
     wl.check(params)
     if kernel != "host":
-        _run_guest(wl, params, reps, as_json, kernel, vcpus, memory_mb, trace_count, trace_time)
+        guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb,
+                           numa_nodes=numa_nodes)
+        _run_guest(wl, params, reps, as_json, guest, trace_count, trace_time)
         if functions:
-            _print_functions(wl, params, reps, kernel, vcpus, memory_mb, functions)
+            _print_functions(wl, params, reps, guest, functions)
         return
     if trace_count or trace_time or functions:
         raise MmlabError("--trace-count/--trace-time/--functions need a guest kernel (--kernel): "
@@ -154,16 +158,16 @@ def _print_samples(wl: workloads.Workload, samples: list, as_json: bool) -> None
         out.print(terminal.trace_table(traced))
 
 
-def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, kernel: str,
-               vcpus: int, memory_mb: int, trace_count: str, trace_time: str) -> None:
+def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, guest: qemu.Guest,
+               trace_count: str, trace_time: str) -> None:
     """All repetitions in one boot of the guest kernel."""
-    guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
     split = lambda text: tuple(f for f in text.split(",") if f)  # noqa: E731
     instrument = (Instrumentation(split(trace_count), split(trace_time))
                   if trace_count or trace_time else None)
     if not as_json:
-        typer.echo(f"booting {kernel} ({guest.kernel.version}) with {vcpus} vCPU(s), "
-                   f"{memory_mb} MiB" + (", traced" if instrument else ""), err=True)
+        typer.echo(f"booting {guest.kernel.name} ({guest.kernel.version}) with {guest.vcpus} "
+                   f"vCPU(s), {guest.memory_mb} MiB, {guest.numa_nodes} NUMA node(s)"
+                   + (", traced" if instrument else ""), err=True)
     plugin, no_plugin = None, ""
     if params.get("insns"):      # --insns: counted in this very boot, timings included
         try:
@@ -184,20 +188,24 @@ def _run_guest(wl: workloads.Workload, params: dict, reps: int, as_json: bool, k
                    + (" (emulated timings)" if samples[0].state["accelerator"] == "tcg" else ""))
 
 
-def _print_functions(wl: workloads.Workload, params: dict, reps: int, kernel: str, vcpus: int,
-                     memory_mb: int, top: int) -> None:
+def _print_functions(wl: workloads.Workload, params: dict, reps: int, guest: qemu.Guest,
+                     top: int) -> None:
     """One TCG boot counting kernel instructions by function in the timed
     windows (attribution/functions.py), the top `top` per window printed."""
     from .attribution import explain as ex
-    guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
+    name = guest.kernel.name
     accel, why = qemu.accelerator(guest.kernel, qemu.initramfs_cache())
     if accel != "tcg":
-        raise MmlabError(f"--functions: {kernel} runs under {accel} here ({why}); per-function "
+        raise MmlabError(f"--functions: {name} runs under {accel} here ({why}); per-function "
                          "counts come from the TCG plugin")
     counted = qemu.count_functions(guest, wl, params, reps, None, HostSettings(),
                                    qemu_plugin.ensure())
+    found = ex.explain_functions(name, counted, n=top)
+    if not found:
+        raise MmlabError(f"--functions: no timed window of {wl.name} did any work here "
+                         f"(windows: {', '.join(w.name for w in wl.windows) or 'none'})")
     out = terminal.console()
-    for w in ex.explain_functions(f"{kernel}", counted, n=top):
+    for w in found:
         out.print(terminal.functions_table(w))
 
 
