@@ -29,6 +29,7 @@ import pytest
 
 from mmlab import experiment
 from mmlab.attribution.events import EventCounts
+from mmlab.attribution.functions import FunctionInsns
 from mmlab.attribution.guest import GuestTrace
 from mmlab.attribution.locks import Contention, LockWaits
 from mmlab.attribution.stacks import StackProfile
@@ -265,6 +266,15 @@ def golden_sample(arm: experiment.Arm, rnd: int) -> Sample:
                   state={**where, "thp_backed_fraction": 1.0 if huge else 0.0}, errors={})
 
 
+def golden_functions(huge: bool) -> FunctionInsns:
+    """Kernel instructions per page by function in the advise window."""
+    advise = {"shrink_folio_list": 145.25, "page_vma_mapped_walk": 230.5,
+              **({"__folio_split": 101.0} if huge else {})}
+    return FunctionInsns(windows={"advise": advise}, kernel={"advise": sum(advise.values()) + 3},
+                         unresolved={"advise": 3.0}, units={"advise": "page"},
+                         kernel_release="6.12.117+deb13-cloud-amd64", text_address=0)
+
+
 def golden_attribution(arm: experiment.Arm) -> dict[str, dict]:
     """Host arms: stacks, locks and tracepoints; guest arms: an in-guest trace."""
     huge = arm.values["thp"] == "hugepage"
@@ -275,7 +285,8 @@ def golden_attribution(arm: experiment.Arm) -> dict[str, dict]:
                    "trace_total_us.shrink_folio_list": calls * 3.5,
                    "trace_max_us.shrink_folio_list": 41.25,
                    "trace_skipped.split_huge_page_to_list_to_order": 1.0},
-            units=1024.0, unit="pages", accelerator="tcg").model_dump()}
+            units=1024.0, unit="pages", accelerator="tcg").model_dump(),
+                "functions": golden_functions(huge).model_dump()}
     split = "__madvise;do_madvise;shrink_folio_list;__folio_split 61440\n" if huge else ""
     folded = (split + "__madvise;do_madvise;shrink_folio_list;pageout 40960\n"
               "__madvise;do_madvise;lru_add_drain 10240\n"

@@ -169,7 +169,9 @@ class FunctionChange:
 
 
 def changes(a: FunctionInsns, base: FunctionInsns, window: str, n: int) -> list[FunctionChange]:
-    """The `n` functions whose instructions per unit moved most, both ways."""
+    """The `n` functions whose instructions per unit moved most, both ways
+    (those that did not move at all are left out)."""
     fa, fb = a.windows.get(window, {}), base.windows.get(window, {})
-    rows = [FunctionChange(f, fa.get(f, 0.0), fb.get(f, 0.0)) for f in fa.keys() | fb.keys()]
+    rows = [FunctionChange(f, fa.get(f, 0.0), fb.get(f, 0.0)) for f in fa.keys() | fb.keys()
+            if fa.get(f, 0.0) != fb.get(f, 0.0)]
     return sorted(rows, key=lambda r: (-abs(r.change), r.function))[:n]
