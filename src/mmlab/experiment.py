@@ -65,6 +65,7 @@ class Profile(BaseModel):
 
     name: str = Field(min_length=1)
     description: str = ""
+    derived: str = ""             # set by ab and narrow: what this profile was derived from
     workload: str
     kernel: KernelName = "host"   # or debian:6.12, local:NAME: a guest in QEMU
     memory_mb: int = Field(default=1024, ge=128)
@@ -455,15 +456,16 @@ def with_limits(plan: Plan, max_repetitions: int | None = None,
 
 def with_kernels(plan: Plan, kernels: list[str], note: str) -> Plan:
     """The same profile with `kernel` as an axis over `kernels` and the first of
-    them as the baseline: the experiment narrow and ab run.  Its text, the
-    derived profile written as TOML under a note naming the source, is what
-    the store and the bundle keep, and runs again as it is."""
+    them as the baseline: the experiment narrow and ab run.  Its `derived`
+    key says why and from which profile (its path and hash); its text, the
+    derived profile as TOML, is what the store and the bundle keep, and runs
+    again as it is."""
     if plan.profile.arms:
         raise MmlabError(f"{plan.path}: kernel comparisons need a [matrix] profile, not [[arms]]")
     matrix = {"kernel": kernels, **{k: v for k, v in plan.profile.matrix.items() if k != "kernel"}}
-    derived = plan.profile.model_copy(update={"kernel": "host", "matrix": matrix,
-                                              "baseline": {"kernel": kernels[0]}})
     source = hashlib.sha256(plan.text.encode()).hexdigest()[:16]
+    derived = plan.profile.model_copy(update={
+        "kernel": "host", "matrix": matrix, "baseline": {"kernel": kernels[0]},
+        "derived": f"{note}; derived from {plan.path} (sha256 {source})"})
     body = tomli_w.dumps(derived.model_dump(exclude_none=True, exclude_defaults=True))
-    return build(derived, f"# {note}; derived from {plan.path} (sha256 {source})\n" + body,
-                 plan.path)
+    return build(derived, body, plan.path)

@@ -97,9 +97,8 @@ def render(d: ReportData) -> str:
     out += _wrap(f"schedule: {rounds}, every arm once per round in an order "
                  f"shuffled by seed {p.seed}; {p.samples_per_trial} sample(s) per trial after "
                  f"{p.warmups if p.warmups is not None else 'the workload default'} warm-up(s)")
-    first = d.row["profile_text"].splitlines()[0] if d.row["profile_text"] else ""
-    if first.startswith("# "):
-        out += _wrap(f"this run: {first[2:]}")
+    if p.derived:
+        out += _wrap(f"this run: {p.derived}")
     kernels = {e["guest_kernel"]: e.get("guest_kernel_source", "?") for e in d.environments
                if "guest_kernel" in e}
     for name, source in kernels.items():
