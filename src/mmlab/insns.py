@@ -84,14 +84,24 @@ def join(timed: list[Sample], counted: list[Sample], workload: Workload) -> None
         s.state[SOURCE_KEY] = f"{c.state.get(SOURCE_KEY, 'none')}, separate counting pass"
 
 
-def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
-    """The plugin's per-sample records (one JSON line after each sample, in
-    order) as the counted samples' instruction metrics."""
-    records = [r for r in map(json.loads, filter(None, output.splitlines()))
-               if r["kind"] == "sample"]
+def plugin_records(output: str, kind: str) -> list[dict]:
+    """The plugin's JSON lines of one kind ("sample", "blocks", ...), in order."""
+    return [r for r in map(json.loads, filter(None, output.splitlines())) if r["kind"] == kind]
+
+
+def sample_records(output: str, counted: list[Sample]) -> list[dict]:
+    """The plugin's per-sample records, one per sample mmwork printed."""
+    records = plugin_records(output, "sample")
     if len(records) != len(counted):
         raise Unavailable(f"the QEMU plugin closed {len(records)} samples, mmwork printed "
                           f"{len(counted)}")
+    return records
+
+
+def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
+    """The plugin's per-sample records (one JSON line after each sample, in
+    order) as the counted samples' instruction metrics."""
+    records = sample_records(output, counted)
     for s, r in zip(counted, records):
         for w, (n, kernel, user) in zip(workload.windows, r["windows"]):
             units = s.counts.get(units_count(w.name))

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import bisect
 import gzip
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from .. import insns
 from ..errors import MmlabError
 from ..samples import Sample
 from ..workloads import Workload
@@ -100,19 +100,14 @@ class FunctionInsns(BaseModel):
         return sorted(funcs.items(), key=lambda kv: -kv[1])[:n]
 
 
-def _records(output: str) -> list[dict]:
-    return [json.loads(line) for line in output.splitlines() if line.strip()]
-
-
-def window_units(workload: Workload, samples: list[Sample], records: list[dict]) -> dict[str, float]:
+def window_units(workload: Workload, samples: list[Sample],
+                 records: list[dict]) -> dict[str, float]:
     """Per window, the units of work all measured windows did: each sample's
-    counted windows (the plugin's) times the units one window did (mmwork's)."""
-    sample_records = [r for r in records if r["kind"] == "sample"]
-    out = {}
-    for i, w in enumerate(workload.windows):
-        out[w.name] = sum(r["windows"][i][0] * s.counts.get(f"{w.name}_units", 0.0)
-                          for s, r in zip(samples, sample_records, strict=True))
-    return out
+    counted windows (the plugin's `records`) times the units one window did
+    (mmwork's)."""
+    return {w.name: sum(r["windows"][i][0] * s.counts.get(insns.units_count(w.name), 0.0)
+                        for s, r in zip(samples, records, strict=True))
+            for i, w in enumerate(workload.windows)}
 
 
 def attribute(workload: Workload, samples: list[Sample], output: str, stderr: str,
@@ -120,12 +115,11 @@ def attribute(workload: Workload, samples: list[Sample], output: str, stderr: st
     """The plugin's per-block output of one boot, named by `symbols`."""
     table = SymbolTable.load(symbols)
     text = text_address(stderr)
-    records = _records(output)
-    units = window_units(workload, samples, records)
-    by_window = {r["window"]: r for r in records if r["kind"] == "blocks"}
+    sample_records = insns.sample_records(output, samples)
+    units = window_units(workload, samples, sample_records)
+    by_window = {r["window"]: r for r in insns.plugin_records(output, "blocks")}
     if not by_window:
         raise MmlabError("the QEMU plugin wrote no per-block counts (blocks=on)")
-    sample_records = [r for r in records if r["kind"] == "sample"]
     windows, kernel, unresolved = {}, {}, {}
     for i, w in enumerate(workload.windows):
         n = units[w.name]
