@@ -93,7 +93,7 @@ class FunctionInsns(BaseModel):
     units: dict[str, str]                  # window -> the unit ("page", "migrated_page")
     kernel_release: str
     text_address: int                      # this boot's `_text` (KASLR moved it)
-    dropped_blocks: int = 0                # blocks past the plugin's table (then unresolved)
+    dropped_blocks: int = 0                # blocks past the plugin's table: in `kernel` only
 
     def top(self, window: str, n: int) -> list[tuple[str, float]]:
         funcs = self.windows.get(window, {})
@@ -120,6 +120,7 @@ def attribute(workload: Workload, samples: list[Sample], output: str, stderr: st
     by_window = {r["window"]: r for r in insns.plugin_records(output, "blocks")}
     if not by_window:
         raise MmlabError("the QEMU plugin wrote no per-block counts (blocks=on)")
+    dropped = next(iter(by_window.values()))["dropped"]   # the plugin's, in every line
     windows, kernel, unresolved = {}, {}, {}
     for i, w in enumerate(workload.windows):
         n = units[w.name]
@@ -130,12 +131,11 @@ def attribute(workload: Workload, samples: list[Sample], output: str, stderr: st
             name = table.function(address - text) or UNRESOLVED
             funcs[name] = funcs.get(name, 0.0) + count
         plugin_total = sum(r["windows"][i][1] for r in sample_records)
-        if not by_window.get(i, {}).get("dropped"):
+        if not dropped:
             _check_sum(w.name, sum(funcs.values()), plugin_total)
         unresolved[w.name] = funcs.pop(UNRESOLVED, 0.0) / n
         windows[w.name] = {f: c / n for f, c in funcs.items()}
         kernel[w.name] = plugin_total / n
-    dropped = max((r.get("dropped", 0) for r in by_window.values()), default=0)
     return FunctionInsns(windows=windows, kernel=kernel, unresolved=unresolved,
                          units={w.name: w.unit for w in workload.windows if w.name in windows},
                          kernel_release=release, text_address=text, dropped_blocks=dropped)

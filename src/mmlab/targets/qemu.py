@@ -308,9 +308,8 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     accel, why = accelerator(guest.kernel, cache)
     plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
-    packed = workload.programs(params)
-    archives = (initramfs.files_archive(packed, cache),) if packed else ()
-    boot, retry = _boot_retrying(guest, script, accel, cache, settings.swap, archives, plugin)
+    boot, retry = _boot_retrying(guest, script, accel, cache, settings.swap,
+                                 _programs(workload, params, cache), plugin)
     got, stderr = _samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
@@ -328,6 +327,12 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry)})
     return got
+
+
+def _programs(workload: Workload, params: dict[str, object], cache: Path) -> tuple[Path, ...]:
+    """The initramfs part holding an exec workload's program and libraries, if any."""
+    packed = workload.programs(params)
+    return (initramfs.files_archive(packed, cache),) if packed else ()
 
 
 def _boot_retrying(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
@@ -366,15 +371,18 @@ def count_functions(guest: Guest, workload: Workload, params: dict[str, object],
     """One TCG boot counting the kernel's instructions per function inside
     the timed windows (attribution/functions.py): the plugin with
     blocks=on, the workload with --insns, and the kernel's `_text` printed
-    afterwards for the KASLR offset."""
+    afterwards for the KASLR offset.  A kernel that runs under KVM here has
+    no such counts (MmlabError)."""
     cache = cache or initramfs_cache()
+    accel, why = accelerator(guest.kernel, cache)
+    if accel != "tcg":
+        raise MmlabError(f"{guest.kernel.name} runs under {accel} here ({why}); per-function "
+                         "instruction counts come from the TCG plugin")
     symbols = kernel_symbols(guest, cache)
     script = trial_script(workload, insns.counting_params(params), samples, warmups, settings,
                           kernel=guest.kernel, after=functions.SCRIPT_AFTER)
-    packed = workload.programs(params)
-    archives = (initramfs.files_archive(packed, cache),) if packed else ()
-    boot, _ = _boot_retrying(guest, script, "tcg", cache, settings.swap, archives, plugin,
-                             ("blocks=on",))
+    boot, _ = _boot_retrying(guest, script, accel, cache, settings.swap,
+                             _programs(workload, params, cache), plugin, ("blocks=on",))
     got, stderr = _samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)
@@ -524,11 +532,6 @@ class QemuTarget:
         guest runs under TCG and mmlab's plugin builds; otherwise the reason
         is said and there are none."""
         if not plan.workload.windows:
-            return None
-        accel, _ = accelerator(guest.kernel, initramfs_cache())
-        if accel != "tcg":
-            self.say(f"{arm.name}: no per-function instruction counts under {accel} "
-                     "(they come from the TCG plugin)")
             return None
         try:
             return count_functions(guest, plan.workload, arm.params,
