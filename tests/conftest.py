@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import knobs
-from mmlab.build import mmwork_path
+from mmlab.machine import knobs
+from mmlab.workloads.build import mmwork_path
 
 GLOBAL_SETTINGS = [
     knobs.THP_ENABLED, knobs.THP_DEFRAG,

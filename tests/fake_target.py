@@ -8,10 +8,11 @@ import zlib
 
 import numpy as np
 
-from mmlab import insns, probe
 from mmlab.experiment import Arm, Plan
-from mmlab.samples import Sample
+from mmlab.machine import probe
 from mmlab.targets import Lab, TrialError, TrialResult
+from mmlab.workloads import insns
+from mmlab.workloads.samples import Sample
 
 RUSAGE = {"user_s": 0.01, "sys_s": 0.02, "minflt": 10.0, "majflt": 0.0, "nvcsw": 1.0,
           "nivcsw": 0.0}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import knobs
 from mmlab.attribution import locks, stacks
+from mmlab.machine import knobs
 
 from .conftest import is_root, mmlab, run_profile
 
@@ -152,6 +152,7 @@ def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
 
 def test_flame_graphs_are_wellformed_svg_with_every_visible_frame(tmp_path):
     import xml.etree.ElementTree as ET
+
     from mmlab.report import flamegraph
     folded = stacks.fold(PERF_SCRIPT)
     svg = flamegraph.render(folded, "t <&>")

@@ -128,7 +128,7 @@ def start_ksm_run(**popen) -> subprocess.Popen:
 
 @needs_ksm
 def test_sigint_to_mmwork_restores_ksm():
-    from mmlab.build import mmwork_path
+    from mmlab.workloads.build import mmwork_path
     before = KSM_RUN.read_text()
     proc = subprocess.Popen([str(mmwork_path()), "ksm-rmap", "--vmas", "20000"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

@@ -11,12 +11,13 @@ import shutil
 
 import pytest
 
-from mmlab import csource, execwork, experiment, kernels, mmwork
-from mmlab.build import REPO_ROOT
+from mmlab import experiment, kernels
 from mmlab.errors import MmlabError
-from mmlab.knobs import HostSettings
+from mmlab.machine.knobs import HostSettings
 from mmlab.store import Store
 from mmlab.targets import qemu
+from mmlab.workloads import csource, execwork, mmwork
+from mmlab.workloads.build import REPO_ROOT
 
 from .conftest import mmlab, run_profile
 

@@ -22,8 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment, runner, verdicts
+from mmlab import experiment
 from mmlab.fleet import bench, coordinator, engine, queue, registry, services, summary
+from mmlab.judge import verdicts
+from mmlab.run import runner
 from mmlab.store import Store
 
 from .conftest import MMLAB, mmlab
@@ -92,7 +94,7 @@ def contents(store: Store, exp_id: int) -> tuple:
 
 
 def test_a_lab_directory_needs_nothing_of_the_fleet(tmp_path):
-    code = ("import sys; from mmlab import cli, runner, store; store.Store(sys.argv[1]); "
+    code = ("import sys; from mmlab import cli, store; from mmlab.run import runner; store.Store(sys.argv[1]); "
             "print(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('celery', 'kombu', 'billiard', 'redis', 'psycopg') or m.startswith('mmlab.fleet')))")
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "r")],

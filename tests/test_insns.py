@@ -16,16 +16,20 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment, insns, kernels, narrow, qemu_plugin, runner, verdicts, workloads
+from mmlab import experiment, kernels, workloads
 from mmlab.attribution import explain, functions
 from mmlab.errors import MmlabError
-from mmlab.build import mmwork_path
-from mmlab.knobs import HostSettings
+from mmlab.judge import verdicts
+from mmlab.kernels import qemu_plugin
+from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
-from mmlab.samples import Sample
+from mmlab.run import narrow, runner
 from mmlab.store import Store
 from mmlab.targets import qemu
 from mmlab.targets.host import HostTarget
+from mmlab.workloads import insns
+from mmlab.workloads.build import mmwork_path
+from mmlab.workloads.samples import Sample
 
 from .conftest import mmlab, samples_of
 from .fake_target import RUSAGE, FakeLab, FakeTarget

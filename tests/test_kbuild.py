@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import kbuild, kernels
+from mmlab import kernels
 from mmlab.errors import MmlabError
+from mmlab.kernels import kbuild
 
 PATCHES = Path(__file__).resolve().parents[1] / "experiments" / "patches"
 
@@ -101,7 +102,7 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     """About 7 minutes on 2 cores: `make test-slow`."""
     from mmlab import workloads
     from mmlab.attribution import functions
-    from mmlab.knobs import HostSettings
+    from mmlab.machine.knobs import HostSettings
     from mmlab.targets import qemu
     k = kbuild.build("debian-source:6.12", [PATCHES / "seed004-ksm-rmap-walk-range-6.12.patch"])
     again = kbuild.build("debian-source:6.12",

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from mmlab import knobs
 from mmlab.errors import MmlabError
+from mmlab.machine import knobs
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_a_second_process_waits_for_the_machine_lock(tmp_path, monkeypatch):
     """Settings are global: a second mmlab's session starts only when the
     first one's ends, and says whom it waits for."""
     monkeypatch.setenv("MMLAB_LOCK", str(tmp_path / "machine.lock"))
-    code = ("from mmlab import knobs\n"
+    code = ("from mmlab.machine import knobs\n"
             "with knobs.machine_lock():\n"
             "    print('got it', flush=True)\n")
     with knobs.machine_lock():

@@ -6,9 +6,10 @@ import math
 
 import pytest
 
-from mmlab import experiment, narrow
+from mmlab import experiment
 from mmlab.errors import MmlabError
-from mmlab.stats import Comparison
+from mmlab.judge.stats import Comparison
+from mmlab.run import narrow
 
 
 def verdict(v: str, ratio: float = 1.0, lo: float = math.nan, hi: float = math.nan) -> Comparison:
@@ -186,7 +187,7 @@ kernel = ["debian:6.12..debian:7.3"]
 def test_narrow_takes_a_release_range(tmp_path):
     """The CLI expands --kernels with the real catalog before the search; a
     bad range is one line."""
-    from .conftest import mmlab
+    from tests.conftest import mmlab
     proc = mmlab("narrow", "experiments/pageout-kernels-cpus.toml", "--kernels",
                  "debian:6.12..debian:9.9", "--results", str(tmp_path / "r"))
     assert proc.returncode == 2

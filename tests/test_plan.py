@@ -7,7 +7,9 @@ import os
 import subprocess
 import sys
 
-from mmlab import experiment, runner, verdicts
+from mmlab import experiment
+from mmlab.judge import verdicts
+from mmlab.run import runner
 from mmlab.store import Store, status_counts
 
 from .fake_target import FakeLab, FakeTarget

@@ -15,11 +15,11 @@ import subprocess
 import pytest
 
 from mmlab import kernels, workloads
-from mmlab.errors import MmlabError
-from mmlab.knobs import HostSettings
-from mmlab.targets import initramfs, qemu
 from mmlab.attribution.guest import Instrumentation
-from mmlab.mmwork import TrialFailed
+from mmlab.errors import MmlabError
+from mmlab.machine.knobs import HostSettings
+from mmlab.targets import initramfs, qemu
+from mmlab.workloads.mmwork import TrialFailed
 
 from .conftest import MMLAB, mmlab, run_profile
 

@@ -33,11 +33,11 @@ from mmlab.attribution.functions import FunctionInsns
 from mmlab.attribution.guest import GuestTrace
 from mmlab.attribution.locks import Contention, LockWaits
 from mmlab.attribution.stacks import StackProfile
-from mmlab.build import WORKLOAD_SRC
 from mmlab.report import bundle, data, html, reproducer, text
-from mmlab.samples import Sample
 from mmlab.store import Store
 from mmlab.workloads import Metric, Param, Workload, registry
+from mmlab.workloads.build import WORKLOAD_SRC
+from mmlab.workloads.samples import Sample
 
 from .conftest import mmlab, run_profile
 

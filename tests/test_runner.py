@@ -16,8 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment, knobs, runner, verdicts
+from mmlab import experiment
 from mmlab.errors import Interrupted, MmlabError
+from mmlab.judge import verdicts
+from mmlab.machine import knobs
+from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TrialError
 

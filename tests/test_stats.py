@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mmlab import selftest, stats
-from mmlab.stats import Criteria, summarize
+from mmlab.judge import selftest, stats
+from mmlab.judge.stats import Criteria, summarize
 
 
 def test_summary_of_known_values():

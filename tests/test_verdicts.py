@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mmlab import audit, stats
-from mmlab.samples import Sample
+from mmlab.judge import audit, stats
+from mmlab.workloads.samples import Sample
 
 
 def draws(center: float, cv: float, n: int, seed: int) -> list[float]:

@@ -8,8 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mmlab import audit, knobs, probe, workloads
-from mmlab.samples import parse_line
+from mmlab import workloads
+from mmlab.judge import audit
+from mmlab.machine import knobs, probe
+from mmlab.workloads.samples import parse_line
 
 from .conftest import is_root, mmwork, samples_of
 

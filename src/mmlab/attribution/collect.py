@@ -11,11 +11,11 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from .. import mmwork, proc
-from ..errors import MmlabError
-from ..samples import Sample, work_units
-from ..workloads import Workload
-from . import events, locks, stacks
+from mmlab.attribution import events, locks, stacks
+from mmlab.errors import MmlabError
+from mmlab.machine import proc
+from mmlab.workloads import Workload, mmwork
+from mmlab.workloads.samples import Sample, work_units
 
 PERF_FREQ = 2999   # odd, so sampling does not beat with the kernel's timers
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from . import tracefs
+from mmlab.attribution import tracefs
 
 EVENT_NAME = re.compile(r"^\s*\S.*?\[\d+\]\s+\S+\s+[\d.]+: (\w+):", re.M)
 

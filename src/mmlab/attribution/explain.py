@@ -14,14 +14,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from pydantic import BaseModel
 
-from .. import verdicts
-from ..experiment import Plan
-from ..samples import Sample, work_units
-from .events import EventCount, EventCounts
-from .functions import FunctionChange, FunctionInsns, changes
-from .guest import GuestTrace, TraceFigure
-from .locks import Contention, LockCaller, LockWaits
-from .stacks import Delta, FunctionCost, StackProfile, diff, top_functions
+from mmlab.attribution.events import EventCount, EventCounts
+from mmlab.attribution.functions import FunctionChange, FunctionInsns, changes
+from mmlab.attribution.guest import GuestTrace, TraceFigure
+from mmlab.attribution.locks import Contention, LockCaller, LockWaits
+from mmlab.attribution.stacks import Delta, FunctionCost, StackProfile, diff, top_functions
+from mmlab.experiment import Plan
+from mmlab.judge import verdicts
+from mmlab.workloads.samples import Sample, work_units
 
 CHANGE_THRESHOLD = 0.2    # counters per unit of work that differ by more are shown
 

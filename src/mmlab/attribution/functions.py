@@ -27,10 +27,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from .. import insns
-from ..errors import MmlabError
-from ..samples import Sample
-from ..workloads import Workload
+from mmlab.errors import MmlabError
+from mmlab.workloads import Workload, insns
+from mmlab.workloads.samples import Sample
 
 TEXT_TYPES = frozenset("tTwW")
 KALLSYMS_TEXT = re.compile(r"^([0-9a-f]{16}) [Tt] _text$", re.M)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel
 
-from ..samples import Sample, work_units
+from mmlab.workloads.samples import Sample, work_units
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from . import tracefs
+from mmlab.attribution import tracefs
 
 EVENT = re.compile(r"-(\d+)\s+\[\d+\]\s+\S+\s+([\d.]+): contention_(begin|end): (\S+)")
 # Frames that are the locking machinery itself, not who asked for the lock.

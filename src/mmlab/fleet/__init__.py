@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 
-from ..errors import MmlabError
+from mmlab.errors import MmlabError
 
 MACHINE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 

@@ -30,14 +30,14 @@ import threading
 import time
 from pathlib import Path
 
-from ..errors import Interrupted, MmlabError
-from ..experiment import Arm, ArmEntry, Plan, Profile, schedule
-from ..report.terminal import console
-from ..samples import Sample
-from ..store import Store
-from ..targets import Lab, TrialResult
-from ..workloads import Metric, Param, Workload
-from . import coordinator, engine, registry, services, summary, tables, worker
+from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment import Arm, ArmEntry, Plan, Profile, schedule
+from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker
+from mmlab.report.terminal import console
+from mmlab.store import Store
+from mmlab.targets import Lab, TrialResult
+from mmlab.workloads import Metric, Param, Workload
+from mmlab.workloads.samples import Sample
 
 SLEEP = Workload(name="sleep", seed="-", summary="only sleeps: the fleet benchmark's trials",
                  params=(Param("ms", "float", "100", "how long a trial sleeps"),),

@@ -28,12 +28,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import runner, verdicts
-from ..errors import Interrupted, MmlabError
-from ..experiment import Plan
-from ..store import Store, Trial
-from ..targets import Lab
-from . import engine, queue, registry
+from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment import Plan
+from mmlab.fleet import engine, queue, registry
+from mmlab.judge import verdicts
+from mmlab.run import runner
+from mmlab.store import Store, Trial
+from mmlab.targets import Lab
 
 POLL_S = 0.5            # how often a machine's look reads its trials from the store
 WATCH_S = 2.0           # how often the workers are asked what they run
@@ -73,7 +74,7 @@ class MachineTarget:
         self.allow_host_changes = allow_host_changes
 
     def check(self, plan: Plan) -> None:
-        from ..targets.host import HostTarget
+        from mmlab.targets.host import HostTarget
         HostTarget(self.allow_host_changes).check(plan)
 
 

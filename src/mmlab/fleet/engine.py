@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import MmlabError
-from ..storedb import redacted
-from . import queue
+from mmlab.errors import MmlabError
+from mmlab.fleet import queue
+from mmlab.store.backend import redacted
 
 TASK = "mmlab.trial"     # args: experiment id, trial id, host changes allowed
 

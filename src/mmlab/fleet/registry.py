@@ -8,8 +8,8 @@ import json
 import time
 from dataclasses import dataclass
 
-from ..errors import MmlabError
-from ..store import Store
+from mmlab.errors import MmlabError
+from mmlab.store import Store
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS machines (

@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .. import proc
-from ..errors import MmlabError
+from mmlab.errors import MmlabError
+from mmlab.machine import proc
 
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 

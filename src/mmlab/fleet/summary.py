@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .. import verdicts
-from ..report.fmt import ratio
-from ..stats import Comparison
-from ..store import Store
-from . import engine, registry
+from mmlab.fleet import engine, registry
+from mmlab.judge import verdicts
+from mmlab.judge.stats import Comparison
+from mmlab.report.fmt import ratio
+from mmlab.store import Store
 
 
 @dataclass(frozen=True)

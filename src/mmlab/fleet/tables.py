@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from ..report.terminal import escape
-from .summary import FleetSummary, MachineStatus, ago
+from mmlab.fleet.summary import FleetSummary, MachineStatus, ago
+from mmlab.report.terminal import escape
 
 
 def status_table(rows: list[MachineStatus]) -> Table:

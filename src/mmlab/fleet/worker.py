@@ -20,12 +20,13 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from .. import knobs, runner, storedb
-from ..errors import MmlabError
-from ..experiment import Plan
-from ..store import Store
-from ..targets import Lab
-from . import engine, machine_name, queue, registry
+from mmlab.errors import MmlabError
+from mmlab.experiment import Plan
+from mmlab.fleet import engine, machine_name, queue, registry
+from mmlab.machine import knobs
+from mmlab.run import runner
+from mmlab.store import Store, backend
+from mmlab.targets import Lab
 
 LabMaker = Callable[[bool], Lab]     # host changes allowed -> the lab trials run in
 
@@ -104,9 +105,9 @@ def serve(name: str, results: str, broker: str, make_lab: LabMaker | None = None
           loglevel: str = "WARNING") -> None:
     """Register this machine and consume its queue until stopped (SIGTERM
     waits for the trial in flight)."""
-    from .. import probe
+    from mmlab.machine import probe
     machine_name(name)
-    if not storedb.is_url(results):
+    if not backend.is_url(results):
         raise MmlabError(f"--results {results}: a worker needs the fleet's shared store, a "
                          "postgresql:// URL")
     celery = engine.app(broker)
@@ -119,8 +120,8 @@ def serve(name: str, results: str, broker: str, make_lab: LabMaker | None = None
     store.close()
     worker = Worker(name, results, make_lab or (lambda allow: Lab(allow, say=print)))
     celery.task(name=engine.TASK)(worker.run)
-    print(f"mmlab worker {name}: queue {queue(name)} on {storedb.redacted(broker)}, "
-          f"store {storedb.redacted(results)}", flush=True)
+    print(f"mmlab worker {name}: queue {queue(name)} on {backend.redacted(broker)}, "
+          f"store {backend.redacted(results)}", flush=True)
     celery.worker_main(["worker", "--queues", queue(name), "--concurrency", "1",
                         "--pool", "prefork", "--hostname", me, "--prefetch-multiplier", "1",
                         "--without-gossip", "--without-mingle", "--without-heartbeat",

@@ -10,10 +10,10 @@ import shlex
 import tarfile
 from pathlib import Path
 
-from . import flamegraph, plots, reproducer, text
-from .data import ReportData
-from .. import csource
-from ..names import safe_name
+from mmlab.names import safe_name
+from mmlab.report import flamegraph, plots, reproducer, text
+from mmlab.report.data import ReportData
+from mmlab.workloads import csource
 
 
 def _csv(path: Path, rows: list[dict]) -> None:

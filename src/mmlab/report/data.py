@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .. import verdicts, workloads
-from ..attribution import explain
-from ..experiment import Plan
-from ..samples import Sample
-from ..stats import MIN_SAMPLES, Verdict
-from ..store import Store, Trial, status_counts
+from mmlab import workloads
+from mmlab.attribution import explain
+from mmlab.experiment import Plan
+from mmlab.judge import verdicts
+from mmlab.judge.stats import MIN_SAMPLES, Verdict
+from mmlab.store import Store, Trial, status_counts
+from mmlab.workloads.samples import Sample
 
 
 @dataclass

@@ -14,8 +14,8 @@ from collections import Counter
 from html import escape
 from pathlib import Path
 
-from ..attribution.explain import Explanation
-from ..names import safe_name
+from mmlab.attribution.explain import Explanation
+from mmlab.names import safe_name
 
 WIDTH = 1200
 ROW = 16

@@ -8,10 +8,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from ..experiment import Plan
-from ..names import axis_text
-from ..stats import Verdict
-from ..workloads import Metric
+from mmlab.experiment import Plan
+from mmlab.judge.stats import Verdict
+from mmlab.names import axis_text
+from mmlab.workloads import Metric
 
 DASH = "-"
 

@@ -9,9 +9,9 @@ import base64
 import jinja2
 from markupsafe import Markup
 
-from ..stats import Verdict
-from . import flamegraph, fmt, plots, text
-from .data import ReportData
+from mmlab.judge.stats import Verdict
+from mmlab.report import flamegraph, fmt, plots, text
+from mmlab.report.data import ReportData
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("mmlab.report", "templates"),

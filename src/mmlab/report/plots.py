@@ -18,8 +18,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from .data import ReportData  # noqa: E402
-from .fmt import VERDICT_COLOR, contrast  # noqa: E402
+from mmlab.report.data import ReportData  # noqa: E402
+from mmlab.report.fmt import VERDICT_COLOR, contrast  # noqa: E402
 
 
 def _png(fig) -> bytes:

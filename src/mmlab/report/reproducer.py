@@ -9,9 +9,9 @@ import re
 import shlex
 from pathlib import Path
 
-from ..build import WORKLOAD_SRC
-from ..errors import MmlabError
-from ..workloads import Workload
+from mmlab.errors import MmlabError
+from mmlab.workloads import Workload
+from mmlab.workloads.build import WORKLOAD_SRC
 
 # A local include: the file it names is concatenated instead.
 _LOCAL_INCLUDE = re.compile(r'\s*#\s*include\s+"([^"]+)"\s*')

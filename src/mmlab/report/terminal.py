@@ -8,16 +8,33 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from ..attribution.explain import (ArmExplanation, GuestExplanation, PairExplanation,
-                                  WindowFunctions)
-from ..attribution.guest import figures, skipped
-from ..experiment import Plan, baseline_for
-from ..probe import Fact
-from ..samples import Sample
-from ..stats import Comparison, summarize
-from ..workloads import HARNESS_PARAMS, Workload
-from .fmt import (DASH, VERDICT_RICH, arrow, change, ci, contrast, matched_state, missing, num,
-                  p_value, pct, ratio, signed)
+from mmlab.attribution.explain import (
+    ArmExplanation,
+    GuestExplanation,
+    PairExplanation,
+    WindowFunctions,
+)
+from mmlab.attribution.guest import figures, skipped
+from mmlab.experiment import Plan, baseline_for
+from mmlab.judge.stats import Comparison, summarize
+from mmlab.machine.probe import Fact
+from mmlab.report.fmt import (
+    DASH,
+    VERDICT_RICH,
+    arrow,
+    change,
+    ci,
+    contrast,
+    matched_state,
+    missing,
+    num,
+    p_value,
+    pct,
+    ratio,
+    signed,
+)
+from mmlab.workloads import HARNESS_PARAMS, Workload
+from mmlab.workloads.samples import Sample
 
 
 def samples_table(workload: Workload, samples: list[Sample]) -> Table:

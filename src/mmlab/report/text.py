@@ -12,9 +12,9 @@ from __future__ import annotations
 import textwrap
 from collections import defaultdict
 
-from ..stats import Comparison, summarize
-from . import fmt
-from .data import ReportData, regzbot_lines
+from mmlab.judge.stats import Comparison, summarize
+from mmlab.report import fmt
+from mmlab.report.data import ReportData, regzbot_lines
 
 WIDTH = 80
 MIN_LOCK_SEEN = 10      # fewer contentions than this are background, not the workload

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from ..errors import MmlabError
-from ..samples import Sample
+from mmlab.errors import MmlabError
+from mmlab.workloads.samples import Sample
 
 if TYPE_CHECKING:
-    from ..experiment import Arm, Plan
+    from mmlab.experiment import Arm, Plan
 
 
 @dataclass
@@ -65,8 +65,8 @@ class Lab:
         return self._made[arm.target]
 
     def _make(self, arm: Arm) -> Target:
-        from .host import HostTarget
-        from .qemu import QemuTarget
+        from mmlab.targets.host import HostTarget
+        from mmlab.targets.qemu import QemuTarget
         if arm.kernel == "host":
             return HostTarget(self.allow_host_changes)
         return QemuTarget(arm.kernel, self.say)

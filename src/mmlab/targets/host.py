@@ -4,12 +4,13 @@ environment is recorded as it then is, and mmwork runs as a child."""
 
 from __future__ import annotations
 
-from .. import insns, knobs, mmwork, probe
-from ..attribution import collect
-from ..errors import MmlabError
-from ..experiment import Arm, Plan
-from ..samples import Sample
-from . import TrialError, TrialResult
+from mmlab.attribution import collect
+from mmlab.errors import MmlabError
+from mmlab.experiment import Arm, Plan
+from mmlab.machine import knobs, probe
+from mmlab.targets import TrialError, TrialResult
+from mmlab.workloads import insns, mmwork
+from mmlab.workloads.samples import Sample
 
 
 class HostTarget:

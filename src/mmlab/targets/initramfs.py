@@ -19,8 +19,8 @@ import os
 import shutil
 from pathlib import Path
 
-from ..build import mmwork_path
-from ..errors import MmlabError
+from mmlab.errors import MmlabError
+from mmlab.workloads.build import mmwork_path
 
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 

@@ -31,21 +31,22 @@ import shlex
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from collections.abc import Callable
-
-from .. import insns, kernels, mmwork, probe, qemu_plugin
-from ..attribution import functions
-from ..attribution.guest import Instrumentation, guest_trace_record
-from ..errors import MmlabError
-from ..experiment import Arm, Plan
-from ..knobs import DamonActors, HostSettings, parse_size
-from ..mmwork import TrialFailed
-from ..samples import Sample, parse_line
-from ..workloads import Workload
-from . import TrialError, TrialResult, initramfs
+from mmlab import kernels
+from mmlab.attribution import functions
+from mmlab.attribution.guest import Instrumentation, guest_trace_record
+from mmlab.errors import MmlabError
+from mmlab.experiment import Arm, Plan
+from mmlab.kernels import qemu_plugin
+from mmlab.machine import probe
+from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
+from mmlab.targets import TrialError, TrialResult, initramfs
+from mmlab.workloads import Workload, insns, mmwork
+from mmlab.workloads.mmwork import TrialFailed
+from mmlab.workloads.samples import Sample, parse_line
 
 QEMU = "qemu-system-x86_64"
 CMDLINE = "console=ttyS0 panic=-1 oops=panic loglevel=4 rdinit=/init"

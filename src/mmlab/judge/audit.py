@@ -1,0 +1,277 @@
+"""Same-state audit: did two arms really run in the same page state?
+
+A timing difference means something only if the memory was in the state the
+profile asked for.  Seed 001's headline ratio was undone because the two
+kernels had not given the mapping the same THP backing; this module looks
+for exactly that.  Each check reads measured state from the samples and
+names the axes that are *allowed* to change it: if two arms differ in that
+state while none of those axes differ between them, the pair is not
+comparable.  An arm whose own samples disagree (some THP-backed, some not)
+is flagged too.
+
+Only an axis that asks for a page state may explain a difference in it:
+thp and thp_mode for THP backing, swap for swap use, vmas and pattern for
+VMA counts.  The axis under test (kernel, cpus, memory) never does: seed
+001's 6.19 backed the same mapping with THPs where 6.12 did not, and that
+is a different experiment, not a slower kernel.  Such a pair keeps its
+ratio, but as a different-state comparison.
+
+Large folios smaller than a PMD (multi-size THP, 6.8+) back anonymous memory
+where AnonHugePages shows nothing, so each size's mode and its allocation,
+fallback, split and swap-out counters are compared like PMD THP, by the same
+axes.  A kernel without mTHP says "not available": it cannot have had such
+folios, so that compares as "none happened", and is shown as what it is.
+
+The kernel's own mm actors (DAMON, khugepaged, ksmd, proactive compaction)
+change page state on their own while a workload runs; only an axis that sets
+that very actor (ksm.run, sysctl.vm.compaction_proactiveness) explains a
+difference in them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from fnmatch import fnmatch
+
+import numpy as np
+
+from mmlab.workloads.samples import Sample
+
+# The axes that ask for a page state (a mapping's size, alignment or backing
+# changes its THP backing by request too).
+THP_AXES = frozenset({"thp", "thp_mode", "thp_defrag", "mapping-kb", "size-kb", "backing",
+                      "bytes", "align"})
+SWAP_AXES = frozenset({"swap"})
+KSM_AXES = frozenset({"vmas", "pattern"})
+# Where and on what it ran (numa_nodes: a guest's NUMA layout): these may
+# differ when these axes do.
+PLATFORM_AXES = frozenset({"kernel", "cpus", "memory_mb", "numa_nodes"})
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    section: str          # "state", "vmstat_delta" or "counts"
+    keys: tuple[str, ...]
+    allowed_by: frozenset[str]   # axes (or axis prefixes ending in ".") that may change it
+    abs_tol: float = 0.0  # numeric state: differences up to this are the same state
+    rel_tol: float = 0.0
+    presence: bool = False  # compare "happened / in use" (> 0), not the amount
+    # Metrics already divided by this state (a sample where it is 0 has no value),
+    # which its variation therefore cannot make incomparable.
+    normalises: tuple[str, ...] = ()
+    page_state: bool = True   # False: the platform (kernel, CPUs) or an actor, not the memory
+    # How to read a key from a sample (None: absent); default: the section's value.
+    # Keys with "*" stand for every matching key the samples have.
+    read: Callable[[Sample, str], object] | None = None
+
+    def allowed(self, differing_axes: set[str]) -> bool:
+        return any(axis in self.allowed_by or any(axis.startswith(p) for p in self.allowed_by
+                                                  if p.endswith("."))
+                   for axis in differing_axes)
+
+
+NOT_AVAILABLE = "not available"
+_MTHP_KEY = re.compile(r"mthp_(\d+)kB_")
+_MTHP_ENABLED = re.compile(r"mthp_(\d+)kB_enabled")
+
+
+def _pmd_kb(s: Sample) -> float:
+    return float(s.state.get("thp_pmd_size_kb", 2048))
+
+
+def _anon_thp_sizes(s: Sample, key: str) -> str | None:
+    """The anonymous THP sizes in force and their modes ("64kB=always,
+    2048kB=madvise"), each size's "inherit" resolved against the top-level
+    mode.  A kernel without mTHP has the PMD size alone, under that mode."""
+    if "mthp" not in s.state:
+        return None
+    top = str(s.state.get("thp_enabled"))
+    modes = {int(_pmd_kb(s)): top}
+    if s.state["mthp"] != NOT_AVAILABLE:
+        modes = {int(m[1]): top if v == "inherit" else str(v) for k, v in s.state.items()
+                 if (m := _MTHP_ENABLED.fullmatch(k))}
+    on = [f"{kb}kB={mode}" for kb, mode in sorted(modes.items())
+          if mode not in ("never", "unavailable")]
+    return ", ".join(on) or "none"
+
+
+def _mthp_event(s: Sample, key: str) -> object:
+    """A per-size mTHP counter over the sample.  The PMD size is left to the
+    THP checks (thp_* in vmstat say the same on every kernel); a kernel
+    without mTHP had no smaller anonymous large folios: NOT_AVAILABLE."""
+    m = _MTHP_KEY.match(key)
+    if m and float(m[1]) >= _pmd_kb(s):
+        return None
+    if key in s.state:
+        return s.state[key]
+    return NOT_AVAILABLE if s.state.get("mthp") == NOT_AVAILABLE else None
+
+
+MTHP_COUNTERS = ("anon_fault_alloc", "anon_fault_fallback", "split", "swpout", "swpout_fallback")
+
+CHECKS = (
+    Check("THP backing of the mapping", "state",
+          ("thp_backed_fraction", "after_prefault_anon_huge_kb", "anon_huge_kb",
+           "file_pmd_mapped_kb", "shmem_pmd_mapped_kb"), THP_AXES, abs_tol=0.05, rel_tol=0.10),
+    Check("THP mode in force", "state", ("thp_enabled",), frozenset({"thp_mode"})),
+    Check("THP defrag mode", "state", ("thp_defrag",), frozenset({"thp_defrag"})),
+    Check("THP faults, splits and swap-out fallbacks", "vmstat_delta",
+          ("thp_fault_alloc", "thp_split_page", "thp_swpout_fallback", "thp_swpout"),
+          THP_AXES | SWAP_AXES, presence=True),
+    Check("mTHP sizes enabled", "state", ("anon_thp_sizes",), THP_AXES, read=_anon_thp_sizes),
+    Check("mTHP allocations, fallbacks, splits and swap-outs", "state",
+          tuple(f"mthp_*kB_{c}" for c in MTHP_COUNTERS), THP_AXES | SWAP_AXES, presence=True,
+          read=_mthp_event),
+    Check("swap configured", "state", ("swap_total_kb",), SWAP_AXES),
+    Check("swap used", "state", ("swap_used_kb", "after_pageout_swap_kb"), SWAP_AXES,
+          presence=True),
+    Check("pages swapped out", "vmstat_delta", ("pswpout",), SWAP_AXES, presence=True),
+    Check("KSM merging", "state", ("ksm_merged_fraction",), KSM_AXES | {"ksm."}, abs_tol=0.05),
+    Check("KSM running", "state", ("ksm_run",), frozenset({"ksm."})),
+    Check("VMA count of the mapping", "state", ("vmas_actual",), KSM_AXES, rel_tol=0.01),
+    # Compaction reaches a page or not depending on where it sits: a walk that
+    # migrated nothing is a different experiment from one that migrated all.
+    Check("KSM pages compaction moved", "counts", ("ksm_pages_migrated",), KSM_AXES,
+          presence=True, normalises=("ms_per_migrated_page",)),
+    # The kernel's own actors: only an axis that sets the very actor explains them.
+    # DAMON samples access by clearing young bits: the damon axis (off) sets it.
+    Check("DAMON running", "state", ("damon",), frozenset({"damon"}), page_state=False),
+    Check("kernel mm actors", "state", ("khugepaged",), frozenset(), page_state=False),
+    Check("kernel mm actors", "state", ("ksmd",), frozenset({"ksm.run"}), page_state=False),
+    Check("kernel mm actors", "state", ("compaction_proactiveness",),
+          frozenset({"sysctl.vm.compaction_proactiveness"}), page_state=False),
+    Check("page size", "state", ("page_size_kb", "after_prefault_kernel_page_kb"),
+          frozenset({"kernel"}), page_state=False),
+    Check("kernel", "state", ("kernel",), frozenset({"kernel"}), page_state=False),
+    Check("MGLRU", "state", ("lru_gen_enabled",), frozenset({"kernel", "sysctl."}),
+          page_state=False),
+    Check("online CPUs", "state", ("online_cpus", "guest_vcpus"), frozenset({"kernel", "cpus"}),
+          page_state=False),
+    Check("guest memory", "state", ("mem_total_kb", "guest_memory_mb"),
+          frozenset({"kernel", "memory_mb"}), rel_tol=0.02, page_state=False),
+    # Host against guest, or KVM against TCG: different clocks, never comparable.
+    Check("where it ran (host, KVM or TCG guest)", "state", ("target", "accelerator"),
+          frozenset(), page_state=False),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    arms: tuple[str, ...]
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.detail}"
+
+    def matters_for(self, metric: str) -> bool:
+        check = next((c for c in CHECKS if c.name == self.check), None)
+        return check is None or metric not in check.normalises
+
+
+def _keys(check: Check, *arms: list[Sample]) -> list[str]:
+    """The check's keys, each pattern expanded over the keys the samples have."""
+    keys: list[str] = []
+    for key in check.keys:
+        if "*" not in key:
+            keys.append(key)
+            continue
+        have = {k for samples in arms for s in samples for k in getattr(s, check.section)}
+        keys += sorted((k for k in have if fnmatch(k, key)), key=_natural)
+    return keys
+
+
+def _natural(key: str) -> tuple:
+    """mthp_16kB_... before mthp_128kB_...: numbers compared as numbers."""
+    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", key))
+
+
+def _values(samples: list[Sample], check: Check, key: str) -> list:
+    if check.read:
+        return [v for s in samples if (v := check.read(s, key)) is not None]
+    return [getattr(s, check.section)[key] for s in samples if key in getattr(s, check.section)]
+
+
+def _amount(v: object) -> object:
+    """An event count; "not available" (the kernel cannot do it) is none."""
+    return 0.0 if v == NOT_AVAILABLE else v
+
+
+def _describe(values: list) -> str:
+    if values and all(isinstance(v, int | float) for v in values):
+        lo, hi = min(values), max(values)
+        return f"{lo:g}" if lo == hi else f"{lo:g}..{hi:g}"
+    return "/".join(sorted(set(map(str, values))))
+
+
+def _same(check: Check, a: list, b: list) -> bool:
+    if not a or not b:
+        return not a and not b
+    if check.presence:
+        a, b = [_amount(v) for v in a], [_amount(v) for v in b]
+    if not all(isinstance(v, int | float) for v in a + b):
+        return set(map(str, a)) == set(map(str, b))
+    ma, mb = float(np.median(a)), float(np.median(b))
+    if check.presence:
+        return (ma > 0) == (mb > 0)
+    return abs(ma - mb) <= max(check.abs_tol, check.rel_tol * max(abs(ma), abs(mb)))
+
+
+def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
+    """Samples of one arm that ran in different states."""
+    found = []
+    for check in CHECKS:
+        for key in _keys(check, samples):
+            vals = _values(samples, check, key)
+            if len(vals) < 2:
+                continue
+            if check.presence:
+                # Amounts vary by nature; whether it happened at all must not.
+                same = len({_amount(v) > 0 for v in vals}) == 1
+            elif all(isinstance(v, int | float) for v in vals):
+                lo, hi = min(vals), max(vals)
+                same = hi - lo <= max(check.abs_tol, check.rel_tol * max(abs(lo), abs(hi)))
+            else:
+                same = len(set(map(str, vals))) == 1
+            if not same:
+                found.append(Finding(check.name, (arm,),
+                                     f"{key} varied within arm {arm}: {_describe(vals)}"))
+    errors: dict[str, float] = {}
+    for s in samples:
+        for k, v in s.errors.items():
+            errors[k] = errors.get(k, 0) + v
+    if errors:
+        found.append(Finding("failed calls", (arm,), f"arm {arm} counted " + ", ".join(
+            f"{k} x{v:g}" for k, v in errors.items())))
+    return found
+
+
+def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: list[Sample],
+               differing_axes: set[str]) -> list[Finding]:
+    """State differences between two arms that no differing axis explains."""
+    if not samples or not base_samples:
+        return []   # an arm whose trials all failed has no state; its verdict says so
+    blind = [name for name, ss in ((arm, samples), (baseline, base_samples))
+             if any(s.params.get("no-probes") is True for s in ss)]
+    if blind:
+        return [Finding("page state measured", (arm, baseline),
+                        f"{' and '.join(blind)} ran with --no-probes: no page state to "
+                        "compare, so the same state cannot be shown")]
+    found = []
+    culprits = sorted(differing_axes & PLATFORM_AXES)
+    for check in CHECKS:
+        if check.allowed(differing_axes):
+            continue
+        cause = (f": the {' and '.join(culprits)} changed the page state"
+                 if check.page_state and culprits else "")
+        for key in _keys(check, samples, base_samples):
+            a = _values(samples, check, key)
+            b = _values(base_samples, check, key)
+            if not _same(check, a, b):
+                found.append(Finding(check.name, (arm, baseline),
+                                     f"{key} {_describe(a) or 'absent'} in {arm} vs "
+                                     f"{_describe(b) or 'absent'} in {baseline}{cause}"))
+    return found

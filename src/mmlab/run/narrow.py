@@ -1,0 +1,126 @@
+"""Release-level narrowing: in kernels ordered oldest to newest, find the
+first step where a metric changes, testing as few kernels as a binary search
+allows.
+
+The search assumes the change, once in, stays in (as `git bisect` does): with
+the oldest kernel as the reference, a kernel is "changed" when the verdict
+against the oldest is a regression or an improvement, and "unchanged" when it
+is no change.  A step whose verdict is unreliable (too noisy to place inside
+the tolerance) is still placed when its whole CI lies on one side of the
+geometric midpoint between 1 and the end-to-end ratio: a bisection asks which
+side of the break a kernel is on, not whether it is within the tolerance.
+Each comparison is a real two-kernel experiment, interleaved and judged like
+any other; its evidence is kept so the answer can be audited.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mmlab import experiment
+from mmlab.errors import MmlabError
+from mmlab.judge import verdicts
+from mmlab.judge.stats import Comparison, Verdict
+from mmlab.run import runner
+from mmlab.store import Store
+from mmlab.targets import Lab
+
+
+@dataclass(frozen=True)
+class Step:
+    kernel: str
+    comparison: Comparison
+    changed: bool
+    why: str
+
+
+def place(c: Comparison, end_to_end: float | None) -> tuple[bool, str]:
+    """(changed?, why) for one step; an error when it cannot be placed."""
+    if c.verdict.changed:
+        return True, c.verdict
+    if c.verdict == Verdict.NO_CHANGE:
+        return False, Verdict.NO_CHANGE
+    if c.verdict == Verdict.UNRELIABLE and end_to_end and math.isfinite(c.ci_low):
+        mid = math.sqrt(end_to_end)
+        old_side = (c.ci_low > mid) if end_to_end < 1 else (c.ci_high < mid)
+        new_side = (c.ci_high < mid) if end_to_end < 1 else (c.ci_low > mid)
+        if old_side or new_side:
+            return new_side, (f"unreliable within the tolerance, but its CI [{c.ci_low:.3f}, "
+                              f"{c.ci_high:.3f}] lies on the {'new' if new_side else 'old'} side "
+                              f"of {mid:.3f}, the midpoint to the end-to-end ratio "
+                              f"{end_to_end:.3f}")
+    raise MmlabError(f"narrow: {c.arm} vs {c.baseline} is {c.verdict} ({c.reason}); add "
+                     "repetitions or fix the state before narrowing")
+
+
+@dataclass(frozen=True)
+class Result:
+    first_changed: int | None      # index into the kernel list, None if nothing changed
+    steps: list[Step]
+
+    def sentence(self, kernels: list[str]) -> str:
+        if self.first_changed is None:
+            return (f"no change beyond the tolerance between {kernels[0]} and {kernels[-1]}")
+        i = self.first_changed
+        verdict = next(s.comparison.verdict for s in self.steps if s.kernel == kernels[i])
+        return f"{verdict} introduced between {kernels[i - 1]} and {kernels[i]}"
+
+
+def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Result:
+    """`compare(reference, kernel)` runs and judges one pair; the reference is
+    always the oldest kernel, so every verdict is against the same baseline."""
+    if len(kernels) < 2:
+        raise MmlabError("narrow needs at least two kernels, oldest first")
+    ref = kernels[0]
+    steps: list[Step] = []
+
+    def changed(i: int) -> bool:
+        c = compare(ref, kernels[i])
+        end_to_end = steps[0].comparison.ratio if steps else None
+        moved, why = place(c, end_to_end)
+        steps.append(Step(kernels[i], c, moved, why))
+        return moved
+
+    if not changed(len(kernels) - 1):
+        return Result(None, steps)
+    lo, hi = 0, len(kernels) - 1          # kernels[lo] unchanged, kernels[hi] changed
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if changed(mid):
+            hi = mid
+        else:
+            lo = mid
+    return Result(hi, steps)
+
+
+def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
+    """One verdict for a metric over all groups (e.g. CPU counts): a change in
+    any group counts; otherwise any doubt counts; otherwise no change."""
+    mine = [c for c in comparisons if c.metric == metric]
+    if not mine:
+        raise MmlabError(f"no comparison of {metric} was made")
+    for wanted in ((Verdict.REGRESSION, Verdict.IMPROVEMENT),
+                   (Verdict.UNRELIABLE, Verdict.NOT_COMPARABLE), (Verdict.NO_CHANGE,)):
+        for c in mine:
+            if c.verdict in wanted:
+                return c
+    return mine[0]
+
+
+def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
+                    lab: Lab) -> Comparison:
+    """One comparison of the search: the profile on `ref` and `kernel`, stored
+    as an experiment of its own, run and judged on `metric`.  The derived
+    profile measures `metric` too, so that a metric only some runs produce
+    (instructions, insns.py) is produced."""
+    if metric not in plan.profile.metrics:
+        plan = plan.model_copy(update={"profile": plan.profile.model_copy(
+            update={"metrics": [*plan.profile.metrics, metric]})})
+    derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
+    exp_id = store.create_experiment(derived)
+    lab.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
+    runner.run(store, exp_id, derived, lab)
+    judged = verdicts.judge(derived, store.measurements(exp_id), [metric])
+    return decisive(judged.comparisons, metric)

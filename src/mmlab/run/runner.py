@@ -1,0 +1,173 @@
+"""Run an experiment's schedule, one trial at a time, each committed as it ends.
+
+For every trial the arm's target applies the arm's settings, records the
+environment as it then is, runs the workload and restores the settings; the
+runner commits the samples with the trial's status in one transaction.  It
+never asks where a trial runs: that is the target's business.  Ctrl-C puts
+the trial in flight back into the plan; SIGKILL leaves it 'running', which
+`resume` also puts back.  Either way no finished trial is lost or repeated.
+
+`repetitions` rounds come first; after them, and after every later look,
+the verdicts decide whether rounds are added (see verdicts.judge).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment import Plan, schedule
+from mmlab.judge import verdicts
+from mmlab.run import controls
+from mmlab.store import Store, Trial
+from mmlab.targets import Lab
+
+
+@dataclass
+class RunResult:
+    done: int
+    failed: int
+    skipped: int
+    rounds: int = 0            # rounds in the plan at the end
+    added: int = 0             # rounds this run added after the planned looks
+    stopped: str = ""          # why no more rounds were added
+    controls: int = 0          # matched-state control arms in the plan
+
+
+# How a look's pending trials run: here one after another (run_here), or on a
+# fleet machine by its worker (fleet/coordinator.py).  It calls
+# announce(trial) as each one starts and returns how many were done and failed.
+Execute = Callable[[Store, int, Plan, Lab, list[Trial], Callable[[Trial], None]],
+                   tuple[int, int]]
+
+
+def check(plan: Plan, lab: Lab) -> None:
+    """Every target the plan uses checks it before the first trial."""
+    for target in {lab.target(a).name: lab.target(a) for a in plan.arms}.values():
+        target.check(plan)
+
+
+def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
+        on_trial: Callable[[Trial, int, int], None] | None = None,
+        on_look: Callable[[verdicts.Judgement], None] | None = None,
+        with_controls: bool = True, execute: Execute | None = None) -> RunResult:
+    """Run every planned trial of `exp_id`, then judge; while a judged pair is
+    undecided and the profile's maximum rounds and time budget allow, append
+    the rounds of the next planned look (one transaction) and run them.
+    When the rounds end with pairs the audit found in different page states,
+    their matched-state controls (controls.py) are added as arms and run the
+    same way, unless `with_controls` is False.
+    `on_trial(trial, index, total)` before each trial, `on_look(judgement)`
+    after each look.  Everything it decides is derived from the store, so an
+    interrupted run resumes where it stopped, also in the middle of added rounds.
+    `execute` runs each look's trials (default run_here)."""
+    check(plan, lab)
+    store.replan_interrupted(exp_id)
+    done = failed = added = 0
+    skipped: int | None = None
+    names = [a.name for a in plan.arms]
+    while True:
+        pending = store.trials(exp_id, status="planned")
+        total = len(store.trials(exp_id))
+        if skipped is None:
+            skipped = total - len(pending)
+        ran, lost = (execute or run_here)(store, exp_id, plan, lab, pending,
+                                          _announcer(on_trial, skipped + done + failed, total))
+        done += ran
+        failed += lost
+        measured = store.measurements(exp_id)
+        judged = verdicts.judge(plan, measured)
+        if on_look:
+            on_look(judged)
+        if judged.next_rounds is None:
+            extra = _controls(store, exp_id, plan, lab, judged, measured.rounds) if with_controls else []
+            if not extra:
+                return RunResult(done, failed, skipped, measured.rounds, added, judged.stopped,
+                                 len([a for a in plan.arms if a.control_of]))
+            plan = store.plan(exp_id)
+            names = [a.name for a in plan.arms]
+            continue
+        store.extend(exp_id, plan, schedule(names, judged.next_rounds, plan.profile.seed,
+                                            start=measured.rounds))
+        added += judged.next_rounds - measured.rounds
+
+
+def _announcer(on_trial: Callable[[Trial, int, int], None] | None, first: int,
+               total: int) -> Callable[[Trial], None]:
+    """on_trial(trial, index, total) with the index counted on from `first`."""
+    index = itertools.count(first)
+    return lambda trial: on_trial(trial, next(index), total) if on_trial else None
+
+
+def run_here(store: Store, exp_id: int, plan: Plan, lab: Lab, pending: list[Trial],
+             announce: Callable[[Trial], None]) -> tuple[int, int]:
+    """The pending trials on this machine, one after another."""
+    done = failed = 0
+    for trial in pending:
+        announce(trial)
+        outcome = run_one(store, trial, plan, lab)
+        done += outcome is True
+        failed += outcome is False
+    return done, failed
+
+
+def run_one(store: Store, trial: Trial, plan: Plan, lab: Lab) -> bool | None:
+    """Take one planned trial, run it with its arm's target and commit it:
+    True when done, False when failed, None when it was not planned or its
+    claim was lost (a fleet message delivered twice, a worker thought lost):
+    nothing is then counted.  Ctrl-C puts it back into the plan."""
+    arm = plan.arm(trial.arm)
+    claim = store.start_trial(trial.id)
+    if claim is None:
+        return None
+    try:
+        result = lab.target(arm).run_trial(arm, plan)
+    except Interrupted:
+        store.replan_trial(trial.id)
+        raise
+    except MmlabError as exc:
+        ended = store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None), claim)
+        return False if ended else None
+    return True if store.finish_trial(trial.id, result.samples, result.environment,
+                                      claim) else None
+
+
+def _controls(store: Store, exp_id: int, plan: Plan, lab: Lab,
+              judged: verdicts.Judgement, rounds: int) -> list:
+    """Add the matched-state controls `judged` calls for, with as many rounds
+    as the arms they control, interleaved among themselves; returns them.
+    Controls a target refuses (a host change not consented to) are skipped
+    with a word, never silently."""
+    extra = controls.derive(plan, judged.findings)
+    if not extra:
+        return []
+    grown = plan.model_copy(update={"arms": plan.arms + extra})
+    try:
+        check(grown, lab)
+    except MmlabError as exc:
+        lab.say(f"matched-state controls not run: {exc}")
+        return []
+    lab.say("matched-state controls: " + ", ".join(a.name for a in extra))
+    order = schedule([a.name for a in extra], rounds, plan.profile.seed + len(plan.arms))
+    store.add_arms(exp_id, plan, extra, order)
+    return extra
+
+
+def attribute(store: Store, exp_id: int, plan: Plan, lab: Lab,
+              say: Callable[[str], None] = print) -> int:
+    """Attribution trials, after the timing trials, each arm's by its own
+    target; returns how many arms got attribution."""
+    stored = 0
+    for arm in plan.arms:
+        say(f"attribution: {arm.name}")
+        try:
+            found = lab.target(arm).attribute(arm, plan)
+        except MmlabError as exc:
+            say(f"attribution: {arm.name} failed: {exc}")
+            continue
+        for kind, data in found.items():
+            store.save_attribution(exp_id, arm.name, kind, data)
+        stored += 1
+    return stored

@@ -1,0 +1,186 @@
+"""The workload registry: names, parameters, metrics and the mm paths they drive.
+
+The C side is the single source of truth: `mmwork describe` prints the table
+each workload declares, and this module turns it into typed records, checks
+parameters against it and turns them into mmwork arguments.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from mmlab.errors import MmlabError
+from mmlab.machine import proc
+from mmlab.workloads.build import mmwork_path
+from mmlab.workloads.samples import Sample
+
+# Parameters the harness owns; runners set them, profiles do not.
+HARNESS_PARAMS = ("samples", "warmups", "check")
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    type: str          # int, size_kb, bytes, float, choice, flag, path
+    default: str
+    help: str
+    min: float | None = None
+    max: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    unit: str
+    direction: str     # "higher" or "lower" is better
+    help: str
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.direction == "higher"
+
+
+@dataclass(frozen=True)
+class Window:
+    """A timed window whose instructions can be counted (insns.py): its
+    instruction metrics, per unit of work, as mmwork names them."""
+    name: str
+    unit: str          # what one window works on: page, op
+    help: str
+    kernel_metric: str
+    user_metric: str
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    seed: str
+    summary: str
+    params: tuple[Param, ...]
+    metrics: tuple[Metric, ...]
+    mm_paths: tuple[str, ...]
+    vmstat: tuple[str, ...]
+    tracepoints: tuple[str, ...]
+    host_settings: tuple[str, ...]
+    kind: str = "mmwork"   # or "exec" (execwork.ExecWorkload): how a stored Plan reads back
+    windows: tuple[Window, ...] = ()
+
+    def window_metrics(self) -> set[str]:
+        """The instruction metrics of its windows."""
+        return {m for w in self.windows for m in (w.kernel_metric, w.user_metric)}
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        known = ", ".join(p.name for p in self.params if p.name not in HARNESS_PARAMS)
+        raise MmlabError(f"{self.name}: unknown parameter '{name}' (known: {known})")
+
+    def metric(self, name: str) -> Metric:
+        for m in self.metrics:
+            if m.name == name:
+                return m
+        known = ", ".join(m.name for m in self.metrics)
+        raise MmlabError(f"{self.name}: unknown metric '{name}' (known: {known})")
+
+    def args(self, params: dict[str, object]) -> list[str]:
+        """mmwork arguments for `params`, each name checked against the table."""
+        out: list[str] = []
+        for name, value in params.items():
+            p = self.param(name)
+            if p.type == "flag":
+                if not isinstance(value, bool):
+                    raise MmlabError(f"{self.name}: parameter '{name}' is a flag: "
+                                     f"true or false, not {value!r}")
+                if value:
+                    out.append(f"--{name}")
+                continue
+            out += [f"--{name}", str(value)]
+        return out
+
+
+    def parse_cli(self, argv: list[str]) -> dict[str, object]:
+        """`--vmas 4000 --thp=hugepage --sequential` -> {"vmas": "4000", ...}."""
+        params: dict[str, object] = {}
+        i = 0
+        while i < len(argv):
+            arg = argv[i]
+            if not arg.startswith("--"):
+                raise MmlabError(f"{self.name}: unexpected argument '{arg}'")
+            name, eq, value = arg[2:].partition("=")
+            p = self.param(name)
+            if name in HARNESS_PARAMS:
+                raise MmlabError(f"--{name} is set by mmlab (use --reps)")
+            if p.type == "flag":
+                params[name] = True
+            elif eq:
+                params[name] = value
+            elif i + 1 < len(argv):
+                i += 1
+                params[name] = argv[i]
+            else:
+                raise MmlabError(f"{self.name}: --{name} needs a value")
+            i += 1
+        return params
+
+    def measured(self, sample: Sample) -> Sample:
+        """The sample with the metrics the workload printed; mmwork's own
+        workloads print them in the sample already (an exec workload parses
+        its command's output here)."""
+        return sample
+
+    def programs(self, params: dict[str, object]) -> list[Path]:
+        """Files it needs where it runs besides mmwork (a guest packs them)."""
+        return []
+
+    def check(self, params: dict[str, object]) -> None:
+        """Validate values with mmwork's own rules (ranges, memory size, paths)."""
+        checked = proc.run([mmwork_path(), self.name, *self.args(params), "--check"],
+                           check=False)
+        if checked.returncode:
+            raise MmlabError(proc.last_words(checked, 1).removeprefix("mmwork: "))
+
+
+def _load(raw: list[dict]) -> dict[str, Workload]:
+    table = {}
+    for w in raw:
+        if w.get("takes_command"):
+            continue   # exec: a command's workload, made from a profile (execwork.py)
+        table[w["name"]] = Workload(
+            name=w["name"], seed=w["seed"], summary=w["summary"],
+            params=tuple(Param(**{**p, "choices": tuple(p.get("choices", ()))})
+                         for p in w["params"]),
+            metrics=tuple(Metric(**m) for m in w["metrics"]),
+            mm_paths=tuple(w["mm_paths"]), vmstat=tuple(w["vmstat"]),
+            tracepoints=tuple(w["tracepoints"]),
+            host_settings=tuple(w["host_settings"]),
+            windows=tuple(Window(**x) for x in w.get("windows", [])))
+    return table
+
+
+@cache
+def _described() -> list[dict]:
+    return json.loads(proc.run([mmwork_path(), "describe"], what="mmwork describe").stdout)
+
+
+def registry() -> dict[str, Workload]:
+    """Every mm workload mmwork knows, by name (not exec, which runs a
+    command and is made from a profile: execwork.py)."""
+    return _load(_described())
+
+
+def exec_table() -> dict:
+    """mmwork exec's own table as `describe` prints it: its options and the
+    vmstat counters it reports around a command."""
+    return next(w for w in _described() if w.get("takes_command"))
+
+
+def get(name: str) -> Workload:
+    table = registry()
+    if name not in table:
+        raise MmlabError(f"unknown workload '{name}' (known: {', '.join(table)})")
+    return table[name]

@@ -1,0 +1,448 @@
+"""Any command as a workload: `workload = "exec"` profiles, `source = "repro.c"`
+and `mmlab run exec -- CMD ARGS...`.
+
+The command runs as the child of `mmwork exec` (workloads/exec.c), on the
+host and in guests alike, so it takes the path every built-in workload takes:
+the Plan carries an ExecWorkload, a target runs mmwork with the arm's
+settings, and mmwork measures around the command from outside (rusage of the
+process tree, vmstat deltas, THP/swap/KSM state, smaps at its exit when
+asked), never while it runs.  Each sample comes back with what the command
+printed; `measured` turns that into metrics:
+
+- `stress-ng-yaml`: stress-ng's `-Y FILE` (write `-Y {out}`), whose metrics
+  are declared here with stress-ng's own statistic (total ops over the run);
+- `key=value`: `name=number` tokens, as single-file reproducers print them;
+- `json`: one JSON object per line, nested keys joined by dots.
+
+A key printed twice counts with its last value; keys nobody declared may
+hold any text.  Output that does not parse, lacks a declared key or holds
+no number there fails that trial with one line saying why.
+
+Axis values and parameters are substituted into the command's arguments as
+`{name}`; `{name?TEXT}` is TEXT when the (boolean) value is true, and the
+argument is dropped when it is false or not set.  `{out}` is a fresh file mmwork
+creates (and reads back as the output); `{source}` the compiled reproducer.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shlex
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+
+from mmlab.errors import MmlabError
+from mmlab.machine import proc
+from mmlab.names import axis_text
+from mmlab.workloads import Metric, Param, Workload, csource, exec_table
+from mmlab.workloads.samples import UNIT_TOKEN, Sample
+
+METRICS_FROM = ("stress-ng-yaml", "key=value", "json")
+MetricsFrom = Literal["stress-ng-yaml", "key=value", "json"]
+Direction = Literal["higher", "lower"]
+RESERVED = ("out", "source")        # placeholders mmwork and mmlab fill themselves
+PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)(?:\?([^{}]*))?\}")
+UNITS = {"ns": "ns", "us": "us", "ms": "ms", "s": "s", "per_s": "per s", "pages": "pages",
+         "bytes": "bytes", "kb": "KiB"}
+# Figures that say how much work was done: kept as counts (CPU time per op).
+COUNT_KEYS = {"ops": "ops", "bogo-ops": "ops", "pages": "pages", "rounds": "rounds"}
+
+
+class ExecMetric(BaseModel):
+    """A metric the command prints, as a profile declares it."""
+    model_config = ConfigDict(extra="forbid")
+    key: str | None = None          # where the output has it; default: the metric's name
+    direction: Direction
+    unit: str | None = None         # default: the unit token of the name
+    help: str = ""
+
+
+# Seed 000's figures, in stress-ng's words and with its statistic.
+STRESS_NG = {
+    "ops_per_s_real": ExecMetric(key="bogo-ops-per-second-real-time", direction="higher",
+                                 unit="ops/s", help="stress-ng bogo ops per second of wall "
+                                 "time (total ops over the run, as stress-ng reports)"),
+    "ops_per_s_cpu": ExecMetric(key="bogo-ops-per-second-usr-sys-time", direction="higher",
+                                unit="ops/s", help="stress-ng bogo ops per usr+sys second "
+                                "(total ops over total CPU time, as stress-ng reports)"),
+    "wall_s": ExecMetric(key="wall-clock-time", direction="lower", unit="s",
+                         help="stress-ng's wall clock time of the run"),
+    "usr_s": ExecMetric(key="user-time", direction="lower", unit="s",
+                        help="stress-ng's user time of all instances (whole run)"),
+    "sys_s": ExecMetric(key="system-time", direction="lower", unit="s",
+                        help="stress-ng's system time of all instances (whole run)"),
+    "max_rss_kb": ExecMetric(key="max-rss", direction="lower", unit="KiB",
+                             help="stress-ng's largest instance RSS"),
+}
+
+# What mmwork measures around every command, from outside.
+OUTSIDE = {
+    "outside_wall_s": ("s", "wall time of the command from fork to exit (mmwork, outside)"),
+    "outside_usr_s": ("s", "user time of the command's process tree (rusage, outside)"),
+    "outside_sys_s": ("s", "system time of the command's process tree (rusage, outside)"),
+    "outside_cpu_s": ("s", "usr+sys time of the command's process tree (rusage, outside)"),
+    "outside_max_rss_kb": ("KiB", "largest RSS in the command's process tree (rusage)"),
+}
+
+
+def _outside(sample: Sample) -> dict[str, float | None]:
+    usr, sys_ = sample.rusage["user_s"], sample.rusage["sys_s"]
+    return {"outside_wall_s": sample.counts.get("command_wall_s"), "outside_usr_s": usr,
+            "outside_sys_s": sys_, "outside_cpu_s": usr + sys_,
+            "outside_max_rss_kb": sample.counts.get("command_max_rss_kb")}
+
+
+# ---------------------------------------------------------------- output formats
+
+def _number(text: object, where: str) -> float | None:
+    """A figure; NaN and infinities are a missing value, not a number."""
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        raise MmlabError(f"{where}: {text!r} is not a number")
+    try:
+        value = float(text)
+    except ValueError:
+        raise MmlabError(f"{where}: {text!r} is not a number") from None
+    return value if math.isfinite(value) else None
+
+
+# A parser gives every scalar the output holds: key -> (value as printed, where).
+Raw = dict[str, tuple[object, str]]
+
+
+def _stress_ng_yaml(text: str) -> Raw:
+    """stress-ng -Y: `metrics` is a list of one mapping per stressor.  Every
+    field is `STRESSOR.FIELD`, and plain `FIELD` when there is one stressor."""
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0]
+        raise MmlabError(f"stress-ng YAML does not parse: {first}") from None
+    rows = doc.get("metrics") if isinstance(doc, dict) else None
+    if not isinstance(rows, list) or not rows:
+        raise MmlabError("stress-ng YAML has no 'metrics' list (run it with -Y {out} and "
+                         "--metrics or --metrics-brief)")
+    found: Raw = {}
+    for row in rows:
+        if not isinstance(row, dict) or "stressor" not in row:
+            raise MmlabError(f"stress-ng YAML: a metrics entry without 'stressor': {row!r:.60}")
+        for field, value in row.items():
+            where = f"stress-ng YAML {row['stressor']}.{field}"
+            found[f"{row['stressor']}.{field}"] = (value, where)
+            if len(rows) == 1:
+                found[field] = (value, where)
+    return found
+
+
+def _key_value(text: str) -> Raw:
+    """Every `key=value` token, wherever it stands on a line."""
+    found: Raw = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        for token in line.split():
+            key, eq, value = token.partition("=")
+            if eq and re.fullmatch(r"[A-Za-z_][\w.-]*", key):
+                found[key] = (value, f"key=value line {no}: {key}")
+    return found
+
+
+def _flatten(obj: object, prefix: str, out: Raw, where: str) -> None:
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}{k}.", out, where)
+    elif not isinstance(obj, list):
+        out[prefix[:-1]] = (obj, f"{where}: {prefix[:-1]}")
+
+
+def _json_lines(text: str) -> Raw:
+    """One JSON object per non-empty line; nested keys joined by dots."""
+    found: Raw = {}
+    for no, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            raise MmlabError(f"json line {no} is not JSON: {line.strip()[:60]!r}") from None
+        if not isinstance(obj, dict):
+            raise MmlabError(f"json line {no} is not a JSON object: {line.strip()[:60]!r}")
+        _flatten(obj, "", found, f"json line {no}")
+    return found
+
+
+PARSERS = {"stress-ng-yaml": _stress_ng_yaml, "key=value": _key_value, "json": _json_lines}
+
+
+def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
+            ) -> dict[str, float | None]:
+    """The figures a command's output holds, by key: every numeric one, and
+    each `wanted` key, which must be a number.  MmlabError (one line) when
+    the output is malformed or a wanted value is not a number."""
+    if not text.strip():
+        raise MmlabError(f"the command printed no {metrics_from} output")
+    found: dict[str, float | None] = {}
+    for key, (value, where) in PARSERS[metrics_from](text).items():
+        if key in wanted:
+            found[key] = _number(value, where)
+        else:
+            try:
+                found[key] = _number(value, where)
+            except MmlabError:
+                continue        # text the command prints beside its figures
+    return found
+
+
+def stress_ng_figures(text: str, names: tuple[str, ...]) -> dict[str, float]:
+    """mmlab's `names` (keys of STRESS_NG) read from stress-ng's YAML output."""
+    found = figures("stress-ng-yaml", text)
+    return {name: found[STRESS_NG[name].key] for name in names}
+
+
+def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float]:
+    """stress-ng run as it is, not as a workload (the peer the benchmarks set
+    mmlab beside), its figures read back from its own YAML (-Y)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp, "stress-ng.yaml")
+        proc.run([*argv, "-Y", str(out)], what=" ".join(argv[:3]))
+        return stress_ng_figures(out.read_text(), names)
+
+
+# ---------------------------------------------------------------- the command line
+
+def substitute(arg: str, values: dict[str, object]) -> str | None:
+    """One argument with its placeholders filled; None when it is to be
+    dropped (it held only placeholders and they came out empty)."""
+    def fill(m: re.Match) -> str:
+        name, text = m.group(1), m.group(2)
+        if name == "out":
+            return m.group(0)               # mmwork's to fill, where the command runs
+        if text is not None and name not in values:
+            return ""                       # an optional flag, not set
+        if name not in values:
+            raise MmlabError(f"command argument {arg!r}: no value for {{{name}}} " +
+                             ("(only with source = FILE)" if name == "source" else
+                              "(set it in [params] or make it an axis)"))
+        value = values[name]
+        if text is None:
+            return axis_text(value)
+        if not isinstance(value, bool):
+            raise MmlabError(f"command argument {arg!r}: {{{name}?...}} takes true or false, "
+                             f"not {value!r}")
+        return text if value else ""
+    out = PLACEHOLDER.sub(fill, arg)
+    return None if not out and PLACEHOLDER.search(arg) else out
+
+
+def placeholders(command: tuple[str, ...]) -> list[str]:
+    """The parameter names a command takes, in order of appearance."""
+    names = [m.group(1) for arg in command for m in PLACEHOLDER.finditer(arg)]
+    return [n for n in dict.fromkeys(names) if n not in RESERVED]
+
+
+def shared_libraries(program: Path) -> list[Path]:
+    """The ELF interpreter and shared libraries `program` loads (ldd), or
+    nothing for a static binary."""
+    found = proc.run(["ldd", program], what=f"ldd {program}", check=False)
+    if found.returncode or "statically linked" in found.stdout:
+        return []
+    libs = []
+    for line in found.stdout.splitlines():
+        m = re.search(r"(?:=>\s*)?(/\S+)\s+\(0x", line)
+        if m:
+            libs.append(Path(m.group(1)))
+        elif "not found" in line:
+            raise MmlabError(f"{program}: needs {line.split()[0]}, which is not installed")
+    return libs
+
+
+@dataclass(frozen=True)
+class ExecWorkload(Workload):
+    """A command as a workload, made from a profile or the command line and
+    stored whole in the Plan (the C source included), so that a stored
+    experiment reads back and resumes without the profile or the file."""
+    kind: str = "exec"
+    command: tuple[str, ...] = ()          # placeholders as written
+    metrics_from: str | None = None
+    keys: tuple[tuple[str, str], ...] = ()  # (metric, key in the output)
+    smaps: bool = False
+    timeout_s: float = 600.0
+    source_name: str | None = None         # the C file as the profile named it
+    source_text: str | None = None
+
+    def binary(self) -> Path:
+        """The compiled reproducer (compiled on first use, cached by hash)."""
+        if self.source_text is None:
+            raise MmlabError("{source}: this exec workload has no source")
+        return csource.binary(self.source_text, self.source_name or "repro.c")
+
+    def argv(self, params: dict[str, object], program: str | None = None) -> list[str]:
+        """The command with `params` substituted ({out} is left to mmwork);
+        {source} is the compiled reproducer, or `program` (a bundle names
+        the file there instead of compiling it)."""
+        values = dict(params)
+        if self.source_text is not None:
+            values["source"] = program or str(self.binary())
+        return [a for a in (substitute(arg, values) for arg in self.command) if a is not None]
+
+    def args(self, params: dict[str, object]) -> list[str]:
+        """mmwork exec's arguments; the program by its path on this machine,
+        where a guest finds it too (its files are packed at the same paths)."""
+        return ["--timeout-s", f"{self.timeout_s:g}", *(["--smaps"] if self.smaps else []),
+                "--", str(self.program(params)), *self.argv(params)[1:]]
+
+    def program(self, params: dict[str, object]) -> Path:
+        """The command's program as a path on this machine."""
+        name = self.argv(params)[0]
+        found = shutil.which(name)
+        if not found:
+            raise MmlabError(f"{name}: not found on this machine (the command's program)")
+        return Path(found).absolute()
+
+    def programs(self, params: dict[str, object]) -> list[Path]:
+        """The program and the libraries it loads: what a guest needs packed."""
+        program = self.program(params)
+        return [program, *shared_libraries(program)]
+
+    def check(self, params: dict[str, object]) -> None:
+        """Every placeholder has a value, every value a placeholder, and the
+        program exists (a reproducer compiles)."""
+        names = placeholders(self.command)
+        for name in params:
+            if name in RESERVED:
+                raise MmlabError(f"parameter '{name}': {{{name}}} is mmlab's own placeholder")
+            if name not in names:
+                raise MmlabError(f"parameter '{name}' is not used by the command (its "
+                                 f"placeholders: {', '.join('{%s}' % n for n in names) or 'none'})")
+        if not self.argv(params):
+            raise MmlabError("the command is empty")
+        self.program(params)
+
+    def parse_cli(self, argv: list[str]) -> dict[str, object]:
+        raise MmlabError("exec takes its command after '--', not parameters")
+
+    def measured(self, sample: Sample) -> Sample:
+        """The sample with the command's figures as metrics, beside what mmwork
+        measured outside it; MmlabError (the trial fails) if the output is
+        malformed or lacks a declared key."""
+        metrics: dict[str, float | None] = _outside(sample)
+        counts = dict(sample.counts)
+        if self.metrics_from:
+            where = f"exec sample {sample.sample}"
+            try:
+                found = figures(self.metrics_from, sample.output or "",
+                                tuple(key for _, key in self.keys))
+            except MmlabError as exc:
+                raise MmlabError(f"{where}: {exc}") from None
+            for name, key in self.keys:
+                if key not in found:
+                    have = ", ".join(list(found)[:6]) or "nothing"
+                    raise MmlabError(f"{where}: the {self.metrics_from} output has no "
+                                     f"'{key}' (metric {name}); it has {have}")
+                metrics[name] = found[key]
+            counts.update({COUNT_KEYS[k]: v for k, v in found.items()
+                           if k in COUNT_KEYS and v is not None})
+        return sample.model_copy(update={"metrics": {**sample.metrics, **metrics},
+                                         "counts": counts})
+
+
+AnyWorkload = Annotated[Union[Annotated[Workload, Tag("mmwork")],
+                              Annotated[ExecWorkload, Tag("exec")]],
+                        Discriminator(lambda v: (v.get("kind") if isinstance(v, dict)
+                                                 else getattr(v, "kind", None)) or "mmwork")]
+
+
+# ---------------------------------------------------------------- building one
+
+class ProfileKeyError(MmlabError):
+    """A problem with one profile key, which `key` names (for its line)."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(message)
+        self.key = key
+
+
+def _unit(name: str) -> str:
+    m = UNIT_TOKEN.search(name)
+    return UNITS[m.group(2)] if m else ""
+
+
+def _metrics(metrics_from: str | None, declared: dict[str, ExecMetric | str]
+             ) -> tuple[tuple[Metric, ...], tuple[tuple[str, str], ...]]:
+    """The workload's metrics: what mmwork measures outside, stress-ng's own
+    when it is the source, and the declared ones (which win)."""
+    specs: dict[str, ExecMetric] = dict(STRESS_NG) if metrics_from == "stress-ng-yaml" else {}
+    for name, spec in declared.items():
+        if not UNIT_TOKEN.search(name):
+            raise ProfileKeyError(f"exec_metrics.{name}", "a metric's name carries its unit "
+                            "(_ns, _us, _ms, _s, _per_s, _pages, _bytes, _kb), e.g. "
+                            "advise_ns_per_page")
+        if name in OUTSIDE:
+            raise ProfileKeyError(f"exec_metrics.{name}", "is measured by mmlab outside the command")
+        specs[name] = spec if isinstance(spec, ExecMetric) else ExecMetric(direction=spec)
+    if specs and not metrics_from:
+        raise ProfileKeyError("metrics_from", "declared metrics need metrics_from = "
+                        f"{' | '.join(METRICS_FROM)}")
+    metrics = [Metric(n, unit, "lower", help_) for n, (unit, help_) in OUTSIDE.items()]
+    metrics += [Metric(n, s.unit or _unit(n), s.direction,
+                       s.help or f"'{s.key or n}' as the command prints it ({metrics_from})")
+                for n, s in specs.items()]
+    return tuple(metrics), tuple((n, s.key or n) for n, s in specs.items())
+
+
+def build(command: list[str] | str, *, source: str | None = None, base: Path = Path("."),
+          metrics_from: str | None = None, declared: dict[str, ExecMetric | str] | None = None,
+          smaps: bool = False, timeout_s: float = 600.0) -> ExecWorkload:
+    """An ExecWorkload from a profile's keys (or the command line's); a
+    source path is read relative to `base` (the profile's directory) and
+    kept whole, and compiled here so that a bad one fails before any trial."""
+    cmd = tuple(shlex.split(command) if isinstance(command, str) else command)
+    text = None
+    if source is not None:
+        path = base / source
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ProfileKeyError("source", f"{path}: {exc.strerror}") from exc
+        cmd = cmd or ("{source}",)
+        if not any("{source}" in a for a in cmd):
+            raise ProfileKeyError("command", "with source, the command names the compiled program "
+                            "as {source}")
+    if not cmd:
+        raise ProfileKeyError("command", 'an exec workload needs command = ["program", "arg", ...] '
+                        'or source = "repro.c"')
+    if metrics_from is not None and metrics_from not in METRICS_FROM:
+        raise ProfileKeyError("metrics_from", f"{metrics_from!r} is not one of "
+                              f"{', '.join(METRICS_FROM)}")
+    metrics, keys = _metrics(metrics_from, declared or {})
+    names = placeholders(cmd)
+    summary = " ".join(cmd)
+    if text is not None:
+        summary = summary.replace("{source}", f"{source} (sha256 {csource.sha256(text)[:16]})")
+    table = exec_table()
+    wl = ExecWorkload(
+        name="exec", seed="", summary=summary,
+        params=tuple(Param(n, "text", "", "substituted into the command") for n in names),
+        metrics=metrics, mm_paths=(), vmstat=tuple(table["vmstat"]), tracepoints=(),
+        host_settings=(), command=cmd, metrics_from=metrics_from, keys=keys, smaps=smaps,
+        timeout_s=timeout_s, source_name=source, source_text=text)
+    if text is not None:
+        try:
+            wl.binary()
+        except MmlabError as exc:
+            raise ProfileKeyError("source", str(exc)) from exc
+    return wl
+
+
+def parse_metric_option(text: str) -> tuple[str, ExecMetric]:
+    """--metric NAME[=KEY]:higher|lower -> (name, declaration)."""
+    spec, _, direction = text.rpartition(":")
+    name, _, key = spec.partition("=")
+    if direction not in ("higher", "lower") or not name:
+        raise MmlabError(f"--metric {text!r}: expected NAME[=KEY]:higher or NAME[=KEY]:lower")
+    return name, ExecMetric(key=key or None, direction=direction)

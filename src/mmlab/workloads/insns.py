@@ -1,0 +1,140 @@
+"""Kernel and user instructions per unit of work, beside the times.
+
+A TCG guest's times are emulated and noisy (robust CVs of 26-33 % at one
+vCPU); the instructions a kernel path executes are not.  Each timed window a
+workload declares (mmwork's `windows`: "advise", per "page") gets
+`<window>_kernel_insns_per_<unit>` and `<window>_user_insns_per_<unit>`, the
+mean window's instructions per unit, from one of two sources:
+
+- perf: mmwork reads an instructions counter group (exclude_user /
+  exclude_kernel) around each window, on a host with a PMU (or in a KVM
+  guest with a vPMU);
+- the TCG plugin (qemu_plugin.py): mmwork marks each window with a marker
+  NOP and the plugin counts the guest's instructions between the markers.
+
+Counts come from a separate, labelled pass: a second mmwork run on the host,
+a second boot with the plugin loaded in a guest, whose instruction metrics
+join the timing pass's samples by sample index (state `insns_source` says
+from where).  The timing pass is then exactly what it was without counting:
+the plugin slows TCG (pageout-refault's first touch by 11 % and its
+MADV_PAGEOUT by 6 % with inline counts, by 44 % and 15 % with the per-vCPU
+callbacks several vCPUs need; README).  A profile asks for counts by naming
+an instruction metric; where no source exists, the metrics are absent,
+never zero, and `insns_source` says why.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import platform
+import struct
+from collections.abc import Callable
+
+from mmlab.errors import MmlabError
+from mmlab.workloads import Workload
+from mmlab.workloads.samples import Sample
+
+UNIT = "insns"
+SOURCE_KEY = "insns_source"
+
+
+class Unavailable(MmlabError):
+    """No instruction source here; the trial runs on without counts."""
+
+
+def wanted(workload: Workload, metrics: list[str]) -> bool:
+    """Does a profile measuring `metrics` ask for instruction counts?"""
+    return any(workload.metric(m).unit == UNIT for m in metrics)
+
+
+def counting_params(params: dict[str, object]) -> dict[str, object]:
+    """The arm's parameters for the counting pass (mmwork --insns)."""
+    return {**params, "insns": True}
+
+
+def units_count(window: str) -> str:
+    """The count mmwork gives each sample: the units one window works on."""
+    return f"{window}_units"
+
+
+def add_counts(timed: list[Sample], workload: Workload,
+               counting_pass: Callable[[], list[Sample]]) -> None:
+    """Run the counting pass and join its instruction metrics into `timed`,
+    or label `timed` with why there are none."""
+    try:
+        counted = counting_pass()
+    except Unavailable as exc:
+        for s in timed:
+            s.state[SOURCE_KEY] = f"none ({exc})"
+        return
+    join(timed, counted, workload)
+
+
+def join(timed: list[Sample], counted: list[Sample], workload: Workload) -> None:
+    """Each counting-pass sample's instruction metrics and window counts into
+    the timing sample of the same index, labelled as a separate pass."""
+    keys = {k for w in workload.windows for k in (f"{w.name}_windows", units_count(w.name))}
+    for s, c in zip(timed, counted, strict=True):
+        s.metrics.update({k: v for k, v in c.metrics.items()
+                          if k in workload.window_metrics()})
+        s.counts.update({k: v for k, v in c.counts.items()
+                         if k in keys or k == "insns_windows_unmatched"})
+        s.state[SOURCE_KEY] = f"{c.state.get(SOURCE_KEY, 'none')}, separate counting pass"
+
+
+def plugin_records(output: str, kind: str) -> list[dict]:
+    """The plugin's JSON lines of one kind ("sample", "blocks", ...), in order."""
+    return [r for r in map(json.loads, filter(None, output.splitlines())) if r["kind"] == kind]
+
+
+def sample_records(output: str, counted: list[Sample]) -> list[dict]:
+    """The plugin's per-sample records, one per sample mmwork printed."""
+    records = plugin_records(output, "sample")
+    if len(records) != len(counted):
+        raise Unavailable(f"the QEMU plugin closed {len(records)} samples, mmwork printed "
+                          f"{len(counted)}")
+    return records
+
+
+def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
+    """The plugin's per-sample records (one JSON line after each sample, in
+    order) as the counted samples' instruction metrics."""
+    records = sample_records(output, counted)
+    for s, r in zip(counted, records):
+        for w, (n, kernel, user) in zip(workload.windows, r["windows"]):
+            units = s.counts.get(units_count(w.name))
+            if n and units:
+                s.metrics[w.kernel_metric] = kernel / n / units
+                s.metrics[w.user_metric] = user / n / units
+        s.counts["insns_windows_unmatched"] = float(r["unmatched"])
+        s.state[SOURCE_KEY] = "qemu tcg plugin"
+
+
+# ---------------------------------------------------------------- perf here
+
+PERF_EVENT_OPEN = {"x86_64": 298, "aarch64": 241}
+PERF_TYPE_HARDWARE, PERF_COUNT_HW_INSTRUCTIONS = 0, 1
+DISABLED, EXCLUDE_USER, EXCLUDE_HV = 1 << 0, 1 << 4, 1 << 6
+PERF_FLAG_FD_CLOEXEC = 1 << 3
+
+
+def perf_status() -> tuple[bool, str]:
+    """(can this process count kernel instructions, in words), by opening
+    the counter mmwork opens: perf_event_open of PERF_COUNT_HW_INSTRUCTIONS
+    excluding user.  A host without a PMU (perf offers cpu-clock only)
+    fails here."""
+    nr = PERF_EVENT_OPEN.get(platform.machine())
+    if nr is None:
+        return False, f"perf_event_open not known on {platform.machine()}"
+    attr = ctypes.create_string_buffer(struct.pack(
+        "=IIQQQQQIIQ", PERF_TYPE_HARDWARE, 64, PERF_COUNT_HW_INSTRUCTIONS, 0, 0, 0,
+        DISABLED | EXCLUDE_USER | EXCLUDE_HV, 0, 0, 0), 64)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.syscall(nr, attr, 0, -1, -1, PERF_FLAG_FD_CLOEXEC)
+    if fd < 0:
+        err = ctypes.get_errno()
+        return False, f"no hardware instruction counter (perf_event_open: {os.strerror(err)})"
+    os.close(fd)
+    return True, "perf instruction counters (kernel and user)"

@@ -1,0 +1,101 @@
+"""The mmwork command line, and running it as a child of this process.
+
+Every target starts mmwork with the arguments `argv` builds (the host as a
+child here, a guest from its /trial.sh).  On the host its stdout is read
+line by line so that each sample reaches the caller as soon as it is
+printed.  The global settings the workload itself touches (KSM for
+ksm-rmap) are journaled first, so that a SIGKILLed mmwork cannot leave them
+changed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from mmlab.errors import MmlabError
+from mmlab.machine import knobs
+from mmlab.workloads import Workload
+from mmlab.workloads.build import mmwork_path
+from mmlab.workloads.samples import Sample, parse_line
+
+
+class TrialFailed(MmlabError):
+    """mmwork exited non-zero or was killed; carries its stderr tail."""
+
+
+@contextmanager
+def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iterator[None]:
+    files = [path for path in workload.host_settings if path.startswith("/") and " " not in path]
+    with journal.session():
+        for path in files:
+            journal.record_file(path)
+        yield
+
+
+def parse_cpus(text: str) -> set[int]:
+    """'0-1,3' -> {0, 1, 3}; a bare count '2' -> the first two usable CPUs.
+    Checked against the CPUs this process may use."""
+    online = os.sched_getaffinity(0)
+    if text.isdigit():
+        if int(text) > len(online):
+            raise MmlabError(f"cpus = {text}: only {len(online)} CPUs are available")
+        return set(sorted(online)[:int(text)])
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    if not cpus <= online:
+        raise MmlabError(f"cpus = {text!r}: CPU {min(cpus - online)} is not available "
+                         f"(have {sorted(online)})")
+    return cpus
+
+
+def argv(workload: Workload, params: dict[str, object], samples: int,
+         warmups: int | None = None, binary: str | None = None) -> list[str]:
+    """mmwork's arguments for one trial; `binary` is its path where it runs.
+    The workload's own come last: an exec workload's end with its command."""
+    out = [binary or str(mmwork_path()), workload.name, "--samples", str(samples)]
+    out += ["--warmups", str(warmups)] if warmups is not None else []
+    return out + workload.args(params)
+
+
+def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
+        journal: knobs.Journal | None = None, cpus: str | None = None,
+        on_sample: Callable[[Sample], None] | None = None,
+        prefix: list[str] | None = None) -> list[Sample]:
+    """Run `samples` measured samples in one mmwork process here and return them.
+
+    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `prefix`
+    wraps it (e.g. `perf record ... --`) for attribution runs."""
+    journal = journal or knobs.Journal()
+    command = [*(prefix or []), *argv(workload, params, samples, warmups)]
+    got: list[Sample] = []
+    with _guard_workload_settings(workload, journal):
+        cpuset = parse_cpus(cpus) if cpus else None
+        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
+                                if cpuset else None)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                sample = workload.measured(parse_line(line))
+                got.append(sample)
+                if on_sample:
+                    on_sample(sample)
+            stderr = proc.stderr.read() if proc.stderr else ""
+            rc = proc.wait()
+        except BaseException:
+            # Ctrl-C or an error of ours: let mmwork restore its settings first.
+            proc.send_signal(signal.SIGTERM)
+            proc.wait()
+            raise
+    if rc:
+        tail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
+        raise TrialFailed(tail if rc == 2 else f"{workload.name} failed: {tail}")
+    if len(got) != samples:
+        raise TrialFailed(f"{workload.name}: expected {samples} samples, got {len(got)}")
+    return got
