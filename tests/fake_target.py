@@ -10,7 +10,7 @@ import numpy as np
 
 from mmlab.experiment import Arm, Plan
 from mmlab.machine import probe
-from mmlab.targets import Lab, TrialError, TrialResult
+from mmlab.targets import LocalTarget, TargetPool, TrialError, TrialResult
 from mmlab.workloads import insns
 from mmlab.workloads.samples import Sample
 
@@ -18,7 +18,7 @@ RUSAGE = {"user_s": 0.01, "sys_s": 0.02, "minflt": 10.0, "majflt": 0.0, "nvcsw":
           "nivcsw": 0.0}
 
 
-class FakeTarget:
+class FakeTarget(LocalTarget):
     """`factors[arm]` scales every metric of that arm; `fail` names arms whose
     trials fail; `cv` is the trial-to-trial noise; `model(arm)`, if given,
     returns (factor, extra state) for an arm: a kernel that changes the page
@@ -61,12 +61,6 @@ class FakeTarget:
         return {}
 
 
-class FakeLab(Lab):
-    """A Lab whose every arm runs on one FakeTarget."""
-
-    def __init__(self, fake: FakeTarget):
-        super().__init__()
-        self.fake = fake
-
-    def _make(self, arm: Arm) -> FakeTarget:
-        return self.fake
+def fake_pool(fake: FakeTarget) -> TargetPool:
+    """A pool whose every arm runs on one FakeTarget."""
+    return TargetPool(make=lambda arm: fake)

@@ -10,7 +10,7 @@ from mmlab.run import controls, runner
 from mmlab.store import Store
 from mmlab.targets import qemu
 
-from .fake_target import FakeLab, FakeTarget
+from .fake_target import FakeTarget, fake_pool
 
 # Seed 001's shape: the reporter's unaligned mapping, THP left to the kernel.
 PROFILE = """\
@@ -43,7 +43,7 @@ def _run(tmp_path, with_controls=True):
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     fake = FakeTarget(model=seed001_kernels, cv=0.005)
-    result = runner.run(store, exp_id, plan, FakeLab(fake), with_controls=with_controls)
+    result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=with_controls)
     return store, exp_id, result, fake
 
 

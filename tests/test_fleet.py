@@ -29,7 +29,7 @@ from mmlab.run import runner
 from mmlab.store import Store
 
 from .conftest import MMLAB, mmlab
-from .fake_target import FakeLab, FakeTarget
+from .fake_target import FakeTarget, fake_pool
 
 FAKE = """\
 name = "fleet-fake"
@@ -81,7 +81,7 @@ def run_fake(results: str | Path, fake: FakeTarget) -> tuple[Store, int]:
     plan = experiment.parse(FAKE, "fleet-fake.toml")
     store = Store(results)
     exp_id = store.create_experiment(plan)
-    runner.run(store, exp_id, plan, FakeLab(fake))
+    runner.run(store, exp_id, plan, fake_pool(fake))
     return store, exp_id
 
 
@@ -117,7 +117,7 @@ def test_postgresql_store_holds_what_sqlite_holds_and_resumes(servers, tmp_path)
     again = pg.create_experiment(plan)
     first = pg.trials(again)[0]
     assert pg.start_trial(first.id) is not None
-    runner.run(pg, again, plan, FakeLab(FakeTarget()))
+    runner.run(pg, again, plan, fake_pool(FakeTarget()))
     assert [t.status for t in pg.trials(again)] == ["done"] * 12
     assert sum(len(t.samples) for t in pg.measurements(again).trials) == 12
 
@@ -126,7 +126,7 @@ def test_concurrent_writers_claim_each_trial_once_and_a_lost_claim_counts_nothin
     url = fresh_db(servers, "writers")
     plan = experiment.parse(FAKE.replace("repetitions = 6", "repetitions = 30"), "w.toml")
     exp_id = Store(url).create_experiment(plan)
-    sample = FakeLab(FakeTarget()).target(plan.arms[0]).run_trial(plan.arms[0], plan).samples
+    sample = fake_pool(FakeTarget()).target(plan.arms[0]).run_trial(plan.arms[0], plan).samples
     claimed: list[int] = []
 
     def writer() -> None:

@@ -32,7 +32,7 @@ from mmlab.workloads.build import mmwork_path
 from mmlab.workloads.samples import Sample
 
 from .conftest import mmlab, samples_of
-from .fake_target import RUSAGE, FakeLab, FakeTarget
+from .fake_target import RUSAGE, FakeTarget, fake_pool
 
 needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
                                 reason="QEMU is not installed (make setup installs it)")
@@ -163,7 +163,7 @@ def test_an_instruction_metric_is_judged_like_any_other(tmp_path):
     plan = experiment.parse(PROFILE)
     store = Store(tmp_path / "r")
     exp = store.create_experiment(plan)
-    lab = FakeLab(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
+    lab = fake_pool(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
     runner.run(store, exp, plan, lab, with_controls=False)
     (c,) = verdicts.judge(plan, store.measurements(exp)).comparisons
     assert c.metric == ADVISE and c.verdict == "regression" and c.rounds == 5
@@ -173,7 +173,7 @@ def test_narrow_measures_the_metric_it_narrows_on(tmp_path):
     text = PROFILE.replace(f'metrics = ["{ADVISE}"]', 'metrics = ["advise_ns_per_page"]')
     plan = experiment.parse(text)
     store = Store(tmp_path / "r")
-    lab = FakeLab(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
+    lab = fake_pool(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
     c = narrow.experiment_step(store, plan, "debian:6.12", "debian:6.19", ADVISE, lab)
     assert c.metric == ADVISE and c.verdict == "regression"
     assert ADVISE in store.plan(1).profile.metrics

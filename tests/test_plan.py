@@ -12,7 +12,7 @@ from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.store import Store, status_counts
 
-from .fake_target import FakeLab, FakeTarget
+from .fake_target import FakeTarget, fake_pool
 
 PROFILE = """\
 name = "fake"
@@ -34,7 +34,7 @@ def _run(tmp_path, fake: FakeTarget) -> tuple[Store, int, experiment.Plan]:
     plan = experiment.parse(PROFILE, "fake.toml")
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
-    runner.run(store, exp_id, plan, FakeLab(fake))
+    runner.run(store, exp_id, plan, fake_pool(fake))
     return store, exp_id, plan
 
 

@@ -25,7 +25,7 @@ from mmlab.store import Store
 from mmlab.targets import TrialError
 
 from .conftest import MMLAB, is_root, mmlab, run_profile
-from .fake_target import FakeLab, FakeTarget
+from .fake_target import FakeTarget, fake_pool
 
 THP = Path(knobs.THP_ENABLED)
 
@@ -238,7 +238,7 @@ def adaptive_run(tmp_path, fake: FakeTarget, text: str = ADAPTIVE):
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     looks = []
-    result = runner.run(store, exp_id, plan, FakeLab(fake), on_look=looks.append)
+    result = runner.run(store, exp_id, plan, fake_pool(fake), on_look=looks.append)
     return store, exp_id, plan, result, looks
 
 
@@ -302,13 +302,13 @@ def test_ctrl_c_in_added_rounds_resumes_from_the_store(tmp_path):
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     with pytest.raises(Interrupted):            # in round 14, after the first look added rounds
-        runner.run(store, exp_id, plan, FakeLab(Interrupting(41, cv=0.3)))
+        runner.run(store, exp_id, plan, fake_pool(Interrupting(41, cv=0.3)))
     st = {t.status for t in store.trials(exp_id)}
     assert st == {"done", "planned"} and len(store.trials(exp_id)) == 18 * 3
     assert store.measurements(exp_id).pending == 54 - 40
     judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
     assert judged.next_rounds is None and "planned trials not run yet" in judged.stopped
-    resumed = runner.run(store, exp_id, store.plan(exp_id), FakeLab(FakeTarget(cv=0.3, seed=2)))
+    resumed = runner.run(store, exp_id, store.plan(exp_id), fake_pool(FakeTarget(cv=0.3, seed=2)))
     assert (resumed.skipped, resumed.rounds) == (40, 25)
     trials = store.trials(exp_id)
     assert len(trials) == 75 and {t.status for t in trials} == {"done"}

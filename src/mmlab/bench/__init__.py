@@ -40,7 +40,7 @@ from mmlab.report.fmt import num, pct
 from mmlab.report.terminal import console
 from mmlab.run import runner
 from mmlab.store import Store
-from mmlab.targets import Lab
+from mmlab.targets import TargetPool
 from mmlab.workloads import execwork, mmwork
 
 CASES = [(1, 4096), (2, 8192), (2, 256 * 1024)]   # (workers, stress-ng --mremap-bytes)
@@ -183,13 +183,13 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
         for path in profiles:
             plan = experiment.load(shrunk(Path(path), Path(tmp), **overrides)
                                    if any(v is not None for v in overrides.values()) else path)
-            lab = Lab(False, say=out.print)
-            runner.check(plan, lab)
+            pool = TargetPool(False, say=out.print)
+            pool.check(plan)
             exp_id = store.create_experiment(plan)
             out.print(f"{plan.profile.name}: experiment {exp_id} in {store.dir}, "
                       f"{plan.profile.repetitions}..{plan.profile.rounds_at_most} rounds, "
                       f"noisy neighbour on/off every {period_s:g} s")
-            result = runner.run(store, exp_id, plan, lab)
+            result = runner.run(store, exp_id, plan, pool)
             judged = verdicts.judge(plan, store.measurements(exp_id))
             done.append(RealResult(plan.profile.name, plan, exp_id, result, judged))
     return done

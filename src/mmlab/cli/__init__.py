@@ -24,7 +24,7 @@ from mmlab.machine.knobs import HostSettings
 from mmlab.report import terminal
 from mmlab.run import runner
 from mmlab.store import Store, status_counts
-from mmlab.targets import Lab, qemu
+from mmlab.targets import TargetPool, qemu
 from mmlab.workloads import execwork, mmwork
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode="markdown",
@@ -219,7 +219,7 @@ ATTRIBUTE = typer.Option(False, "--attribute",
                          help="after the timing trials, attribution trials (perf, lock tracing)")
 
 
-def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, lab: Lab,
+def _run_plan(store: Store, exp_id: int, plan: experiment.Plan, lab: TargetPool,
               attribute: bool = False, with_controls: bool = True) -> None:
     out = terminal.console()
     with _progress() as progress:
@@ -366,8 +366,8 @@ def experiment_run(profile: Path = typer.Argument(..., help="a TOML profile"),
     if machines:
         _start_fleet(plan, results, machines, allow_host_changes, attribute, not no_controls)
         return
-    lab = Lab(allow_host_changes, say=terminal.plain(terminal.console()))
-    runner.check(plan, lab)
+    lab = TargetPool(allow_host_changes, say=terminal.plain(terminal.console()))
+    lab.check(plan)
     for warning in plan.warnings():
         typer.echo(f"mmlab: warning: {warning}", err=True)
     store = Store(results)
@@ -399,7 +399,7 @@ def experiment_resume(exp_id: int = typer.Argument(...), results: Path = RESULTS
         _run_fleet(results, ids, allow_host_changes, not no_controls)
         return
     _run_plan(store, exp_id, store.set_limits(exp_id, max_repetitions, budget),
-              Lab(allow_host_changes), attribute, not no_controls)
+              TargetPool(allow_host_changes), attribute, not no_controls)
 
 
 @app.command()
@@ -567,7 +567,7 @@ def narrow(profile: Path = typer.Argument(..., help="a [matrix] profile; its ker
         ensure(ref)
         ensure(kernel)
         c = narrowing.experiment_step(store, plan, ref, kernel, metric,
-                                      Lab(allow_host_changes, terminal.plain(out)))
+                                      TargetPool(allow_host_changes, terminal.plain(out)))
         out.print(terminal.escape(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio "
                                   f"{c.ratio:.3f} [{c.ci_low:.3f}, {c.ci_high:.3f}], "
                                   f"p {c.p_value:.2g} ({c.reason})"))
@@ -684,7 +684,7 @@ def ab(profile: Path = typer.Argument(..., help="a [matrix] profile; the kernel 
     exp_id = store.create_experiment(derived)
     typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",
                err=True)
-    _run_plan(store, exp_id, derived, Lab(allow_host_changes), attribute)
+    _run_plan(store, exp_id, derived, TargetPool(allow_host_changes), attribute)
 
 
 @kernels_app.command("list")

@@ -35,7 +35,7 @@ from mmlab.experiment import Arm, ArmEntry, Plan, Profile, schedule
 from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker
 from mmlab.report.terminal import console
 from mmlab.store import Store
-from mmlab.targets import Lab, TrialResult
+from mmlab.targets import LocalTarget, TrialResult
 from mmlab.workloads import Metric, Param, Workload
 from mmlab.workloads.samples import Sample
 
@@ -47,7 +47,7 @@ RUSAGE = {"user_s": 0.0, "sys_s": 0.0, "minflt": 0.0, "majflt": 0.0, "nvcsw": 0.
           "nivcsw": 0.0}
 
 
-class SleepTarget:
+class SleepTarget(LocalTarget):
     """A trial that sleeps the arm's `ms` and measures how long it slept."""
     name = "sleep"
 
@@ -65,11 +65,6 @@ class SleepTarget:
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         return {}
-
-
-class SleepLab(Lab):
-    def _make(self, arm: Arm) -> SleepTarget:
-        return SleepTarget()
 
 
 def sleep_plan(rounds: int, ms: float) -> Plan:
@@ -267,7 +262,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.worker:        # one of the benchmark's own workers: sleeps instead of mmwork
             worker.serve(args.worker, args.results, args.broker,
-                         make_lab=lambda allow: SleepLab(allow, say=print))
+                         make_target=lambda allow, arm: SleepTarget())
         else:
             signal.signal(signal.SIGTERM, _interrupt)
             run_bench(args.machines, args.trials, args.ms, args.logs)

@@ -5,9 +5,10 @@ same seeded, interleaved schedule; the machine and a fleet label in the
 plan).  `run` runs every machine's experiment at once, each with
 runner.run in a thread of its own, so the adaptive rounds, the looks and the
 matched-state controls are the local ones, judged per machine.  Only the
-trials of a look run differently (`Dispatch`): each goes to the machine's
-queue, and the machine's worker claims, runs and commits it; the coordinator
-follows the store until the look's trials have ended.
+trials of a look run differently: the machine is a Target (`MachineTarget`)
+whose `run_trials` sends each to the machine's queue, where the machine's
+worker claims, runs and commits it; it follows the store until the look's
+trials have ended.
 
 A trial whose worker is gone goes back to the plan and to the queue: its
 worker was killed (no answer for LOST_S seconds), or answers but is not
@@ -29,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmlab.errors import Interrupted, MmlabError
-from mmlab.experiment import Plan
+from mmlab.experiment import Arm, Plan
 from mmlab.fleet import engine, queue, registry
 from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.store import Store, Trial
-from mmlab.targets import Lab
+from mmlab.targets import Announce, TargetPool
 
 POLL_S = 0.5            # how often a machine's look reads its trials from the store
 WATCH_S = 2.0           # how often the workers are asked what they run
@@ -48,7 +49,7 @@ def create(store: Store, plan: Plan, machines: list[str], allow_host_changes: bo
         raise MmlabError(f"--machines needs the fleet's shared store: --results "
                          f"postgresql://... (not {store.where})")
     registry.lookup(store, machines)
-    runner.check(plan, FleetLab(machines[0], allow_host_changes, print))
+    check(plan, allow_host_changes)
     label = secrets.token_hex(4)
     return [store.create_experiment(plan.model_copy(update={"machine": m, "fleet": label}))
             for m in machines]
@@ -64,27 +65,11 @@ def members(store: Store, exp_id: int) -> list[int]:
             if json.loads(r["plan"]).get("fleet") == label]
 
 
-class MachineTarget:
-    """A fleet machine as the coordinator's runner sees it: the plan is
-    checked here for consent to host changes before anything is queued;
-    the trial itself runs on the machine (worker.py) through Dispatch."""
-
-    def __init__(self, machine: str, allow_host_changes: bool):
-        self.name = f"fleet:{machine}"
-        self.allow_host_changes = allow_host_changes
-
-    def check(self, plan: Plan) -> None:
-        from mmlab.targets.host import HostTarget
-        HostTarget(self.allow_host_changes).check(plan)
-
-
-class FleetLab(Lab):
-    def __init__(self, machine: str, allow_host_changes: bool, say: Callable[[str], None]):
-        super().__init__(allow_host_changes, say)
-        self.machine = machine
-
-    def _make(self, arm) -> Any:
-        return MachineTarget(self.machine, self.allow_host_changes)
+def check(plan: Plan, allow_host_changes: bool) -> None:
+    """Consent to host changes, asked here before anything is queued: a
+    machine's host arms change its own settings."""
+    from mmlab.targets.host import HostTarget
+    HostTarget(allow_host_changes).check(plan)
 
 
 class Watch(threading.Thread):
@@ -135,9 +120,9 @@ class Watch(threading.Thread):
 
 
 @dataclass
-class Dispatch:
-    """runner.Execute for one machine: queue a look's trials, follow them in
-    the store, re-queue those whose worker is gone."""
+class MachineTarget:
+    """A fleet machine as a Target: a look's trials are queued for its
+    worker, followed in the store, and re-queued when the worker is gone."""
     celery: Any
     machine: registry.Machine
     allow_host_changes: bool
@@ -148,8 +133,19 @@ class Dispatch:
     told_silent: bool = False
     stalled_since: float | None = None
 
-    def __call__(self, store: Store, exp_id: int, plan: Plan, lab: Lab, pending: list[Trial],
-                 announce: Callable[[Trial], None]) -> tuple[int, int]:
+    @property
+    def name(self) -> str:
+        return f"fleet:{self.machine.name}"
+
+    def check(self, plan: Plan) -> None:
+        check(plan, self.allow_host_changes)
+
+    def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
+        raise MmlabError("--attribute: attribution runs on one machine, not in fleet runs "
+                         "(run the profile there with a results directory)")
+
+    def run_trials(self, store: Store, exp_id: int, plan: Plan, pending: list[Trial],
+                   announce: Announce) -> tuple[int, int]:
         ids = {t.id for t in pending}
         for trial in pending:
             self._send(exp_id, trial.id)
@@ -252,13 +248,13 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, on_trial: On
     def machine_run(exp_id: int) -> None:
         machine = found[plans[exp_id].machine]
         mine = Store(results)
+        target = MachineTarget(celery, machine, allow_host_changes, watch, stop, say)
         try:
             done[exp_id] = runner.run(
                 mine, exp_id, plans[exp_id],
-                FleetLab(machine.name, allow_host_changes, say),
+                TargetPool(allow_host_changes, say, make=lambda arm: target),
                 lambda t, i, n: on_trial(machine.name, t, i, n),
-                lambda j: on_look(machine.name, j), with_controls,
-                execute=Dispatch(celery, machine, allow_host_changes, watch, stop, say))
+                lambda j: on_look(machine.name, j), with_controls)
         except BaseException as exc:       # re-raised by the coordinator's thread
             errors.append(exc)
             stop.set()

@@ -21,14 +21,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mmlab.errors import MmlabError
-from mmlab.experiment import Plan
+from mmlab.experiment import Arm, Plan
 from mmlab.fleet import engine, machine_name, queue, registry
 from mmlab.machine import knobs
-from mmlab.run import runner
 from mmlab.store import Store, backend
-from mmlab.targets import Lab
+from mmlab.targets import LocalTarget, TargetPool, run_one
 
-LabMaker = Callable[[bool], Lab]     # host changes allowed -> the lab trials run in
+# (host changes allowed, arm) -> the target that arm's trials run in on this machine
+MakeTarget = Callable[[bool, Arm], LocalTarget]
 
 
 @dataclass
@@ -37,9 +37,9 @@ class Worker:
     pool forks, the store connection after (one per process)."""
     name: str
     results: str
-    make_lab: LabMaker
+    make_target: MakeTarget | None = None     # None: the machine's own host and guests
     _store: Store | None = None
-    _labs: dict[bool, Lab] = field(default_factory=dict)
+    _pools: dict[bool, TargetPool] = field(default_factory=dict)
     _plans: dict[int, Plan] = field(default_factory=dict)
     _checked: set[tuple[int, bool, int]] = field(default_factory=set)
 
@@ -65,18 +65,16 @@ class Worker:
             return f"skipped: experiment {exp_id} runs on {plan.machine}, not {self.name}"
         if trial.status == "running":
             store.replan_trial(trial.id)         # orphaned by a killed worker of this machine
-        if allow not in self._labs:
-            self._labs[allow] = self.make_lab(allow)
-        lab = self._labs[allow]
+        pool = self._pool(allow)
         try:
             knobs.replay_orphaned()
-            self._check(plan, lab, exp_id, allow)
+            self._check(plan, pool, exp_id, allow)
         except MmlabError as exc:       # this machine cannot run it: the trial fails, visibly
             claim = store.start_trial(trial.id)
             if claim is not None:
                 store.fail_trial(trial.id, str(exc), None, claim)
             return f"failed: {exc}"
-        outcome = runner.run_one(store, trial, plan, lab)
+        outcome = run_one(store, trial, plan, pool.target(plan.arm(trial.arm)))
         return {True: "done", False: "failed", None: "skipped: not planned"}[outcome]
 
     def _plan(self, store: Store, exp_id: int, arm: str) -> Plan:
@@ -87,12 +85,20 @@ class Worker:
             plan = self._plans[exp_id] = store.plan(exp_id)
         return plan
 
-    def _check(self, plan: Plan, lab: Lab, exp_id: int, allow: bool) -> None:
+    def _pool(self, allow: bool) -> TargetPool:
+        """The machine's targets, one pool per consent, kept between trials."""
+        if allow not in self._pools:
+            make = self.make_target
+            self._pools[allow] = TargetPool(allow, make=(lambda arm: make(allow, arm)) if make
+                                            else None)
+        return self._pools[allow]
+
+    def _check(self, plan: Plan, pool: TargetPool, exp_id: int, allow: bool) -> None:
         """The plan's targets check it on this machine, once per experiment
         and arms (consent for host changes, a guest kernel fetched here)."""
         key = (exp_id, allow, len(plan.arms))
         if key not in self._checked:
-            runner.check(plan, lab)
+            pool.check(plan)
             self._checked.add(key)
 
 
@@ -101,7 +107,7 @@ def node(name: str) -> str:
     return f"{name}@{socket.gethostname()}"
 
 
-def serve(name: str, results: str, broker: str, make_lab: LabMaker | None = None,
+def serve(name: str, results: str, broker: str, make_target: MakeTarget | None = None,
           loglevel: str = "WARNING") -> None:
     """Register this machine and consume its queue until stopped (SIGTERM
     waits for the trial in flight)."""
@@ -118,7 +124,7 @@ def serve(name: str, results: str, broker: str, make_lab: LabMaker | None = None
     store = Store(results)
     registry.register(store, name, me, broker, probe.machine())
     store.close()
-    worker = Worker(name, results, make_lab or (lambda allow: Lab(allow, say=print)))
+    worker = Worker(name, results, make_target)
     celery.task(name=engine.TASK)(worker.run)
     print(f"mmlab worker {name}: queue {queue(name)} on {backend.redacted(broker)}, "
           f"store {backend.redacted(results)}", flush=True)

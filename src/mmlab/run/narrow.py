@@ -25,7 +25,7 @@ from mmlab.judge import verdicts
 from mmlab.judge.stats import Comparison, Verdict
 from mmlab.run import runner
 from mmlab.store import Store
-from mmlab.targets import Lab
+from mmlab.targets import TargetPool
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 
 
 def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
-                    lab: Lab) -> Comparison:
+                    pool: TargetPool) -> Comparison:
     """One comparison of the search: the profile on `ref` and `kernel`, stored
     as an experiment of its own, run and judged on `metric`.  The derived
     profile measures `metric` too, so that a metric only some runs produce
@@ -120,7 +120,7 @@ def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, 
             update={"metrics": [*plan.profile.metrics, metric]})})
     derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
     exp_id = store.create_experiment(derived)
-    lab.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
-    runner.run(store, exp_id, derived, lab)
+    pool.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
+    runner.run(store, exp_id, derived, pool)
     judged = verdicts.judge(derived, store.measurements(exp_id), [metric])
     return decisive(judged.comparisons, metric)

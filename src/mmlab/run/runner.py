@@ -1,9 +1,10 @@
 """Run an experiment's schedule, one trial at a time, each committed as it ends.
 
 For every trial the arm's target applies the arm's settings, records the
-environment as it then is, runs the workload and restores the settings; the
-runner commits the samples with the trial's status in one transaction.  It
-never asks where a trial runs: that is the target's business.  Ctrl-C puts
+environment as it then is, runs the workload, restores the settings and
+commits the samples with the trial's status in one transaction
+(targets.run_one).  The runner never asks where a trial runs: it hands each
+look's trials, in their planned order, to their targets.  Ctrl-C puts
 the trial in flight back into the plan; SIGKILL leaves it 'running', which
 `resume` also puts back.  Either way no finished trial is lost or repeated.
 
@@ -17,12 +18,12 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mmlab.errors import Interrupted, MmlabError
+from mmlab.errors import MmlabError
 from mmlab.experiment import Plan, schedule
 from mmlab.judge import verdicts
 from mmlab.run import controls
 from mmlab.store import Store, Trial
-from mmlab.targets import Lab
+from mmlab.targets import TargetPool
 
 
 @dataclass
@@ -36,23 +37,10 @@ class RunResult:
     controls: int = 0          # matched-state control arms in the plan
 
 
-# How a look's pending trials run: here one after another (run_here), or on a
-# fleet machine by its worker (fleet/coordinator.py).  It calls
-# announce(trial) as each one starts and returns how many were done and failed.
-Execute = Callable[[Store, int, Plan, Lab, list[Trial], Callable[[Trial], None]],
-                   tuple[int, int]]
-
-
-def check(plan: Plan, lab: Lab) -> None:
-    """Every target the plan uses checks it before the first trial."""
-    for target in {lab.target(a).name: lab.target(a) for a in plan.arms}.values():
-        target.check(plan)
-
-
-def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
+def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         on_trial: Callable[[Trial, int, int], None] | None = None,
         on_look: Callable[[verdicts.Judgement], None] | None = None,
-        with_controls: bool = True, execute: Execute | None = None) -> RunResult:
+        with_controls: bool = True) -> RunResult:
     """Run every planned trial of `exp_id`, then judge; while a judged pair is
     undecided and the profile's maximum rounds and time budget allow, append
     the rounds of the next planned look (one transaction) and run them.
@@ -61,9 +49,8 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
     same way, unless `with_controls` is False.
     `on_trial(trial, index, total)` before each trial, `on_look(judgement)`
     after each look.  Everything it decides is derived from the store, so an
-    interrupted run resumes where it stopped, also in the middle of added rounds.
-    `execute` runs each look's trials (default run_here)."""
-    check(plan, lab)
+    interrupted run resumes where it stopped, also in the middle of added rounds."""
+    pool.check(plan)
     store.replan_interrupted(exp_id)
     done = failed = added = 0
     skipped: int | None = None
@@ -73,8 +60,8 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
         total = len(store.trials(exp_id))
         if skipped is None:
             skipped = total - len(pending)
-        ran, lost = (execute or run_here)(store, exp_id, plan, lab, pending,
-                                          _announcer(on_trial, skipped + done + failed, total))
+        ran, lost = run_look(store, exp_id, plan, pool, pending,
+                             _announcer(on_trial, skipped + done + failed, total))
         done += ran
         failed += lost
         measured = store.measurements(exp_id)
@@ -82,7 +69,7 @@ def run(store: Store, exp_id: int, plan: Plan, lab: Lab,
         if on_look:
             on_look(judged)
         if judged.next_rounds is None:
-            extra = _controls(store, exp_id, plan, lab, judged, measured.rounds) if with_controls else []
+            extra = _controls(store, exp_id, plan, pool, judged, measured.rounds) if with_controls else []
             if not extra:
                 return RunResult(done, failed, skipped, measured.rounds, added, judged.stopped,
                                  len([a for a in plan.arms if a.control_of]))
@@ -101,40 +88,19 @@ def _announcer(on_trial: Callable[[Trial, int, int], None] | None, first: int,
     return lambda trial: on_trial(trial, next(index), total) if on_trial else None
 
 
-def run_here(store: Store, exp_id: int, plan: Plan, lab: Lab, pending: list[Trial],
+def run_look(store: Store, exp_id: int, plan: Plan, pool: TargetPool, pending: list[Trial],
              announce: Callable[[Trial], None]) -> tuple[int, int]:
-    """The pending trials on this machine, one after another."""
+    """The pending trials in their planned order, each run of consecutive
+    trials on one target handed to it whole (a fleet machine queues them)."""
     done = failed = 0
-    for trial in pending:
-        announce(trial)
-        outcome = run_one(store, trial, plan, lab)
-        done += outcome is True
-        failed += outcome is False
+    for target, trials in itertools.groupby(pending, key=lambda t: pool.target(plan.arm(t.arm))):
+        ran, lost = target.run_trials(store, exp_id, plan, list(trials), announce)
+        done += ran
+        failed += lost
     return done, failed
 
 
-def run_one(store: Store, trial: Trial, plan: Plan, lab: Lab) -> bool | None:
-    """Take one planned trial, run it with its arm's target and commit it:
-    True when done, False when failed, None when it was not planned or its
-    claim was lost (a fleet message delivered twice, a worker thought lost):
-    nothing is then counted.  Ctrl-C puts it back into the plan."""
-    arm = plan.arm(trial.arm)
-    claim = store.start_trial(trial.id)
-    if claim is None:
-        return None
-    try:
-        result = lab.target(arm).run_trial(arm, plan)
-    except Interrupted:
-        store.replan_trial(trial.id)
-        raise
-    except MmlabError as exc:
-        ended = store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None), claim)
-        return False if ended else None
-    return True if store.finish_trial(trial.id, result.samples, result.environment,
-                                      claim) else None
-
-
-def _controls(store: Store, exp_id: int, plan: Plan, lab: Lab,
+def _controls(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
               judged: verdicts.Judgement, rounds: int) -> list:
     """Add the matched-state controls `judged` calls for, with as many rounds
     as the arms they control, interleaved among themselves; returns them.
@@ -145,17 +111,17 @@ def _controls(store: Store, exp_id: int, plan: Plan, lab: Lab,
         return []
     grown = plan.model_copy(update={"arms": plan.arms + extra})
     try:
-        check(grown, lab)
+        pool.check(grown)
     except MmlabError as exc:
-        lab.say(f"matched-state controls not run: {exc}")
+        pool.say(f"matched-state controls not run: {exc}")
         return []
-    lab.say("matched-state controls: " + ", ".join(a.name for a in extra))
+    pool.say("matched-state controls: " + ", ".join(a.name for a in extra))
     order = schedule([a.name for a in extra], rounds, plan.profile.seed + len(plan.arms))
     store.add_arms(exp_id, plan, extra, order)
     return extra
 
 
-def attribute(store: Store, exp_id: int, plan: Plan, lab: Lab,
+def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
               say: Callable[[str], None] = print) -> int:
     """Attribution trials, after the timing trials, each arm's by its own
     target; returns how many arms got attribution."""
@@ -163,7 +129,7 @@ def attribute(store: Store, exp_id: int, plan: Plan, lab: Lab,
     for arm in plan.arms:
         say(f"attribution: {arm.name}")
         try:
-            found = lab.target(arm).attribute(arm, plan)
+            found = pool.target(arm).attribute(arm, plan)
         except MmlabError as exc:
             say(f"attribution: {arm.name} failed: {exc}")
             continue

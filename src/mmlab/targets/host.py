@@ -8,12 +8,12 @@ from mmlab.attribution import collect
 from mmlab.errors import MmlabError
 from mmlab.experiment import Arm, Plan
 from mmlab.machine import knobs, probe
-from mmlab.targets import TrialError, TrialResult
+from mmlab.targets import LocalTarget, TrialError, TrialResult
 from mmlab.workloads import insns, mmwork
 from mmlab.workloads.samples import Sample
 
 
-class HostTarget:
+class HostTarget(LocalTarget):
     name = "host"
 
     def __init__(self, allow_changes: bool = False):

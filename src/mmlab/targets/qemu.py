@@ -43,7 +43,7 @@ from mmlab.experiment import Arm, Plan
 from mmlab.kernels import qemu_plugin
 from mmlab.machine import probe
 from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
-from mmlab.targets import TrialError, TrialResult, initramfs
+from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs
 from mmlab.workloads import Workload, insns, mmwork
 from mmlab.workloads.mmwork import TrialFailed
 from mmlab.workloads.samples import Sample, parse_line
@@ -439,7 +439,7 @@ def guest_environment(guest: Guest, accel: str, why: str,
             "qemu": qemu_version(), "cmdline": f"{CMDLINE} {guest.extra_cmdline}".strip()}
 
 
-class QemuTarget:
+class QemuTarget(LocalTarget):
     """One guest kernel: each trial is one boot, the arm's settings written
     by the guest's /trial.sh, so nothing on the host changes.  The kernel is
     fetched (Debian) or looked up (local, build) once; if that fails, every
