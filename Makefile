@@ -43,14 +43,14 @@ build:
 demo: setup
 	$(MMLAB) probe
 	$(MMLAB) workloads
-	$(MMLAB) run pageout-refault --reps 3 --thp hugepage
-	$(MMLAB) run pageout-refault --reps 3 --thp nohugepage
-	$(MMLAB) run mremap-churn --reps 3 --workers 2 --seconds 1
-	$(MMLAB) run populate-unmap --reps 3 --workers 2 --seconds 0.5
-	$(MMLAB) run unmap-young --reps 3 --backing shmem
-	$(MMLAB) run unmap-young --reps 3 --backing shmem --sequential
-	$(MMLAB) run ksm-rmap --reps 3 --vmas 1000 --allow-host-changes
-	$(MMLAB) run ksm-rmap --reps 3 --vmas 4000 --allow-host-changes
+	$(MMLAB) run pageout-refault --samples 3 --thp hugepage
+	$(MMLAB) run pageout-refault --samples 3 --thp nohugepage
+	$(MMLAB) run mremap-churn --samples 3 --workers 2 --seconds 1
+	$(MMLAB) run populate-unmap --samples 3 --workers 2 --seconds 0.5
+	$(MMLAB) run unmap-young --samples 3 --backing shmem
+	$(MMLAB) run unmap-young --samples 3 --backing shmem --sequential
+	$(MMLAB) run ksm-rmap --samples 3 --vmas 1000 --allow-host-changes
+	$(MMLAB) run ksm-rmap --samples 3 --vmas 4000 --allow-host-changes
 	@mkdir -p build
 	$(MMLAB) experiment run experiments/pageout-thp-modes.toml | tee build/demo-thp.out
 	$(MMLAB) report $$(tail -1 build/demo-thp.out)

@@ -84,7 +84,7 @@ def test_real_verdicts_run_under_the_neighbour(tmp_path, capsys):
 
 def test_ctrl_c_stops_the_bench_and_its_neighbour(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "mmlab.bench", "--part", "verdicts",
-                             "--reps", "3", "--max-reps", "3", "--min-sample-ms", "300",
+                             "--repetitions", "3", "--max-repetitions", "3", "--min-sample-ms", "300",
                              "--period", "0.5", "--results", str(tmp_path / "r")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:

@@ -263,7 +263,7 @@ def test_a_c_reproducer_runs_gets_verdicts_and_travels_in_the_bundle(tmp_path):
 
 
 def test_run_source_on_the_command_line():
-    proc = mmlab("run", "--source", str(REPO_ROOT / "experiments/repro/pageout_repro.c"), "--reps",
+    proc = mmlab("run", "exec", "--source", str(REPO_ROOT / "experiments/repro/pageout_repro.c"), "--samples",
                  "2", "--metrics-from", "key=value", "--metric", "advise_ns_per_page:lower",
                  "--json", "--", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0")
     assert proc.returncode == 0, proc.stderr

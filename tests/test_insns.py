@@ -229,7 +229,7 @@ def test_a_guest_counts_stable_positive_and_growing_with_the_mapping(plugin):
 
 @needs_qemu
 def test_mmlab_run_insns_counts_in_the_same_boot(plugin):
-    proc = mmlab("run", PO, "--kernel", "debian:6.12", "--insns", "--reps", "1", "--json",
+    proc = mmlab("run", PO, "--kernel", "debian:6.12", "--insns", "--samples", "1", "--json",
                  "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0")
     assert proc.returncode == 0, proc.stderr
     (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
@@ -339,12 +339,12 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
 def test_mmlab_run_functions_prints_a_kernels_top_functions(plugin):
     """`run --functions` in a two-node guest: the move_pages walk by function;
     a workload whose window did no work is a one-line error."""
-    proc = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--numa-nodes", "2", "--reps", "1",
+    proc = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--numa-nodes", "2", "--samples", "1",
                  "--vmas", "100", "--trigger", "move", "--no-writer", "--functions", "25")
     assert proc.returncode == 0, proc.stderr
     assert "kernel instructions in 'walk' by function" in proc.stdout
     assert "rmap_walk_ksm" in proc.stdout
-    idle = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--reps", "1", "--vmas", "50",
+    idle = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--samples", "1", "--vmas", "50",
                  "--functions", "3")
     assert idle.returncode != 0
     assert idle.stderr.strip().splitlines()[-1] == (

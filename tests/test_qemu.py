@@ -133,7 +133,7 @@ cpus = [1, 2]
 def test_instrumented_guest_run_counts_and_times_kernel_functions(k612):
     """The no-swap MADV_PAGEOUT chain of seed 001: every folio asks for swap."""
     proc = mmlab("run", "pageout-refault", "--kernel", "debian:6.12", "--memory-mb", "256",
-                 "--reps", "1", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0", "--json",
+                 "--samples", "1", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0", "--json",
                  "--trace-count", "folio_alloc_swap", "--trace-time", "reclaim_pages")
     assert proc.returncode == 0, proc.stderr
     (s,) = [json.loads(line) for line in proc.stdout.splitlines()]

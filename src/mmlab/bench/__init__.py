@@ -190,8 +190,8 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
                       f"{plan.profile.repetitions}..{plan.profile.rounds_at_most} rounds, "
                       f"noisy neighbour on/off every {period_s:g} s")
             result = runner.run(store, exp_id, plan, pool)
-            judged = verdicts.judge(plan, store.measurements(exp_id))
-            done.append(RealResult(plan.profile.name, plan, exp_id, result, judged))
+            done.append(RealResult(plan.profile.name, result.plan, exp_id, result,
+                                   result.judgement))
     return done
 
 
@@ -223,8 +223,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=1, help="the selftest's seed")
     parser.add_argument("--results", type=Path, default=Path("mmlab-results/bench"),
                         help="store for the real verdicts")
-    parser.add_argument("--reps", type=int, help="override the profiles' repetitions")
-    parser.add_argument("--max-reps", type=int, help="override the profiles' max_repetitions")
+    parser.add_argument("--repetitions", type=int, help="override the profiles' repetitions")
+    parser.add_argument("--max-repetitions", type=int,
+                        help="override the profiles' max_repetitions")
     parser.add_argument("--min-sample-ms", type=int, help="override the profiles' min_sample_ms")
     parser.add_argument("--period", type=float, default=3.0,
                         help="seconds the neighbour is on, then off")
@@ -252,8 +253,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.part in ("all", "verdicts"):
             root = Path(__file__).resolve().parents[3]
             print_real(real_verdicts([root / p for p in REAL_PROFILES], args.results,
-                                     args.period, repetitions=args.reps,
-                                     max_repetitions=args.max_reps,
+                                     args.period, repetitions=args.repetitions,
+                                     max_repetitions=args.max_repetitions,
                                      min_sample_ms=args.min_sample_ms))
     except MmlabError as exc:
         print(f"mmlab bench: {exc}", file=sys.stderr)

@@ -94,7 +94,8 @@ class Profile(BaseModel):
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []
-    repetitions: int = Field(ge=3, description="rounds before the first look: the minimum")
+    repetitions: int = Field(ge=1, description="rounds before the first look: the minimum; "
+                             "3 or more where arms are compared (one arm: `mmlab run`)")
     max_repetitions: int | None = Field(default=None, ge=3, description="rounds at most; "
                                         "None: repetitions (one look, no rounds added)")
     budget_s: float | None = Field(default=None, gt=0, description="no rounds are added once "
@@ -312,11 +313,15 @@ def build(profile: Profile, text: str, path: str) -> Plan:
     if profile.min_sample_ms is not None:
         base.update(_sample_length(wl, profile.min_sample_ms, fail))
     arms = _expand(profile, wl, base, fail)
+    if len(arms) > 1 and profile.repetitions < MIN_ROUNDS:
+        raise fail(("repetitions",), f"{profile.repetitions}: arms are compared from "
+                   f"{MIN_ROUNDS} rounds on")
     _check_baseline(profile, arms, fail)
     return Plan(profile=profile, text=text, path=path, workload=wl, arms=arms,
                 order=schedule([a.name for a in arms], profile.repetitions, profile.seed))
 
 
+MIN_ROUNDS = 3      # a comparison's least rounds: fewer cannot give a verdict
 EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps")
 
 

@@ -311,3 +311,51 @@ def checkout(tree: Path, commit: str) -> Path:
         _run(["git", "-C", str(tree), "worktree", "add", "--detach", "--force", str(dest),
               commit], what=f"git worktree add {commit[:12]}")
     return dest
+
+
+def ab_pair(spec: str, patches: list[Path], fragments: list[Path],
+            on_line: Callable[[str], None] | None = None) -> tuple[kernels.Kernel, kernels.Kernel]:
+    """A (unpatched) and B (patched) from the same source and fragments.
+    Every patch is checked first, in order, in a scratch copy of the tree,
+    so one that is missing or does not apply fails before minutes of
+    building A."""
+    for p in patches:
+        if not p.is_file():
+            raise MmlabError(f"--patch {p}: no such file")
+    for f in fragments:
+        check_fragment(f)
+    tree, _ = source_tree(spec)
+    scratch = build_cache() / "patch-check"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    _run(["cp", "-al", str(tree), str(scratch)], what="hard-linked copy of the source")
+    try:
+        for p in patches:
+            apply_patch(scratch, p)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return (build(spec, [], fragments, None, on_line),
+            build(spec, patches, fragments, None, on_line))
+
+
+def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
+                   ) -> tuple[list[str], Callable[[str, Callable[[str], None] | None], None]]:
+    """The kernel names of the commits OLD..NEW (`build:<sha12>`, oldest
+    first) and `ensure(name, on_line)`, which builds one the first time a
+    search needs it.  The tree is checked to be a kernel git tree before
+    anything, so nothing is added to a repository that is not one."""
+    tree = tree.resolve()
+    if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
+        raise MmlabError(f"--source {tree}: not a kernel source tree (no Makefile and Kconfig)")
+    inside = proc.run(["git", "-C", str(tree), "rev-parse", "--is-inside-work-tree"], check=False)
+    if inside.returncode or inside.stdout.strip() != "true":
+        raise MmlabError(f"--source {tree}: not a git tree (--commits needs one)")
+    for f in fragments:
+        check_fragment(f)
+    shas = commits(tree, rev_range)
+    by_name = {f"build:{c[:12]}": c for c in shas}
+
+    def ensure(name: str, on_line: Callable[[str], None] | None = None) -> None:
+        build(str(checkout(tree, by_name[name])), [], fragments, name.removeprefix("build:"),
+              on_line)
+    return list(by_name), ensure

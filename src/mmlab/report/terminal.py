@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,6 +11,7 @@ from rich.table import Table
 
 from mmlab.attribution.explain import (
     ArmExplanation,
+    Explanation,
     GuestExplanation,
     PairExplanation,
     WindowFunctions,
@@ -35,6 +37,12 @@ from mmlab.report.fmt import (
 )
 from mmlab.workloads import HARNESS_PARAMS, Workload
 from mmlab.workloads.samples import Sample
+
+if TYPE_CHECKING:
+    from mmlab.judge.verdicts import Judgement
+    from mmlab.kernels import Entry as CatalogEntry
+    from mmlab.run.runner import RunResult
+    from mmlab.store import Measurements, Store, Trial
 
 
 def samples_table(workload: Workload, samples: list[Sample]) -> Table:
@@ -86,9 +94,13 @@ def vmstat_table(samples: list[Sample]) -> Table:
 
 
 def workloads_table(workloads: list[Workload]) -> Table:
+    """Every workload with its parameters, metrics and mm paths; metric names
+    never wrap or shorten, so they can be copied into a profile."""
     table = Table(title="mmlab workloads", show_lines=True)
-    for col in ("workload", "seed", "parameters (default)", "metrics", "mm paths"):
-        table.add_column(col)
+    for col in ("workload", "seed", "parameters (default)"):
+        table.add_column(col, overflow="fold")
+    table.add_column("metrics", no_wrap=True, overflow="ignore")
+    table.add_column("mm paths", overflow="fold")
     for w in workloads:
         params = "\n".join(f"--{p.name} ({p.default})" for p in w.params
                            if p.name not in HARNESS_PARAMS)
@@ -345,3 +357,115 @@ def guest_trace_table(guests: list[GuestExplanation]) -> Table:
             table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
         table.add_section()
     return table
+
+
+def run_line(result: RunResult, prefix: str = "") -> str:
+    """What a run did, in one line: trials run now, already done and failed,
+    the rounds (and how many were added) and why rounds stopped."""
+    return escape(f"{prefix}trials: {result.done} run now, {result.skipped} already done, "
+                  f"{result.failed} failed; {result.rounds} rounds ({result.added} added): "
+                  f"{result.stopped}")
+
+
+def failed_lines(trials: list[Trial], most: int = 5) -> list[str]:
+    """The first failed trials with their errors, one line each."""
+    return [f"[red]failed[/red] trial {t.position} ({escape(t.arm)}): {escape(t.error or '')}"
+            for t in trials[:most]]
+
+
+def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements,
+                   judged: Judgement) -> None:
+    """The per-arm figures, which arms ran emulated, and the verdicts with
+    their reasons: what `experiment run` and `compare` print."""
+    samples = measured.by_arm
+    out.print(arm_summary_table(plan.workload, samples, plan.profile.metrics))
+    for line in accelerator_notes(samples):
+        out.print(line)
+    out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}",
+                            judged.comparisons))
+    for line in reasons(judged.comparisons, judged.matched):
+        out.print(escape(line))
+
+
+def catalog_table(entries: list[CatalogEntry], every_version: bool) -> Table:
+    """The Debian kernel catalog: per release series its newest version (or,
+    for one series, every version), with the name `--kernel` takes."""
+    table = Table(title="Debian kernels mmlab can fetch")
+    for col in ("name", "version" if every_version else "newest", "package version",
+                "flavour", "suite", "packaging"):
+        table.add_column(col, no_wrap=True)
+    for e in entries:
+        flavour = "" if e.flavour == "cloud" else f"-{e.flavour}"
+        name = f"debian:{e.upstream if every_version else e.series}{flavour}"
+        table.add_row(name, e.upstream, e.package_version, e.flavour, e.suite, e.packaging)
+    return table
+
+
+def params_table(workload: Workload) -> Table:
+    """A workload's parameters as `mmlab run WORKLOAD` takes them."""
+    table = Table(title=f"{workload.name} parameters")
+    for col in ("option", "default", "meaning"):
+        table.add_column(col, overflow="fold")
+    for p in workload.params:
+        if p.name not in HARNESS_PARAMS:
+            table.add_row(f"--{p.name}", p.default or DASH, escape(p.help))
+    return table
+
+
+def print_experiment(out: Console, store: Store, exp_id: int) -> None:
+    """`mmlab show`: the experiment's profile, trials by status, the first
+    environment, the order, and the per-arm figures, all as stored."""
+    from mmlab.store import status_counts
+    row, plan, trials = store.experiment(exp_id), store.plan(exp_id), store.trials(exp_id)
+    out.print(f"[bold]experiment {exp_id}[/bold]: {escape(row['name'])} ({row['workload']}), "
+              f"profile {escape(row['profile_path'])} sha256 {row['profile_hash'][:12]}, "
+              f"seed {row['seed']}")
+    out.print("trials: " + ", ".join(f"{v} {k}" for k, v in status_counts(trials).items() if v))
+    envs = store.environments(exp_id)
+    if envs:
+        e = envs[0]
+        out.print(escape(f"environment: kernel {e['kernel']}, {e['cpus']} x {e['cpu_model']}, "
+                         f"mmlab {e['mmlab_version']} ({e['git_commit']})"))
+    order = " ".join(f"{t.position}:{t.arm}" for t in trials[:30])
+    out.print(escape(f"order: {order}{' ...' if len(trials) > 30 else ''}"))
+    out.print(arm_summary_table(plan.workload, store.samples_by_arm(exp_id),
+                                plan.profile.metrics))
+
+
+def comparisons_csv(comparisons: list[Comparison]) -> str:
+    """One comparison per row, the columns of Comparison.as_row."""
+    import csv
+    import io
+    rows = [c.as_row() for c in comparisons]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["metric"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def print_explanation(out: Console, plan: Plan, found: Explanation) -> None:
+    """`mmlab explain`: guest traces, instructions by function, each arm's
+    stacks, the attribution overhead, and each pair's differences."""
+    if found.guests:
+        out.print(guest_trace_table(found.guests))
+    for w in found.functions:
+        out.print(functions_table(w))
+    for a in found.arms:
+        out.print(arm_explanation(a))
+    out.print(overhead_table(found.arms))
+    for p in found.pairs:
+        out.print(pair_explanation(plan, p))
+
+
+def print_samples(out: Console, workload: Workload, samples: list[Sample]) -> None:
+    """`mmlab run`: each sample's metrics, the page state they ran in, the
+    vmstat deltas, in-guest trace counts, and where they ran."""
+    out.print(samples_table(workload, samples))
+    out.print(state_table(samples))
+    out.print(vmstat_table(samples))
+    traced = {k: v for k, v in samples[0].counts.items() if k.startswith("trace_")}
+    if traced:
+        out.print(trace_table(traced))
+    for line in accelerator_notes({"run": samples}):
+        out.print(line)

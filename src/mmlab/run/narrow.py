@@ -21,7 +21,6 @@ from dataclasses import dataclass
 
 from mmlab import experiment
 from mmlab.errors import MmlabError
-from mmlab.judge import verdicts
 from mmlab.judge.stats import Comparison, Verdict
 from mmlab.run import runner
 from mmlab.store import Store
@@ -59,6 +58,13 @@ def place(c: Comparison, end_to_end: float | None) -> tuple[bool, str]:
 class Result:
     first_changed: int | None      # index into the kernel list, None if nothing changed
     steps: list[Step]
+
+    def lines(self, kernels: list[str], metric: str) -> list[str]:
+        """Each tested kernel's placement, then the answer in one line."""
+        return ([f"  {s.kernel}: {'changed' if s.changed else 'unchanged'} ({s.why})"
+                 for s in self.steps] +
+                [f"{metric}: {self.sentence(kernels)} ({len(self.steps)} of "
+                 f"{len(kernels) - 1} kernels tested)"])
 
     def sentence(self, kernels: list[str]) -> str:
         if self.first_changed is None:
@@ -112,15 +118,28 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
                     pool: TargetPool) -> Comparison:
     """One comparison of the search: the profile on `ref` and `kernel`, stored
-    as an experiment of its own, run and judged on `metric`.  The derived
-    profile measures `metric` too, so that a metric only some runs produce
-    (instructions, insns.py) is produced."""
-    if metric not in plan.profile.metrics:
-        plan = plan.model_copy(update={"profile": plan.profile.model_copy(
-            update={"metrics": [*plan.profile.metrics, metric]})})
+    as an experiment of its own, run and judged on `metric` alone (so that a
+    metric only some runs produce, instructions, is produced, and the
+    family the runner corrects for is that one metric's)."""
+    plan = plan.model_copy(update={"profile": plan.profile.model_copy(
+        update={"metrics": [metric]})})
     derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
     exp_id = store.create_experiment(derived)
     pool.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
-    runner.run(store, exp_id, derived, pool)
-    judged = verdicts.judge(derived, store.measurements(exp_id), [metric])
-    return decisive(judged.comparisons, metric)
+    return decisive(runner.run(store, exp_id, derived, pool).judgement.comparisons, metric)
+
+
+def search(store: Store, plan: experiment.Plan, kernels: list[str], metric: str,
+           pool: TargetPool, ensure: Callable[[str], None],
+           on_step: Callable[[str], None]) -> Result:
+    """bisect over `kernels` with each step a stored two-kernel experiment;
+    `ensure(name)` makes a kernel ready first (a commit's build), and
+    `on_step` hears one line per step as it is decided."""
+    def compare(ref: str, kernel: str) -> Comparison:
+        ensure(ref)
+        ensure(kernel)
+        c = experiment_step(store, plan, ref, kernel, metric, pool)
+        on_step(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio {c.ratio:.3f} "
+                f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p {c.p_value:.2g} ({c.reason})")
+        return c
+    return bisect(kernels, compare)

@@ -22,19 +22,36 @@ from mmlab.errors import MmlabError
 from mmlab.experiment import Plan, schedule
 from mmlab.judge import verdicts
 from mmlab.run import controls
-from mmlab.store import Store, Trial
+from mmlab.store import Measurements, Store, Trial
 from mmlab.targets import TargetPool
 
 
 @dataclass
 class RunResult:
+    """What a run did, and the last look's judgement of the plan as it ended
+    (with the matched-state controls it added), so nothing is judged twice."""
     done: int
     failed: int
     skipped: int
-    rounds: int = 0            # rounds in the plan at the end
+    plan: Plan
+    measured: Measurements
+    judgement: verdicts.Judgement
     added: int = 0             # rounds this run added after the planned looks
-    stopped: str = ""          # why no more rounds were added
-    controls: int = 0          # matched-state control arms in the plan
+
+    @property
+    def rounds(self) -> int:
+        """Rounds in the plan at the end."""
+        return self.measured.rounds
+
+    @property
+    def stopped(self) -> str:
+        """Why no more rounds were added."""
+        return self.judgement.stopped
+
+    @property
+    def controls(self) -> int:
+        """Matched-state control arms in the plan."""
+        return len([a for a in self.plan.arms if a.control_of])
 
 
 def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
@@ -71,8 +88,7 @@ def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         if judged.next_rounds is None:
             extra = _controls(store, exp_id, plan, pool, judged, measured.rounds) if with_controls else []
             if not extra:
-                return RunResult(done, failed, skipped, measured.rounds, added, judged.stopped,
-                                 len([a for a in plan.arms if a.control_of]))
+                return RunResult(done, failed, skipped, plan, measured, judged, added)
             plan = store.plan(exp_id)
             names = [a.name for a in plan.arms]
             continue

@@ -152,9 +152,10 @@ def status_counts(trials: list[Trial]) -> dict[str, int]:
 
 
 class Store:
-    def __init__(self, results_dir: str | Path):
-        """`results_dir`: a lab directory, or a postgresql:// URL."""
-        self.db = backend.connect(results_dir, SCHEMA)
+    def __init__(self, results_dir: str | Path, create: bool = True):
+        """`results_dir`: a results directory, or a postgresql:// URL; with
+        `create` False (read-only commands) it must hold a store already."""
+        self.db = backend.connect(results_dir, SCHEMA, create)
         self.dir = self.db.dir          # the lab directory; None for PostgreSQL
         self.where = self.db.where      # for messages (a URL without its password)
         if "plan" not in self.db.columns("experiments"):

@@ -20,6 +20,7 @@ from typing import Any
 from mmlab.errors import MmlabError
 
 URL_SCHEMES = ("postgresql://", "postgres://")
+SQLITE_FILE = "mmlab.sqlite"
 SCHEMA_LOCK = 0x6D6D6C6162   # "mmlab": one process at a time creates the schema
 # SQLite's types -> PostgreSQL's, in this order: REAL is 4 bytes there
 # (a Unix time would lose its seconds) and ids take an identity column.
@@ -31,9 +32,25 @@ def is_url(results: str | Path) -> bool:
     return str(results).startswith(URL_SCHEMES)
 
 
-def connect(results: str | Path, schema: str) -> SQLite | Postgres:
-    """The store at `results`: a lab directory or a postgresql:// URL."""
-    return Postgres(str(results), schema) if is_url(results) else SQLite(Path(results), schema)
+def connect(results: str | Path, schema: str, create: bool = True) -> SQLite | Postgres:
+    """The store at `results`: a results directory or a postgresql:// URL.
+    Any other URL, and an empty path, are refused rather than taken for a
+    directory name; with `create` False a directory with no store is
+    refused too (read-only commands never create one)."""
+    where = str(results)
+    if is_url(where):
+        return Postgres(where, schema)
+    if not where.strip():
+        raise MmlabError("--results '': expected a results directory or a postgresql:// URL")
+    if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", where):
+        raise MmlabError(f"--results {where}: not a results directory, and only postgresql:// "
+                         "URLs name a shared store")
+    if Path(where).exists() and not Path(where).is_dir():
+        raise MmlabError(f"--results {where}: not a directory")
+    if not create and not (Path(where) / SQLITE_FILE).is_file():
+        raise MmlabError(f"--results {where}: no mmlab store there (run an experiment first, "
+                         "or name the directory it wrote)")
+    return SQLite(Path(where), schema)
 
 
 def redacted(url: str) -> str:
@@ -46,12 +63,10 @@ class SQLite:
     trial survives a crash of the process or the machine."""
 
     def __init__(self, directory: Path, schema: str):
-        if directory.exists() and not directory.is_dir():
-            raise MmlabError(f"--results {directory}: not a directory")
         directory.mkdir(parents=True, exist_ok=True)
         self.dir: Path | None = directory
         self.where = str(directory)
-        path = directory / "mmlab.sqlite"
+        path = directory / SQLITE_FILE
         try:
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.conn.row_factory = sqlite3.Row

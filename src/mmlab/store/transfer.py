@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from mmlab.errors import MmlabError
 from mmlab.store import Store
 
 COLUMNS = {
@@ -26,7 +27,10 @@ COLUMNS = {
 
 
 def copy(src: Store, dst: Store) -> Iterator[str]:
-    """Copy every experiment of `src` missing from `dst`; yields one line each."""
+    """Copy every experiment of `src` missing from `dst`; yields one line each.
+    A store copied onto itself is refused: it would only say "skipped"."""
+    if src.where == dst.where or (src.dir and dst.dir and src.dir.resolve() == dst.dir.resolve()):
+        raise MmlabError(f"store copy: {src.where} and {dst.where} are the same store")
     present = {_identity(r): r["id"] for r in dst.experiments()}
     for row in src.experiments():
         if _identity(row) in present:

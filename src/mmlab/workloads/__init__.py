@@ -103,30 +103,6 @@ class Workload:
         return out
 
 
-    def parse_cli(self, argv: list[str]) -> dict[str, object]:
-        """`--vmas 4000 --thp=hugepage --sequential` -> {"vmas": "4000", ...}."""
-        params: dict[str, object] = {}
-        i = 0
-        while i < len(argv):
-            arg = argv[i]
-            if not arg.startswith("--"):
-                raise MmlabError(f"{self.name}: unexpected argument '{arg}'")
-            name, eq, value = arg[2:].partition("=")
-            p = self.param(name)
-            if name in HARNESS_PARAMS:
-                raise MmlabError(f"--{name} is set by mmlab (use --reps)")
-            if p.type == "flag":
-                params[name] = True
-            elif eq:
-                params[name] = value
-            elif i + 1 < len(argv):
-                i += 1
-                params[name] = argv[i]
-            else:
-                raise MmlabError(f"{self.name}: --{name} needs a value")
-            i += 1
-        return params
-
     def measured(self, sample: Sample) -> Sample:
         """The sample with the metrics the workload printed; mmwork's own
         workloads print them in the sample already (an exec workload parses

@@ -401,14 +401,13 @@ def build(command: list[str] | str, *, source: str | None = None, base: Path = P
     """An ExecWorkload from a profile's keys (or the command line's); a
     source path is read relative to `base` (the profile's directory) and
     kept whole, and compiled here so that a bad one fails before any trial."""
-    cmd = tuple(shlex.split(command) if isinstance(command, str) else command)
+    try:
+        cmd = tuple(shlex.split(command) if isinstance(command, str) else command)
+    except ValueError as exc:          # shlex: "No closing quotation", "No escaped character"
+        raise ProfileKeyError("command", f"{command!r}: {exc}") from exc
     text = None
     if source is not None:
-        path = base / source
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise ProfileKeyError("source", f"{path}: {exc.strerror}") from exc
+        text = read_source(base / source)
         cmd = cmd or ("{source}",)
         if not any("{source}" in a for a in cmd):
             raise ProfileKeyError("command", "with source, the command names the compiled program "
@@ -437,6 +436,20 @@ def build(command: list[str] | str, *, source: str | None = None, base: Path = P
         except MmlabError as exc:
             raise ProfileKeyError("source", str(exc)) from exc
     return wl
+
+
+def read_source(path: Path) -> str:
+    """A C source's text: a regular file of UTF-8 text, or a ProfileKeyError
+    naming it (a FIFO would hang the reader, a binary would fail deep in gcc)."""
+    if not path.is_file():
+        raise ProfileKeyError("source", f"{path}: " + ("not a regular file" if path.exists()
+                                                         else "no such file"))
+    try:
+        return path.read_text()
+    except OSError as exc:
+        raise ProfileKeyError("source", f"{path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ProfileKeyError("source", f"{path}: not UTF-8 text (byte {exc.start})") from exc
 
 
 def parse_metric_option(text: str) -> tuple[str, ExecMetric]:

@@ -1,0 +1,190 @@
+"""`mmlab kernels add|available|list|build`, `mmlab ab` and `mmlab narrow`:
+kernels for guests, patch A/B and the search for the step that changed a
+metric."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.status import Status
+
+from mmlab import experiment, kernels
+from mmlab.cli import experiments as runs
+from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
+from mmlab.errors import MmlabError
+from mmlab.kernels import kbuild
+from mmlab.report import terminal
+from mmlab.run import narrow as narrowing
+from mmlab.store import Store
+from mmlab.targets import TargetPool
+
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                  help="Kernel images for QEMU guests.")
+
+KERNEL_SPEC = typer.Argument(..., metavar="KERNEL",
+                             help="debian:6.12, debian:7.3.4, debian:6.12-generic, a range "
+                                  "debian:6.12..debian:7.3, or a bzImage path")
+SOURCE = typer.Option("debian-source:6.12", "--source", metavar="SOURCE",
+                      help="debian-source:SERIES (Debian's linux-source package) or a kernel "
+                           "tree")
+CONFIG = typer.Option([], "--config", metavar="FRAGMENT",
+                      help="a config fragment (CONFIG_X=y lines), repeatable")
+
+
+@app.command("add")
+def add(spec: str = KERNEL_SPEC,
+        config: Path = typer.Option(None, "--config", metavar="PATH",
+                                    help="the .config of a local image"),
+        name: str = typer.Option(None, "--name", metavar="NAME",
+                                 help="name for a local image (local:NAME)")) -> None:
+    """Fetch a Debian kernel from the catalog of every suite (apt, nothing
+    installed) or register a local bzImage.
+
+    Example: mmlab kernels add debian:6.12"""
+    if spec.startswith("debian:"):
+        found = [kernels.add_debian(one.removeprefix("debian:"))
+                 for one in kernels.expand([spec])]
+    elif config is None:
+        raise MmlabError(f"{spec}: a local image needs --config path/to/.config")
+    else:
+        found = [kernels.add_local(Path(spec), config, name)]
+    for k in found:
+        typer.echo(f"{k.name}: {k.identity()} from {k.source}, config sha256 "
+                   f"{k.config_sha256[:12]}, {len(k.modules)} guest modules, in {k.dir}")
+
+
+@app.command("available")
+def available(series: str = typer.Argument(None, metavar="SERIES",
+                                           help="a release series (6.12): every version in it"),
+              refresh: bool = typer.Option(False, "--refresh",
+                                           help="read the package lists again now"),
+              as_json: bool = JSON) -> None:
+    """What the Debian catalog can fetch: each release series with its newest
+    patch level, flavour, suite and packaging (or every version of SERIES).
+
+    Example: mmlab kernels available 6.12"""
+    if series and not re.fullmatch(r"\d+\.\d+", series):
+        raise MmlabError(f"{series}: expected a release series like 6.12")
+    apt = kernels.Apt()
+    apt.refresh(force=refresh)
+    rows = kernels.catalog_rows(apt, series)
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(e) for e in rows], indent=1))
+        return
+    terminal.console().print(terminal.catalog_table(rows, every_version=bool(series)))
+    typer.echo(f"suites read: {', '.join(apt.served())}", err=True)
+
+
+@app.command("list")
+def cached(as_json: bool = JSON) -> None:
+    """The cached kernels and the features their configs enable.
+
+    Example: mmlab kernels list --json"""
+    found = kernels.cached()
+    if as_json:
+        typer.echo(json.dumps([k.summary() for k in found], indent=1))
+        return
+    terminal.console().print(terminal.kernels_table(found))
+
+
+@app.command("build")
+def build(source: str = typer.Argument(..., metavar="SOURCE",
+                                       help="debian-source:6.12 or a kernel tree"),
+          patch: list[Path] = typer.Option([], "--patch", metavar="PATCH",
+                                           help="a patch (-p1), repeatable"),
+          config: list[Path] = CONFIG,
+          name: str = typer.Option(None, "--name", metavar="NAME",
+                                   help="name it build:NAME")) -> None:
+    """Build a kernel for guests from source, cached by its inputs.
+
+    Example: mmlab kernels build debian-source:6.12 --patch fix.patch"""
+    with build_status(source) as on_line:
+        k = kbuild.build(source, patch, config, name, on_line)
+    typer.echo(f"{k.name}: {k.version} ({k.source}), config sha256 {k.config_sha256[:12]}, "
+               f"build key {k.details['build_key'][:12]}")
+
+
+@contextmanager
+def build_status(source: str):
+    """A live line while kernels build: the step count and the last line."""
+    count = 0
+    with Status(f"building {source}", console=terminal.console()) as status:
+        def on_line(line: str) -> None:
+            nonlocal count
+            count += 1
+            status.update(terminal.escape(f"building {source}: {count} steps, "
+                                          f"{line.strip()[:70]}"))
+        yield on_line
+
+
+def ab(profile: Path = PROFILE,
+       patch: list[Path] = typer.Option(..., "--patch", metavar="PATCH",
+                                        help="the change under test (B), repeatable"),
+       source: str = SOURCE, config: list[Path] = CONFIG, results: str = RESULTS,
+       allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE) -> None:
+    """Patch A/B: build A (unpatched) and B (patched) from the same source and
+    config, run PROFILE on both interleaved in QEMU, and judge B against A.
+
+    Example: mmlab ab experiments/ksm-rmap-ab.toml --patch
+    experiments/patches/seed004-ksm-rmap-walk-range-6.12.patch"""
+    plan = runs.load(profile)
+    with build_status(source) as on_line:
+        a, b = kbuild.ab_pair(source, patch, config, on_line)
+    sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
+                     for p in patch)
+    derived = experiment.with_kernels(plan, [a.name, b.name], f"A/B of {sums}")
+    store = Store(results)
+    exp_id = store.create_experiment(derived)
+    typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",
+               err=True)
+    runs.run_here(store, exp_id, derived, TargetPool(allow_host_changes), attribute)
+
+
+def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
+                                          help="a [matrix] profile; its kernel axis is replaced"),
+           kernel_list: str = typer.Option(None, "--kernels", metavar="K1,K2,...",
+                                           help="kernels oldest to newest; a release range "
+                                                "debian:6.12..debian:7.3 is one kernel per "
+                                                "release series"),
+           source: Path = typer.Option(None, "--source", metavar="TREE",
+                                       help="a kernel git tree (with --commits)"),
+           commit_range: str = typer.Option(None, "--commits", metavar="OLD..NEW",
+                                            help="build and narrow commit by commit"),
+           config: list[Path] = CONFIG,
+           metric: str = typer.Option(None, "--metric", metavar="METRIC",
+                                      help="default: the profile's first"),
+           results: str = RESULTS, allow_host_changes: bool = ALLOW) -> None:
+    """Find the first step in K1..Kn (or in the commits OLD..NEW of a git tree)
+    where METRIC changes, by binary search, each step a real two-kernel
+    experiment judged like any other.
+
+    Example: mmlab narrow experiments/seed004-ksm-rmap-narrow.toml
+    --kernels debian:6.12..debian:7.3"""
+    plan = runs.load(profile)
+    if plan.warnings():
+        raise MmlabError(plan.warnings()[0])
+    metric = metric or plan.profile.metrics[0]
+    plan.workload.metric(metric)
+    if bool(kernel_list) == bool(source and commit_range):
+        raise MmlabError("narrow takes either --kernels K1,...,Kn or --source TREE --commits A..B")
+    if kernel_list:
+        names = kernels.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
+        ensure = lambda name: None  # noqa: E731  (released kernels: fetched by their target)
+    else:
+        names, build_commit = kbuild.commit_kernels(source, commit_range, config)
+
+        def ensure(name: str) -> None:
+            with build_status(name) as on_line:
+                build_commit(name, on_line)
+    out = terminal.console()
+    result = narrowing.search(Store(results), plan, names, metric,
+                              TargetPool(allow_host_changes, terminal.plain(out)), ensure,
+                              on_step=lambda line: out.print(terminal.escape(line)))
+    for line in result.lines(names, metric):
+        out.print(terminal.escape(line))

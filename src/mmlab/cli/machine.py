@@ -1,0 +1,69 @@
+"""`mmlab workloads`, `probe`, `restore` and `selftest`: what this machine and
+mmlab offer, and putting global settings back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import typer
+
+from mmlab import workloads
+from mmlab.cli.options import JSON
+from mmlab.judge import selftest
+from mmlab.machine import knobs, probe
+from mmlab.report import terminal
+
+selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                  help="How well mmlab's own methods work.")
+
+
+def workloads_cmd(as_json: bool = JSON) -> None:
+    """List the workloads: seed, parameters, metrics and mm paths.
+
+    Example: mmlab workloads --json"""
+    table = workloads.registry()
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(w) for w in table.values()], indent=1))
+        return
+    terminal.console().print(terminal.workloads_table(list(table.values())))
+    typer.echo("and exec: any command or C file as a workload (mmlab run exec -- CMD ARGS..., "
+               "mmlab run exec --source repro.c; profiles with workload = \"exec\")")
+
+
+def probe_cmd(as_json: bool = JSON) -> None:
+    """What this machine offers and lacks, measured now.
+
+    Example: mmlab probe"""
+    facts = probe.facts()
+    if as_json:
+        typer.echo(json.dumps([dataclasses.asdict(f) for f in facts], indent=1))
+        return
+    terminal.console().print(terminal.probe_table(facts))
+
+
+def restore() -> None:
+    """Put back every global setting an interrupted mmlab left changed.
+
+    Example: mmlab restore"""
+    journal = knobs.Journal()
+    if not journal.path.exists():
+        typer.echo("nothing to restore")
+        return
+    done = journal.restore()
+    typer.echo("restored: " + ("; ".join(done) if done else "(nothing had changed)"))
+
+
+@selftest_app.command("verdicts")
+def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min=10,
+                                                      metavar="N",
+                                                      help="simulated profiles per cell"),
+                      seed: int = typer.Option(1, "--seed", metavar="N",
+                                               help="the simulation's random seed")) -> None:
+    """The verdicts' operating characteristics at the defaults, by simulation:
+    false alarms, "no change" in A/A runs, power and rounds used; exit status 1
+    when a target is missed.
+
+    Example: mmlab selftest verdicts --experiments 10000 --seed 1"""
+    if selftest.print_report(experiments, seed):
+        raise typer.Exit(1)

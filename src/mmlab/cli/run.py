@@ -1,0 +1,184 @@
+"""`mmlab run WORKLOAD`: one workload, one trial of N samples, on this kernel
+or in a guest, through the same profile parser, Target and store as
+`experiment run` (experiment/single.py).
+
+Each workload is a subcommand made from its own table (`mmwork describe`),
+so `mmlab run WORKLOAD --help` lists that workload's parameters with their
+defaults, and `exec` runs any command or C file.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import typer
+
+from mmlab import workloads
+from mmlab.cli import options
+from mmlab.errors import MmlabError
+from mmlab.experiment import single
+from mmlab.report import terminal
+from mmlab.run import runner
+from mmlab.store import Store
+from mmlab.targets import TargetPool
+from mmlab.workloads import HARNESS_PARAMS, execwork
+
+app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
+                  help="Run one workload on this kernel or, with --kernel, in a guest. "
+                       "Example: mmlab run pageout-refault --thp hugepage --samples 3")
+
+# Options every workload takes, beside its own parameters: (name, type, option).
+COMMON = (
+    ("samples", int, typer.Option(5, "--samples", min=1, metavar="N",
+                                  help="samples in the one trial (one mmwork process; one boot "
+                                       "in a guest)")),
+    ("kernel", str, typer.Option("host", "--kernel", metavar="KERNEL",
+                                 help="run in a QEMU guest: debian:6.12, local:NAME, build:NAME")),
+    ("vcpus", int, typer.Option(None, "--vcpus", min=1, metavar="N", help="guest vCPUs (1)")),
+    ("memory_mb", int, typer.Option(None, "--memory-mb", min=128, metavar="N",
+                                    help="guest memory in MiB (1024)")),
+    ("numa_nodes", int, typer.Option(None, "--numa-nodes", min=1, max=8, metavar="N",
+                                     help="guest NUMA nodes, memory split evenly (1)")),
+    ("count_insns", bool, typer.Option(False, "--insns",
+                                       help="also count kernel and user instructions per unit "
+                                            "in the timed windows (a separate counting pass)")),
+    ("trace_count", str, typer.Option("", "--trace-count", metavar="FUNC,FUNC",
+                                      help="guest only: count calls of these functions")),
+    ("trace_time", str, typer.Option("", "--trace-time", metavar="FUNC,FUNC",
+                                     help="guest only: time every call of these functions")),
+    ("functions", int, typer.Option(0, "--functions", min=0, metavar="N",
+                                    help="TCG guest only: count kernel instructions by function "
+                                         "in one more boot; print the top N per window")),
+    ("as_json", bool, typer.Option(False, "--json",
+                                   help="print the samples as JSON lines and nothing else")),
+    ("allow_host_changes", bool, options.ALLOW),
+    ("results", str, options.RESULTS),
+)
+EXEC = (
+    ("source", Path, typer.Option(None, "--source", metavar="FILE.c",
+                                  help="a C reproducer: compiled statically (cached) and run; "
+                                       "its arguments after --")),
+    ("metrics_from", str, typer.Option(None, "--metrics-from", metavar="FORMAT",
+                                       help="where the figures are: stress-ng-yaml (with -Y "
+                                            "{out}), key=value or json")),
+    ("metric", list[str], typer.Option([], "--metric", metavar="NAME[=KEY]:higher|lower",
+                                       help="a figure the command prints (repeatable)")),
+    ("smaps", bool, typer.Option(False, "--smaps", help="the command's smaps at its exit")),
+    ("timeout_s", float, typer.Option(600, "--timeout-s", min=0.001, metavar="SECONDS",
+                                      help="kill the command after this long")),
+)
+METAVAR = {"int": "N", "size_kb": "SIZE", "bytes": "BYTES", "float": "X", "path": "PATH"}
+
+
+def register() -> None:
+    """One subcommand per workload in mmwork's table, and `exec`."""
+    for wl in workloads.registry().values():
+        app.command(wl.name, help=f"{wl.summary} (seed {wl.seed}). mm paths: "
+                                  f"{', '.join(wl.mm_paths)}.",
+                    epilog=f"Example: mmlab run {wl.name} --samples 3")(workload_command(wl))
+    app.command("exec", context_settings={"allow_extra_args": True,
+                                          "ignore_unknown_options": True},
+                help="Any command (after --) or C file as a workload, measured from outside.",
+                epilog="Example: mmlab run exec --metrics-from stress-ng-yaml -- stress-ng "
+                       "--mremap 2 -t 5 -Y {out}")(exec_command())
+
+
+def workload_command(wl: workloads.Workload) -> Callable[..., None]:
+    """A command whose options are `wl`'s parameters and the common ones."""
+    mine = {p.name.replace("-", "_"): p for p in wl.params
+            if p.name not in (*HARNESS_PARAMS, "insns")}
+
+    def command(**values: object) -> None:
+        params = {p.name: values.pop(key) for key, p in mine.items()}
+        run(single.Request(wl.name, {k: v for k, v in params.items() if v not in (None, False)},
+                           **_common(values)), values)
+    own = [(key, *_option(p)) for key, p in mine.items()]
+    return _with_signature(command, own + list(COMMON))
+
+
+def exec_command() -> Callable[..., None]:
+    """`mmlab run exec [--source FILE.c] -- CMD ARGS...`."""
+    def command(ctx: typer.Context, **values: object) -> None:
+        source, declared = values.pop("source"), values.pop("metric")
+        keys: dict[str, object] = {
+            "command": ["{source}", *ctx.args] if source else list(ctx.args),
+            "metrics_from": values.pop("metrics_from"), "smaps": values.pop("smaps"),
+            "timeout_s": values.pop("timeout_s"),
+            "exec_metrics": {name: m.model_dump(exclude_none=True) for name, m in
+                             map(execwork.parse_metric_option, declared)}}
+        if source:
+            keys["source"] = str(options.regular_file(Path(source), "source").resolve())
+        run(single.Request("exec", exec_keys={k: v for k, v in keys.items() if v is not None},
+                           **_common(values)), values)
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                            annotation=typer.Context)
+    return _with_signature(command, list(EXEC) + list(COMMON), first=ctx)
+
+
+def run(req: single.Request, rest: dict) -> None:
+    """Plan, store and run the one-arm experiment; print its samples (and
+    traces and functions) from the store."""
+    plan = single.plan(req)
+    store = Store(rest["results"])
+    pool = TargetPool(rest["allow_host_changes"], say=_say(rest["as_json"]))
+    pool.check(plan)
+    exp_id = store.create_experiment(plan)
+    with options.progress(disable=rest["as_json"]) as bar:
+        bar.add_task(f"{plan.workload.name} on {plan.arms[0].target}", total=None)
+        result = runner.run(store, exp_id, plan, pool, with_controls=False)
+    failed = store.trials(exp_id, status="failed")
+    if failed:
+        raise MmlabError(f"the trial failed: {failed[0].error}")
+    if req.attribute:
+        runner.attribute(store, exp_id, plan, pool, say=pool.say)
+    samples = result.measured.by_arm[single.ARM]
+    if rest["as_json"]:
+        for s in samples:
+            typer.echo(s.model_dump_json())
+        return
+    out = terminal.console()
+    terminal.print_samples(out, plan.workload, samples)
+    if req.attribute:
+        from mmlab.attribution import explain
+        found = explain.explain_experiment(plan, explain.load(store.attributions(exp_id)),
+                                           result.measured.by_arm, n=req.functions or 12)
+        terminal.print_explanation(out, plan, found)
+    typer.echo(f"stored as experiment {exp_id} in {store.where} (mmlab show {exp_id})", err=True)
+
+
+def _common(values: dict) -> dict:
+    """The Request fields among the common options (the rest stay in `values`)."""
+    split = lambda text: tuple(f for f in text.split(",") if f)  # noqa: E731
+    return dict(samples=values["samples"], kernel=values["kernel"], vcpus=values["vcpus"],
+                memory_mb=values["memory_mb"], numa_nodes=values["numa_nodes"],
+                count_insns=values["count_insns"], trace_count=split(values["trace_count"]),
+                trace_time=split(values["trace_time"]), functions=values["functions"],
+                argv=tuple(sys.argv[2:]))
+
+
+def _say(quiet: bool) -> Callable[[str], None]:
+    """Targets' messages on stderr, so --json's stdout stays samples only."""
+    return lambda message: typer.echo(message, err=True) if not quiet else None
+
+
+def _option(p: workloads.Param) -> tuple[type, object]:
+    """A workload parameter as a typer option: flags are booleans, the rest
+    text checked by mmwork itself when the profile is read."""
+    help_text = p.help + ("" if p.type == "flag" else f" (default {p.default})")
+    if p.type == "flag":
+        return bool, typer.Option(False, f"--{p.name}", help=help_text)
+    metavar = "|".join(p.choices) if p.type == "choice" else METAVAR.get(p.type, "VALUE")
+    return str, typer.Option(None, f"--{p.name}", metavar=metavar, help=help_text)
+
+
+def _with_signature(func: Callable[..., None], params: list[tuple[str, type, object]],
+                    first: inspect.Parameter | None = None) -> Callable[..., None]:
+    """`func` with the keyword parameters typer reads options from."""
+    sig = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
+                             annotation=kind) for name, kind, option in params]
+    func.__signature__ = inspect.Signature(([first] if first else []) + sig)
+    func.__annotations__ = {p.name: p.annotation for p in func.__signature__.parameters.values()}
+    return func

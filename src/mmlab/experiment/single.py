@@ -1,0 +1,100 @@
+"""`mmlab run`'s experiment: one arm, one trial of N samples, written as a
+profile and read like any other.
+
+Writing the command line out as TOML and parsing it gives `mmlab run` the
+profile's validation (every value checked by mmwork, errors naming the
+option), the same Plan, the same targets and the same store as `experiment
+run`; the stored experiment's text is a profile that reproduces the run.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+import tomli_w
+
+from mmlab import experiment, workloads
+from mmlab.errors import MmlabError
+from mmlab.workloads import execwork, insns
+
+ARM = "run"
+
+
+@dataclass
+class Request:
+    """What the command line asked for."""
+    workload: str
+    params: dict[str, object] = field(default_factory=dict)
+    samples: int = 5
+    kernel: str = "host"
+    vcpus: int | None = None
+    memory_mb: int | None = None
+    numa_nodes: int | None = None
+    count_insns: bool = False
+    trace_count: tuple[str, ...] = ()
+    trace_time: tuple[str, ...] = ()
+    functions: int = 0
+    exec_keys: dict[str, object] = field(default_factory=dict)   # command, source, ...
+    argv: tuple[str, ...] = ()          # the command line, for the profile's comment
+
+    @property
+    def attribute(self) -> bool:
+        return bool(self.trace_count or self.trace_time or self.functions)
+
+
+def check(req: Request) -> None:
+    """Options that only a guest can honour are refused on the host, naming
+    the option, rather than silently ignored."""
+    if req.kernel != "host":
+        return
+    for option, value in (("--vcpus", req.vcpus), ("--memory-mb", req.memory_mb),
+                          ("--numa-nodes", req.numa_nodes),
+                          ("--trace-count", req.trace_count), ("--trace-time", req.trace_time),
+                          ("--functions", req.functions)):
+        if value:
+            raise MmlabError(f"{option} needs a guest kernel (--kernel debian:6.12, say): the "
+                             "host has the CPUs, memory and NUMA nodes it has, and no kprobes, "
+                             "function_graph or TCG plugin for mmlab (mmlab probe)")
+
+
+def profile_text(req: Request, metrics: list[str]) -> str:
+    """The request as a one-arm profile."""
+    arm: dict[str, object] = {k: v for k, v in (("cpus", req.vcpus),
+                                                ("numa_nodes", req.numa_nodes)) if v}
+    doc: dict[str, object] = {
+        "name": f"run {req.workload}", "workload": req.workload, "kernel": req.kernel,
+        "repetitions": 1, "samples_per_trial": req.samples, "metrics": metrics,
+        "baseline": ARM, "params": {k: v for k, v in req.params.items()},
+        "arms": [{"name": ARM, "set": arm}], **req.exec_keys}
+    if req.memory_mb:
+        doc["memory_mb"] = req.memory_mb
+    if req.attribute:
+        doc.update(attribute=True, trace_count=list(req.trace_count),
+                   trace_time=list(req.trace_time))
+    comment = "# " + shlex.join(("mmlab", "run", *req.argv)) + "\n"
+    return comment + tomli_w.dumps(doc)
+
+
+def plan(req: Request) -> experiment.Plan:
+    """The one-arm plan: every metric of the workload, its instruction
+    metrics only with --insns (they cost a counting pass)."""
+    check(req)
+    wl = workload(req)
+    if req.count_insns and not wl.windows:
+        raise MmlabError(f"--insns: {wl.name} has no timed windows to count")
+    metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
+    return experiment.parse(profile_text(req, metrics), "mmlab run")
+
+
+def workload(req: Request) -> workloads.Workload:
+    """mmwork's workload by name, or the exec workload the exec keys make."""
+    if req.workload != "exec":
+        return workloads.get(req.workload)
+    keys = dict(req.exec_keys)
+    declared = {name: execwork.ExecMetric.model_validate(m)
+                for name, m in keys.pop("exec_metrics", {}).items()}
+    try:
+        return execwork.build(keys.pop("command", []), declared=declared, **keys)
+    except execwork.ProfileKeyError as exc:
+        raise MmlabError(f"{exc.key}: {exc}") from exc
