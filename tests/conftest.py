@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -49,6 +50,44 @@ def settings_untouched(tmp_path_factory):
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+def debian_program(program: str, package: str) -> str:
+    """`program`'s path, installed from Debian's `package` first when a fresh
+    machine lacks it (the tests fetch what they need rather than skip)."""
+    found = shutil.which(program)
+    if found is None:
+        subprocess.run(["apt-get", "update", "-qq"], check=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", package], check=True,
+                       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+        found = shutil.which(program)
+    assert found, f"{program}: not found after apt-get install {package}"
+    return found
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    return debian_program("chromium", "chromium")
+
+
+@pytest.fixture(scope="session")
+def stress_ng() -> str:
+    return debian_program("stress-ng", "stress-ng")
+
+
+@pytest.fixture(scope="session")
+def k612():
+    """Debian's 6.12 for guests: fetched once (apt-get download), then cached."""
+    from mmlab import kernels
+    return kernels.ensure("debian:6.12")
+
+
+@pytest.fixture(scope="session")
+def k73():
+    """The newest release: trixie-backports, the split packaging (linux-binary,
+    linux-base, linux-modules).  Fetched once, then cached."""
+    from mmlab import kernels
+    return kernels.ensure("debian:7.3")
 
 
 MMLAB = [sys.executable, "-m", "mmlab.cli"]

@@ -9,8 +9,7 @@ import zlib
 import numpy as np
 
 from mmlab.experiment import Arm, Plan
-from mmlab.machine import probe
-from mmlab.targets import LocalTarget, TargetPool, TrialError, TrialResult
+from mmlab.targets import LocalTarget, TargetPool, TrialError, TrialResult, probe
 from mmlab.workloads import insns
 from mmlab.workloads.samples import Sample
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -188,30 +187,3 @@ def test_tracepoint_events_are_counted_by_system_and_name():
     assert got == Counter({"mmap_lock:mmap_lock_start_locking": 2,
                            "mmap_lock:mmap_lock_acquire_returned": 1,
                            "compaction:mm_compaction_begin": 1})
-
-
-def _imports(path: Path) -> set[str]:
-    """The mmlab modules a source file imports, relative imports resolved."""
-    import ast
-    package = "mmlab." + path.parent.name
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            out |= {a.name for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            base = package.rsplit(".", node.level - 1)[0] if node.level else ""
-            mod = ".".join(x for x in (base, node.module) if x)
-            out |= {mod} | {f"{mod}.{a.name}" for a in node.names}
-    return out
-
-
-def test_attribution_and_reports_depend_one_way():
-    """Attribution returns data and never imports a report; reports render
-    stored data and never import collection or the targets."""
-    src = Path(__file__).resolve().parents[1] / "src" / "mmlab"
-    for path in (src / "attribution").glob("*.py"):
-        assert not {m for m in _imports(path) if m.startswith("mmlab.report")}, path
-    for path in (src / "report").glob("*.py"):
-        bad = {m for m in _imports(path)
-               if m.startswith(("mmlab.attribution.collect", "mmlab.targets"))}
-        assert not bad, (path, bad)

@@ -11,11 +11,11 @@ import shutil
 
 import pytest
 
-from mmlab import experiment, kernels
+from mmlab import experiment
 from mmlab.errors import MmlabError
 from mmlab.machine.knobs import HostSettings
 from mmlab.store import Store
-from mmlab.targets import qemu
+from mmlab.targets import boot, qemu
 from mmlab.workloads import csource, execwork, mmwork
 from mmlab.workloads.build import REPO_ROOT
 
@@ -43,7 +43,6 @@ metrics:
 
 ...
 """
-HAVE_STRESS_NG = shutil.which("stress-ng") is not None
 
 
 # ---------------------------------------------------------------- output formats
@@ -125,8 +124,7 @@ def test_exec_measures_from_outside_and_reads_out_files_and_smaps_at_exit():
     assert "pgfault" in s.vmstat_delta and "thp_enabled" in s.state
 
 
-@pytest.mark.skipif(not HAVE_STRESS_NG, reason="stress-ng is not installed (make setup)")
-def test_exec_runs_stress_ng_and_reads_its_yaml():
+def test_exec_runs_stress_ng_and_reads_its_yaml(stress_ng):
     wl = execwork.build("stress-ng --mremap 1 --mremap-bytes 4K --timeout 1 --metrics-brief "
                         "-Y {out}", metrics_from="stress-ng-yaml")
     s = run_one(wl)
@@ -274,30 +272,21 @@ def test_run_source_on_the_command_line():
 
 # ---------------------------------------------------------------- in a guest
 
-def guest_kernel():
-    try:
-        return kernels.get("debian:6.12")
-    except MmlabError:
-        pytest.skip("debian:6.12 is not cached (mmlab kernels add debian:6.12)")
-
-
-@pytest.mark.skipif(not HAVE_STRESS_NG, reason="stress-ng is not installed (make setup)")
-def test_debian_stress_ng_runs_in_a_guest_from_its_packed_libraries():
+def test_debian_stress_ng_runs_in_a_guest_from_its_packed_libraries(stress_ng, k612):
     """Debian's stress-ng is dynamically linked: the binary, its loader and
     every library ldd names go into the initramfs at their host paths."""
     wl = execwork.build("stress-ng --mremap 1 --mremap-bytes 4K --timeout 1 --metrics-brief "
                         "-Y {out}", metrics_from="stress-ng-yaml", smaps=True)
     packed = wl.programs({})
     assert packed[0].name == "stress-ng" and any("libc.so" in p.name for p in packed)
-    guest = qemu.Guest(guest_kernel(), vcpus=1, memory_mb=512, timeout_s=300)
+    guest = boot.Guest(k612, vcpus=1, memory_mb=512, timeout_s=300)
     (s,) = qemu.run(guest, wl, {}, 1, 0, HostSettings())
     assert s.state["guest_kernel"] == "debian:6.12"
     assert s.metrics["ops_per_s_real"] > 0 and s.metrics["outside_cpu_s"] > 0
     assert s.state["exit_vmas"] > 0
 
 
-def test_a_c_reproducers_metrics_get_verdicts_in_a_guest(tmp_path):
-    guest_kernel()
+def test_a_c_reproducers_metrics_get_verdicts_in_a_guest(tmp_path, k612):
     shutil.copy(REPO_ROOT / "experiments/repro/pageout_repro.c", tmp_path)
     text = SOURCE_PROFILE.replace('workload = "exec"', 'workload = "exec"\nkernel = "debian:6.12"'
                                   '\nmemory_mb = 256')
@@ -308,7 +297,7 @@ def test_a_c_reproducers_metrics_get_verdicts_in_a_guest(tmp_path):
     assert "accelerator" in mmlab("report", "1", "--results", str(results)).stdout
 
 
-def test_stress_ng_run_as_it_is_gives_its_own_figures_or_one_line():
+def test_stress_ng_run_as_it_is_gives_its_own_figures_or_one_line(stress_ng):
     """The benchmarks' peer: stress-ng's YAML read back by mmlab's names."""
     found = execwork.run_stress_ng(["stress-ng", "--mremap", "1", "--mremap-bytes", "4K",
                                     "--timeout", "1", "--metrics-brief"],

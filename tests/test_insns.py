@@ -25,7 +25,7 @@ from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
 from mmlab.run import narrow, runner
 from mmlab.store import Store
-from mmlab.targets import qemu
+from mmlab.targets import boot, qemu
 from mmlab.targets.host import HostTarget
 from mmlab.workloads import insns
 from mmlab.workloads.build import mmwork_path
@@ -206,7 +206,7 @@ def test_the_probe_says_which_source_counts(plugin):
 
 
 def counted_boot(kernel, plugin, mapping_kb: int) -> list[Sample]:
-    return qemu.run(qemu.Guest(kernel, memory_mb=512), pageout(),
+    return qemu.run(boot.Guest(kernel, memory_mb=512), pageout(),
                     insns.counting_params({**SMALL, "mapping-kb": mapping_kb}), samples=1,
                     warmups=0, settings=HostSettings(), plugin=plugin)
 
@@ -322,7 +322,7 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
     real = kernels.ensure("debian:6.12")
     copy = shutil.copytree(real.dir, tmp_path / "k", ignore=shutil.ignore_patterns("symbols.gz"))
     k = dataclasses.replace(real, dir=str(copy))
-    guest = qemu.Guest(k, vcpus=2, memory_mb=512)
+    guest = boot.Guest(k, vcpus=2, memory_mb=512)
     params = {**SMALL, "mapping-kb": 2048}
     found = qemu.count_functions(guest, pageout(), params, 1, 0, HostSettings(), plugin)
     assert k.symbols.exists()

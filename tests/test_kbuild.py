@@ -11,6 +11,7 @@ import pytest
 from mmlab import kernels
 from mmlab.errors import MmlabError
 from mmlab.kernels import kbuild
+from mmlab.targets import boot
 
 PATCHES = Path(__file__).resolve().parents[1] / "experiments" / "patches"
 
@@ -112,7 +113,7 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     assert feats["KSM"] == feats["THP"] == feats["ADVISE_SYSCALLS"] == "y"
     table = functions.SymbolTable.load(k.symbols)       # the build's System.map, kept
     assert "rmap_walk_ksm" in table.names and table.offsets[0] >= 0
-    guest = qemu.Guest(k, vcpus=1, memory_mb=256, timeout_s=300)
+    guest = boot.Guest(k, vcpus=1, memory_mb=256, timeout_s=300)
     for name in workloads.registry():
         params = {"ksm-rmap": {"vmas": 200}, "mremap-churn": {"seconds": 0.2},
                   "populate-unmap": {"seconds": 0.2},

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import re
-import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -106,16 +105,13 @@ def test_text_report_fits_a_mailing_list_and_says_everything(store_with_results)
     assert lines[-1] == "#regzbot introduced: 6.1..6.12"
 
 
-def test_html_report_is_self_contained_and_renders(store_with_results, tmp_path):
+def test_html_report_is_self_contained_and_renders(store_with_results, tmp_path, chromium):
     page = html.render(data.gather(*store_with_results))
     assert "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "https://" not in page
     assert page.count("data:image/png;base64,") >= 3               # samples, ratios, scaling
     out = tmp_path / "report.html"
     out.write_text(page)
-    chromium = shutil.which("chromium")
-    if not chromium:
-        pytest.skip("chromium is not installed (make setup installs it)")
     shot = Path(__file__).resolve().parents[1] / "build" / "screenshots" / "report.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",

@@ -10,7 +10,8 @@ import pytest
 
 from mmlab import workloads
 from mmlab.judge import audit
-from mmlab.machine import knobs, probe
+from mmlab.machine import knobs
+from mmlab.targets import probe
 from mmlab.workloads.samples import parse_line
 
 from .conftest import is_root, mmwork, samples_of

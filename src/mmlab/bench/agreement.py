@@ -25,7 +25,7 @@ from rich.table import Table
 from mmlab import kernels, workloads
 from mmlab.judge.stats import summarize
 from mmlab.machine.knobs import HostSettings
-from mmlab.targets import initramfs, qemu
+from mmlab.targets import boot, initramfs, qemu
 from mmlab.workloads import execwork, mmwork
 from mmlab.workloads.build import REPO_ROOT
 
@@ -106,14 +106,14 @@ def stress_ng_guest(kernel: str, pairs: int = 8, vcpus: int = 1) -> list[Agreeme
     """The same in a guest: one boot per run, mmwork exec's trial against a
     /trial.sh that runs stress-ng alone, both with the same packed files."""
     wl = stress_ng_workload()
-    guest = qemu.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=1024, timeout_s=300)
-    accel, _ = qemu.accelerator(guest.kernel, qemu.initramfs_cache())
-    archives = (initramfs.files_archive(wl.programs({}), qemu.initramfs_cache()),)
+    guest = boot.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=1024, timeout_s=300)
+    accel, _ = boot.accelerator(guest.kernel, boot.initramfs_cache())
+    archives = (initramfs.files_archive(wl.programs({}), boot.initramfs_cache()),)
     script = (" ".join([*STRESS_NG, "-Y", GUEST_YAML]) + " > /dev/null 2>&1\n"
               f"cat {GUEST_YAML}\n")
     ours, peer = interleaved(
         pairs, lambda: qemu.run(guest, wl, {}, 1, 0, HostSettings())[0].metrics,
-        lambda: execwork.stress_ng_figures(qemu.run_script(guest, script, archives),
+        lambda: execwork.stress_ng_figures(boot.run_script(guest, script, archives),
                                            STRESS_NG_METRICS))
     return [Agreement(f"mmlab run exec -- stress-ng vs stress-ng ({kernel}, {vcpus} vCPUs, "
                       f"{accel.upper()})", m, m, [o[m] for o in ours], [p[m] for p in peer],

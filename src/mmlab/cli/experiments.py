@@ -100,9 +100,10 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
 
 
 def run_here(store: Store, exp_id: int, plan: experiment.Plan, pool: TargetPool,
-             attribute: bool = False, with_controls: bool = True) -> runner.RunResult:
+             attribute: bool = False, with_controls: bool = True) -> None:
     """runner.run with a progress bar, then attribution if asked, then the
-    run's verdicts; the experiment ID is the last line printed."""
+    run's verdicts; the experiment ID is the last line printed (exit status
+    1 if a trial failed)."""
     out = terminal.console()
     with options.progress() as bar:
         task = bar.add_task("starting", total=len(plan.order))
@@ -126,7 +127,17 @@ def run_here(store: Store, exp_id: int, plan: experiment.Plan, pool: TargetPool,
         out.print(line)
     terminal.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
     typer.echo(exp_id)
-    return result
+    exit_on_failed(store, [exp_id])
+
+
+def exit_on_failed(store: Store, ids: list[int]) -> None:
+    """Exit status 1 when any trial failed: its verdicts rest on fewer rounds
+    than planned, or on none."""
+    failed = sum(len(store.trials(e, status="failed")) for e in ids)
+    if failed:
+        typer.echo(f"mmlab: {failed} trial(s) failed (mmlab show {ids[0]}); exit status 1",
+                   err=True)
+        raise typer.Exit(1)
 
 
 def refuse_fleet_attribution(attribute: bool) -> None:
@@ -181,6 +192,7 @@ def run_fleet(results: str, ids: list[int], allow: bool, with_controls: bool) ->
         terminal.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
     print_fleet(store, ids)
     typer.echo(ids[0])
+    exit_on_failed(store, ids)
 
 
 def print_fleet(store: Store, ids: list[int]) -> None:

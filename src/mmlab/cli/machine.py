@@ -11,8 +11,9 @@ import typer
 from mmlab import workloads
 from mmlab.cli.options import JSON
 from mmlab.judge import selftest
-from mmlab.machine import knobs, probe
+from mmlab.machine import knobs
 from mmlab.report import terminal
+from mmlab.targets import probe
 
 selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="How well mmlab's own methods work.")

@@ -63,15 +63,20 @@ KernelName = Annotated[str, AfterValidator(_kernel_name)]
 CpuSpec = Annotated[Any, AfterValidator(_cpu_spec)]
 
 
+# Every model a profile is read into refuses inf and NaN: a value that cannot
+# be stored as JSON would make the stored experiment unreadable.
+STRICT = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
 class ArmEntry(BaseModel):
     """One explicit arm: a name and what it sets on top of the base."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
     name: str = Field(min_length=1)
     set: dict[str, Scalar] = {}
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -138,7 +143,7 @@ class SettingAxes(BaseModel):
     """The axes that are settings rather than workload parameters, typed: a
     bad value is refused here with the axis named.  `ksm.<knob>` and
     `sysctl.<name>` axes arrive as the `ksm` and `sysctl` tables."""
-    model_config = ConfigDict(extra="forbid")
+    model_config = STRICT
 
     thp_mode: knobs.ThpMode | None = None
     thp_defrag: knobs.ThpDefragMode | None = None
@@ -260,12 +265,19 @@ def _where(path: str, text: str, loc: tuple) -> str:
 # ---------------------------------------------------------------- loading
 
 def load(path: str | Path) -> Plan:
-    """Read, validate and expand a profile; every error names file, line and key."""
+    """Read, validate and expand a profile; every error names file, line and
+    key.  Only a regular file of UTF-8 text is read (a FIFO would hang)."""
     path = Path(path)
+    if not path.is_file():
+        raise MmlabError(f"{path}: " + ("not a regular file" if path.exists()
+                                        else "no such profile"))
     try:
         text = path.read_text()
     except OSError as exc:
         raise MmlabError(f"{path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise MmlabError(f"{path}: not a TOML profile (not UTF-8 text at byte {exc.start})") \
+            from exc
     return parse(text, str(path))
 
 
@@ -322,6 +334,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
 
 
 MIN_ROUNDS = 3      # a comparison's least rounds: fewer cannot give a verdict
+MIN_NODE_MB = 128   # a guest NUMA node's least memory: smaller nodes fail to boot
 EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps")
 
 
@@ -373,12 +386,16 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
     if kernel == "host" and axes.numa_nodes not in (None, 1):
         raise fail(loc + ("numa_nodes",), f"{axes.numa_nodes!r}: NUMA nodes are made for guests "
                    "(QEMU -numa); the host has the nodes it has")
+    memory_mb = axes.memory_mb or profile.memory_mb
+    nodes = axes.numa_nodes or 1
+    if memory_mb < nodes * MIN_NODE_MB:
+        raise fail(loc + ("numa_nodes",), f"{nodes} NUMA nodes in {memory_mb} MiB: a guest "
+                   f"node needs {MIN_NODE_MB} MiB or more (raise memory_mb)")
     settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
                                   ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
                                   damon=axes.damon)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
-               kernel=kernel, memory_mb=axes.memory_mb or profile.memory_mb,
-               numa_nodes=axes.numa_nodes or 1)
+               kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes)
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:

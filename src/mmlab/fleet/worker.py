@@ -111,7 +111,7 @@ def serve(name: str, results: str, broker: str, make_target: MakeTarget | None =
           loglevel: str = "WARNING") -> None:
     """Register this machine and consume its queue until stopped (SIGTERM
     waits for the trial in flight)."""
-    from mmlab.machine import probe
+    from mmlab.targets import probe
     machine_name(name)
     if not backend.is_url(results):
         raise MmlabError(f"--results {results}: a worker needs the fleet's shared store, a "

@@ -19,9 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mmlab.experiment import Arm, Plan, baseline_for
-from mmlab.judge import audit, stats
+from mmlab.judge import audit, controls, stats
 from mmlab.judge.stats import Verdict
-from mmlab.run import controls
 from mmlab.store import Measurements
 from mmlab.workloads.samples import Sample
 

@@ -120,6 +120,10 @@ class Kernel:
                                       self.packaging) if x)
         return f"{self.version} ({extra})" if extra else self.version
 
+    def summary(self) -> dict:
+        """`mmlab kernels list --json`: what it is, where from, and its features."""
+        return {**asdict(self), "features": self.features()}
+
 
 def cache_dir() -> Path:
     env = os.environ.get("MMLAB_KERNEL_CACHE")
@@ -461,6 +465,22 @@ def resolve(spec: str, apt: Apt | None = None) -> Entry:
                          f"(release series it has: {', '.join(known) or 'none'})")
     # A release before a release candidate of the same series: dpkg order does it.
     return max(mine, key=lambda e: _VKey(e.package_version))
+
+
+def catalog_rows(apt: Apt, series: str | None = None) -> list[Entry]:
+    """`mmlab kernels available`: every version of `series`, or the newest of
+    each release series and flavour, by flavour then series."""
+    found = entries(apt.catalog())
+    if series:
+        rows = [e for e in found if e.series == series]
+        if not rows:
+            raise MmlabError(f"no {series} kernels in the Debian catalog (release series it "
+                             f"has: {', '.join(series_available(apt))})")
+        return rows
+    newest: dict[tuple[str, str], Entry] = {}
+    for e in found:            # sorted oldest first: the last one wins
+        newest[(e.series, e.flavour)] = e
+    return sorted(newest.values(), key=lambda e: (e.flavour, _series_key(e.series)))
 
 
 def series_available(apt: Apt | None = None, flavour: str = "cloud") -> list[str]:

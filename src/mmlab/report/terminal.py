@@ -19,7 +19,6 @@ from mmlab.attribution.explain import (
 from mmlab.attribution.guest import figures, skipped
 from mmlab.experiment import Plan, baseline_for
 from mmlab.judge.stats import Comparison, summarize
-from mmlab.machine.probe import Fact
 from mmlab.report.fmt import (
     DASH,
     VERDICT_RICH,
@@ -110,7 +109,9 @@ def workloads_table(workloads: list[Workload]) -> Table:
     return table
 
 
-def probe_table(facts: list[Fact]) -> Table:
+def probe_table(facts: list) -> Table:
+    """`mmlab probe`'s facts (ok, what, value, note), as measured: the table
+    renders them without importing the targets that measured them."""
     table = Table(title="mmlab probe: this machine, measured now")
     table.add_column("")
     table.add_column("what")

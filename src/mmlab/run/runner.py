@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from mmlab.errors import MmlabError
 from mmlab.experiment import Plan, schedule
-from mmlab.judge import verdicts
-from mmlab.run import controls
+from mmlab.judge import controls, verdicts
 from mmlab.store import Measurements, Store, Trial
 from mmlab.targets import TargetPool
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from mmlab.attribution import collect
 from mmlab.errors import MmlabError
 from mmlab.experiment import Arm, Plan
-from mmlab.machine import knobs, probe
-from mmlab.targets import LocalTarget, TrialError, TrialResult
+from mmlab.machine import knobs
+from mmlab.targets import LocalTarget, TrialError, TrialResult, probe
 from mmlab.workloads import insns, mmwork
 from mmlab.workloads.samples import Sample
 
@@ -24,8 +24,15 @@ class HostTarget(LocalTarget):
         return self.allow_changes or plan.profile.host_changes
 
     def check(self, plan: Plan) -> None:
-        """Refuse before the first trial, naming the setting, unless allowed."""
+        """Refuse before the first trial: CPUs this machine does not have,
+        and global changes not consented to, naming the arm and setting."""
         arms = [a for a in plan.arms if a.kernel == "host"]
+        for arm in arms:
+            if arm.cpus:
+                try:
+                    mmwork.parse_cpus(arm.cpus)
+                except MmlabError as exc:
+                    raise MmlabError(f"arm {arm.name}: {exc}") from exc
         if self._allowed(plan) or not arms:
             return
         wl = plan.workload

@@ -14,9 +14,8 @@ import os
 from functools import cache
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.errors import MmlabError
-from mmlab.machine import proc
+from mmlab.machine import paths, proc
 from mmlab.names import safe_name
 
 CC = "gcc"
@@ -25,7 +24,7 @@ LIBS = ("-lm",)
 
 
 def cache_dir() -> Path:
-    return kernels.cache_dir().parent / "sources"
+    return paths.cache_root() / "sources"
 
 
 @cache

@@ -1,0 +1,99 @@
+"""The package's shape, read from its source: stages import only earlier
+stages, modules stay small, the command layer stays thin, and the C harness
+has no include loops."""
+
+from __future__ import annotations
+
+import ast
+import graphlib
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src" / "mmlab"
+
+# The stages, lowest first: a module may import its own stage and lower ones.
+STAGES = [
+    {"errors", "names"},
+    {"machine"},
+    {"workloads"},
+    {"kernels"},
+    {"experiment"},
+    {"store"},
+    {"judge"},
+    {"attribution"},
+    {"targets"},
+    {"run"},
+    {"report"},
+    {"fleet", "census"},
+    {"track"},
+    {"bench", "cli"},
+]
+LEVEL = {name: i for i, names in enumerate(STAGES) for name in names}
+
+
+def stage_of(module: str) -> str | None:
+    """'mmlab.judge.stats' -> 'judge'; the package's own __init__ -> None."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == "mmlab" else None
+
+
+def imported(path: Path) -> set[str]:
+    """The mmlab modules a file imports, by absolute name."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("mmlab")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("mmlab"):
+            out |= {node.module} | {f"{node.module}.{a.name}" for a in node.names}
+    return out
+
+
+def sources() -> list[Path]:
+    return sorted(p for p in SRC.rglob("*.py") if p.parent != SRC or p.name != "__init__.py")
+
+
+def test_every_module_belongs_to_a_stage():
+    stages = {p.relative_to(SRC).parts[0].removesuffix(".py") for p in sources()}
+    assert stages <= set(LEVEL) | {"__init__"}, stages - set(LEVEL)
+
+
+def test_stages_import_only_earlier_stages():
+    bad = []
+    for path in sources():
+        mine = path.relative_to(SRC).parts[0].removesuffix(".py")
+        for module in imported(path):
+            theirs = stage_of(module)
+            if theirs in LEVEL and LEVEL[theirs] > LEVEL[mine]:
+                bad.append(f"{path.relative_to(SRC)} imports {module}")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_attribution_and_reports_depend_one_way():
+    """Attribution returns data and never imports a report; reports render
+    stored data and never import collection or the targets."""
+    for path in (SRC / "attribution").glob("*.py"):
+        assert not {m for m in imported(path) if m.startswith("mmlab.report")}, path
+    for path in (SRC / "report").glob("*.py"):
+        bad = {m for m in imported(path)
+               if m.startswith(("mmlab.attribution.collect", "mmlab.targets"))}
+        assert not bad, (path, bad)
+
+
+def test_modules_are_small_and_the_commands_thin():
+    long = [f"{p.relative_to(SRC)}: {n}" for p in sources()
+            if (n := len(p.read_text().splitlines())) > 500]
+    assert not long, long
+    cli = [f"{p.name}: {n}" for p in (SRC / "cli").glob("*.py")
+           if (n := len(p.read_text().splitlines())) > 400]
+    assert not cli, cli
+
+
+def test_the_c_harness_has_no_include_loops():
+    """A .c file that includes core-x.h depends on core-x.c: no cycles."""
+    graph: dict[str, set[str]] = {}
+    for path in (ROOT / "workloads").glob("*.[ch]"):
+        unit = path.stem
+        deps = {Path(h).stem for h in re.findall(r'#include "([^"]+)"', path.read_text())}
+        graph.setdefault(unit, set()).update(deps - {unit})
+    graphlib.TopologicalSorter(graph).prepare()      # CycleError names the loop
