@@ -164,3 +164,49 @@ def test_sigkill_of_mmlab_is_repaired_on_next_start():
     proc = mmlab("probe", "--json")
     assert "an earlier run did not finish; restored" in proc.stderr
     assert KSM_RUN.read_text() == before
+
+
+def test_run_and_experiment_run_take_their_samples_through_the_same_target(tmp_path,
+                                                                           monkeypatch):
+    """`mmlab run` is an experiment of one arm: with the targets replaced by
+    one fake, both commands' trials reach that fake's run_trial, and both
+    store what it returned."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    from mmlab.cli import run as run_cmd
+    from mmlab.store import Store
+    from mmlab.targets import TargetPool
+
+    from .fake_target import FakeTarget
+    fake = FakeTarget(cv=0.01)
+    monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: fake)
+    run_cmd.register()
+    results = str(tmp_path / "r")
+    cli = CliRunner()
+    ran = cli.invoke(app, ["run", "pageout-refault", "--samples", "2", "--thp", "hugepage",
+                           "--results", results])
+    assert ran.exit_code == 0, ran.output
+    profile = tmp_path / "p.toml"
+    profile.write_text(PROFILE_TWO_ARMS)
+    exp = cli.invoke(app, ["experiment", "run", str(profile), "--results", results])
+    assert exp.exit_code == 0, exp.output
+    assert fake.trials[0] == "run"
+    assert sorted(fake.trials[1:]) == ["thp=hugepage"] * 3 + ["thp=nohugepage"] * 3
+    store = Store(results, create=False)
+    (one,) = store.samples_by_arm(1).values()
+    assert len(one) == 2 and one[0].params["thp"] == "hugepage"
+    assert {len(v) for v in store.samples_by_arm(2).values()} == {3}
+
+
+PROFILE_TWO_ARMS = """
+name = "two"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = { thp = "nohugepage" }
+[params]
+mapping-kb = 1024
+[matrix]
+thp = ["hugepage", "nohugepage"]
+"""

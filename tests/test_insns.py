@@ -228,12 +228,16 @@ def test_a_guest_counts_stable_positive_and_growing_with_the_mapping(plugin):
 
 
 @needs_qemu
-def test_mmlab_run_insns_counts_in_the_same_boot(plugin):
+def test_mmlab_run_insns_counts_in_a_counting_pass(plugin, tmp_path):
+    """`mmlab run --insns` counts as experiments do: the timing boot runs
+    without the plugin, a second boot counts, joined by sample."""
     proc = mmlab("run", PO, "--kernel", "debian:6.12", "--insns", "--samples", "1", "--json",
-                 "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0")
+                 "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0",
+                 "--results", str(tmp_path / "r"))
     assert proc.returncode == 0, proc.stderr
     (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert s["metrics"][ADVISE] > 0 and s["state"]["insns_source"] == "qemu tcg plugin"
+    assert s["metrics"][ADVISE] > 0
+    assert s["state"]["insns_source"].startswith("qemu tcg plugin")
 
 
 @needs_qemu
@@ -336,16 +340,18 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
 
 
 @needs_qemu
-def test_mmlab_run_functions_prints_a_kernels_top_functions(plugin):
+def test_mmlab_run_functions_prints_a_kernels_top_functions(plugin, tmp_path):
     """`run --functions` in a two-node guest: the move_pages walk by function;
     a workload whose window did no work is a one-line error."""
-    proc = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--numa-nodes", "2", "--samples", "1",
-                 "--vmas", "100", "--trigger", "move", "--no-writer", "--functions", "25")
+    results = str(tmp_path / "r")
+    proc = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--numa-nodes", "2",
+                 "--samples", "1", "--vmas", "100", "--trigger", "move", "--no-writer",
+                 "--functions", "25", "--results", results)
     assert proc.returncode == 0, proc.stderr
     assert "kernel instructions in 'walk' by function" in proc.stdout
     assert "rmap_walk_ksm" in proc.stdout
     idle = mmlab("run", "ksm-rmap", "--kernel", "debian:6.12", "--samples", "1", "--vmas", "50",
-                 "--functions", "3")
+                 "--functions", "3", "--results", results)
     assert idle.returncode != 0
     assert idle.stderr.strip().splitlines()[-1] == (
         "mmlab: --functions: no timed window of ksm-rmap did any work here (windows: walk)")

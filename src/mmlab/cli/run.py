@@ -145,6 +145,10 @@ def run(req: single.Request, rest: dict) -> None:
         from mmlab.attribution import explain
         found = explain.explain_experiment(plan, explain.load(store.attributions(exp_id)),
                                            result.measured.by_arm, n=req.functions or 12)
+        if req.functions and not found.functions:
+            windows = ", ".join(w.name for w in plan.workload.windows) or "none"
+            raise MmlabError(f"--functions: no timed window of {plan.workload.name} did any "
+                             f"work here (windows: {windows})")
         terminal.print_explanation(out, plan, found)
     typer.echo(f"stored as experiment {exp_id} in {store.where} (mmlab show {exp_id})", err=True)
 

@@ -392,9 +392,10 @@ def catalog_table(entries: list[CatalogEntry], every_version: bool) -> Table:
     """The Debian kernel catalog: per release series its newest version (or,
     for one series, every version), with the name `--kernel` takes."""
     table = Table(title="Debian kernels mmlab can fetch")
-    for col in ("name", "version" if every_version else "newest", "package version",
-                "flavour", "suite", "packaging"):
-        table.add_column(col, no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    for col in ("version" if every_version else "newest", "package version", "flavour",
+                "suite", "packaging"):
+        table.add_column(col, overflow="fold")
     for e in entries:
         flavour = "" if e.flavour == "cloud" else f"-{e.flavour}"
         name = f"debian:{e.upstream if every_version else e.series}{flavour}"
