@@ -13,10 +13,17 @@ MMLAB := $(VENV)/bin/mmlab
 # libglib2.0-dev and dpkg-dev (dpkg-source) to build mmlab's QEMU TCG plugin against
 # Debian's qemu source (guest instruction counts); postgresql and redis-server
 # for a lab of many machines (the shared store and the broker; the tests and
-# `make bench-fleet` start private instances of both).
+# `make bench-fleet` start private instances of both).  The census: clang to
+# compile its BPF task_vma iterator, libbpf-dev (with libelf-dev, zlib1g-dev
+# and libzstd-dev, libbpf's own dependencies) to link its loader statically
+# so it also runs in a guest's initramfs (bpftrace 0.17, Debian 12's, cannot
+# be used: it refuses iter probes where tracefs's function list is not
+# readable, as on this lab's host; see docs/census.md); openjdk-17-jdk-headless
+# (javac), nodejs and postgresql for the census recipes of real programs.
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
 	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
-	dpkg-dev postgresql redis-server
+	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \
+	openjdk-17-jdk-headless nodejs
 
 .PHONY: setup system venv build demo test test-slow bench bench-fleet clean
 

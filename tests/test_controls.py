@@ -4,8 +4,9 @@ gets control arms with that state forced equal, run and judged beside it."""
 from __future__ import annotations
 
 from mmlab import experiment
-from mmlab.judge import controls, runner, verdicts
+from mmlab.judge import controls, verdicts
 from mmlab.report import data, terminal, text
+from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import qemu
 

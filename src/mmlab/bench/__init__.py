@@ -32,7 +32,7 @@ import tomli_w
 from rich.table import Table
 
 from mmlab import experiment, workloads
-from mmlab.bench import agreement
+from mmlab.bench import agreement, census
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.judge import selftest, stats, verdicts
 from mmlab.judge.stats import summarize
@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mmlab.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
-                                           "agreement"], default="all")
+                                           "agreement", "census"], default="all")
     parser.add_argument("--guest", default="debian:6.12",
                         help="agreement: the guest kernel for stress-ng ('none': host only)")
     parser.add_argument("--pairs", type=int, default=10,
@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> None:
             if args.guest != "none":
                 found += agreement.stress_ng_guest(args.guest, max(3, args.pairs // 2))
             out.print(agreement.table(found))
+        if args.part in ("all", "census"):
+            out.print(census.table())
         if args.part in ("all", "selftest"):
             selftest.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):

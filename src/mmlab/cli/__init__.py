@@ -7,6 +7,7 @@ and render, over the library laid out by stage (see docs/DESIGN.md).
   kernels.py      kernels add|available|list|build, ab, narrow
   fleet.py        worker, fleet status|summary, store copy
   machine.py      workloads, probe, restore, selftest
+  census.py       census: how many VMAs share one anon_vma, per process
   options.py      the options several commands share
 
 One error policy (`main`): every failure a user can cause or meet is one line
@@ -22,7 +23,7 @@ import sys
 import typer
 
 from mmlab import __version__
-from mmlab.cli import experiments, fleet, kernels, machine, results
+from mmlab.cli import census, experiments, fleet, kernels, machine, results
 from mmlab.cli import run as run_cmd
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.machine import knobs
@@ -44,6 +45,8 @@ app.command("worker")(fleet.worker)
 app.command("workloads")(machine.workloads_cmd)
 app.command("probe")(machine.probe_cmd)
 app.command("restore")(machine.restore)
+app.command("census", context_settings={"allow_extra_args": True,
+                                        "ignore_unknown_options": True})(census.census)
 
 
 def _version(value: bool) -> None:

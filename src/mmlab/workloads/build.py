@@ -1,4 +1,5 @@
-"""Locate and (re)build the `mmwork` binary the workloads run in.
+"""Locate and (re)build the `mmwork` binary the workloads run in (and
+`mmcensus`, the census's BPF iterator, built by the same Makefile).
 
 mmlab runs from a source checkout (`pip install -e .`), so the C sources sit
 next to the package; the binary is rebuilt whenever a source is newer.
@@ -21,7 +22,7 @@ def _stale(binary: Path) -> bool:
     if not binary.exists():
         return True
     built = binary.stat().st_mtime
-    return any(src.stat().st_mtime > built for src in WORKLOAD_SRC.iterdir())
+    return any(src.stat().st_mtime > built for src in WORKLOAD_SRC.rglob("*"))
 
 
 def mmwork_path() -> Path:
@@ -35,7 +36,12 @@ def mmwork_path() -> Path:
         if not path.is_file():
             raise MmlabError(f"MMLAB_MMWORK={override}: no such file")
         return path
-    binary = BUILD_DIR / "mmwork"
+    return built("mmwork")
+
+
+def built(name: str) -> Path:
+    """build/NAME, made by `make -C workloads` first when a source is newer."""
+    binary = BUILD_DIR / name
     if _stale(binary):
         if not (WORKLOAD_SRC / "Makefile").exists():
             raise MmlabError(f"{WORKLOAD_SRC}: workload sources not found")
@@ -43,5 +49,5 @@ def mmwork_path() -> Path:
                               capture_output=True, text=True)
         if proc.returncode:
             tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
-            raise MmlabError(f"building mmwork failed: {tail[0]}")
+            raise MmlabError(f"building {name} failed: {tail[0]}")
     return binary

@@ -1,0 +1,140 @@
+"""A command's census: started here, its whole process tree sampled while it
+runs, and reported at its peak (the sample whose largest group was
+largest).  A program builds and drops VMAs as it goes (a JVM's heap grows
+and shrinks, a database forks backends), so a census taken once, at the
+start or the end, would miss the moment a KSM walk would be longest.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+
+from mmlab.census import groups, iterator, take
+from mmlab.census.iterator import Vma
+from mmlab.census.records import Census, CommandCensus, Sample
+from mmlab.errors import MmlabError
+
+
+def tree(vmas: list[Vma], roots: set[int]) -> set[int]:
+    """`roots` and every process descended from them, by the parents the
+    iterator read with the VMAs (one consistent view, no /proc walk)."""
+    children: dict[int, set[int]] = {}
+    for v in vmas:
+        children.setdefault(v.ppid, set()).add(v.tgid)
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, [])
+    return out
+
+
+class Watch:
+    """Samples of a process tree, keeping the census of the peak: the
+    sample whose largest group, counted over all the tree's processes (a
+    forked server's children share their parent's root), was largest."""
+
+    def __init__(self, roots: set[int], top: int, patterns: bool = True):
+        self.roots, self.top, self.patterns = roots, top, patterns
+        self.t0 = time.monotonic()
+        self.samples: list[Sample] = []
+        self.peak: Census | None = None
+        self.peak_at_s, self.peak_largest = 0.0, -1
+
+    def sample(self) -> None:
+        """One census here, now."""
+        t0 = time.perf_counter()
+        self.add(time.monotonic() - self.t0, iterator.read(), t0)
+
+    def add(self, at_s: float, everyone: list[Vma], t0: float) -> None:
+        """The sample of `everyone`'s VMAs (every process's, read at
+        `at_s`, the reading started at perf_counter `t0`)."""
+        pids = tree(everyone, self.roots)
+        vmas = [v for v in everyone if v.tgid in pids]
+        largest = max(groups.root_sizes(vmas).values(), default=0)
+        self.samples.append(Sample(at_s=at_s, processes=len({v.tgid for v in vmas}),
+                                   vmas=len(vmas), largest_group=largest))
+        if vmas and largest > self.peak_largest:
+            self.peak = take.of(everyone, pids, self.top, t0, strict=False,
+                                patterns=self.patterns)
+            self.peak_at_s, self.peak_largest = at_s, largest
+
+    def result(self, argv: list[str], code: int, seconds: float) -> CommandCensus:
+        if self.peak is None:
+            raise MmlabError(f"{' '.join(argv)}: exited before the first census could see it")
+        return CommandCensus(command=argv, exit_code=code, seconds=seconds,
+                             samples=self.samples, peak_at_s=self.peak_at_s, peak=self.peak)
+
+
+def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
+        timeout_s: float | None = None) -> CommandCensus:
+    """Start `argv`, sample its tree (and the trees of `also`, a recipe's
+    services) every `interval_s` until it exits, and return the peak.  A
+    command that cannot start, fails, or exits before any sample saw it is
+    an error naming it; its process group is killed on the way out."""
+    with tempfile.TemporaryFile("w+") as log:
+        try:
+            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        except (FileNotFoundError, PermissionError) as exc:
+            raise MmlabError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
+        watch = Watch({child.pid, *also}, top)
+        try:
+            code = _follow(child, watch, interval_s, timeout_s, argv)
+        finally:
+            stop(child)
+        if code:
+            raise MmlabError(f"{' '.join(argv)}: exited with status {code}: {_last_words(log)}")
+    return watch.result(argv, code, time.monotonic() - watch.t0)
+
+
+def _follow(child: subprocess.Popen, watch: Watch, interval_s: float,
+            timeout_s: float | None, argv: list[str]) -> int:
+    """Sample until the child exits; its exit status."""
+    while child.poll() is None:
+        if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
+            raise MmlabError(f"{' '.join(argv)}: still running after {timeout_s:g} s")
+        next_at = time.monotonic() + interval_s
+        watch.sample()
+        try:
+            child.wait(max(0.0, next_at - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            pass
+    return child.returncode
+
+
+def stop(child: subprocess.Popen, grace_s: float = 10) -> None:
+    """End the child's whole process group (it was started in a session of
+    its own): SIGTERM first, so that a database shuts down cleanly and
+    leaves no shared memory behind, SIGKILL after `grace_s`; then reap it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(child.pid, sig)
+        except ProcessLookupError:
+            break
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and _group_alive(child):
+            time.sleep(0.05)
+        if not _group_alive(child):
+            break
+    child.wait()
+
+
+def _group_alive(child: subprocess.Popen) -> bool:
+    child.poll()
+    try:
+        os.killpg(child.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _last_words(log, lines: int = 3) -> str:
+    log.seek(0)
+    tail = log.read().strip().splitlines()[-lines:]
+    return " | ".join(line.strip() for line in tail) or "(no output)"

@@ -1,0 +1,128 @@
+"""A census recipe: a real program run as it really runs, in one TOML file,
+so that one command reproduces its census.
+
+    description = "PostgreSQL 15 under pgbench, 8 clients"
+    prepare = [["initdb", "-D", "{work}/db"]]          # in order, before all
+    [[services]]                                       # started, then polled
+    command = ["postgres", "-D", "{work}/db", "-p", "{port}"]
+    ready = ["pg_isready", "-p", "{port}"]
+    setup = [["pgbench", "-i", "-p", "{port}"]]        # once the services are ready
+    command = ["pgbench", "-c", "8", "-T", "30", "-p", "{port}"]   # sampled
+    [settings]                                         # global settings (KSM)
+    ksm = { run = 1 }
+
+{here} is the recipe's folder (its program sources), {work} a private
+folder removed afterwards, {port} a free loopback port.  The command and the
+services' process trees are sampled; the services are killed at the end.
+The whole recipe holds mmlab's machine lock: it loads the machine, and any
+[settings] are journaled and restored however it ends.
+"""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import tomllib
+from contextlib import ExitStack
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mmlab.census import command
+from mmlab.census.records import CommandCensus
+from mmlab.errors import MmlabError
+from mmlab.machine import knobs, proc
+from mmlab.machine.knobs import HostSettings
+
+
+class Service(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: list[str]
+    ready: list[str] | None = None      # polled until it exits 0
+    ready_timeout_s: float = 60
+
+
+class Recipe(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str
+    prepare: list[list[str]] = []
+    services: list[Service] = []
+    setup: list[list[str]] = []
+    command: list[str] = Field(min_length=1)
+    interval_s: float = Field(0.5, gt=0)
+    timeout_s: float = Field(900, gt=0)
+    settings: HostSettings = HostSettings()
+
+
+def load(path: Path) -> Recipe:
+    """The recipe at `path`; a bad key or value is named in one line."""
+    try:
+        return Recipe.model_validate(tomllib.loads(path.read_text()))
+    except FileNotFoundError:
+        raise MmlabError(f"{path}: no such recipe") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise MmlabError(f"{path}: {exc}") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        raise MmlabError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+
+
+def run(path: Path, top: int = 5, allowed: bool = False) -> CommandCensus:
+    """Run the recipe at `path` and return its command's census."""
+    recipe = load(path)
+    work = Path(tempfile.mkdtemp(prefix="mmlab-census-"))
+    work.chmod(0o755)       # a service may run as another user (postgres refuses root)
+    names = {"here": str(path.resolve().parent), "work": str(work), "port": str(_free_port())}
+    try:
+        with knobs.Journal().session() as journal, ExitStack() as services:
+            knobs.apply(recipe.settings, journal, allowed)
+            for argv in recipe.prepare:
+                _step(_fill(argv, names))
+            pids = {_start(s, names, services) for s in recipe.services}
+            for argv in recipe.setup:
+                _step(_fill(argv, names))
+            return command.run(_fill(recipe.command, names), recipe.interval_s, top, also=pids,
+                               timeout_s=recipe.timeout_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _fill(argv: list[str], names: dict[str, str]) -> list[str]:
+    return [arg.format_map(names) for arg in argv]
+
+
+def _step(argv: list[str]) -> None:
+    proc.run(argv, what=" ".join(argv[:3]), timeout=600)
+
+
+def _start(service: Service, names: dict[str, str], stack: ExitStack) -> int:
+    """Start a service (killed, with its process group, when `stack`
+    closes) and wait until its readiness check passes."""
+    argv = _fill(service.command, names)
+    try:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)
+    except (FileNotFoundError, PermissionError) as exc:
+        raise MmlabError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
+    stack.callback(command.stop, child)
+    deadline = time.monotonic() + service.ready_timeout_s
+    while service.ready:
+        if child.poll() is not None:
+            raise MmlabError(f"{' '.join(argv[:3])}: exited with status {child.returncode} "
+                             "before it was ready")
+        if proc.run(_fill(service.ready, names), check=False, timeout=30).returncode == 0:
+            break
+        if time.monotonic() > deadline:
+            raise MmlabError(f"{' '.join(argv[:3])}: not ready after "
+                             f"{service.ready_timeout_s:g} s")
+        time.sleep(0.2)
+    return child.pid
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,235 @@
+"""The census counts what the kernel holds: a mapping split the way ksm-rmap
+splits it (mprotect PROT_NONE on every other page) is exactly N VMAs on one
+anon_vma; bad input is one line naming the PID or command, exit 2."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from mmlab.census import command, guest, iterator, recipe, take
+from mmlab.errors import MmlabError
+
+from .conftest import MMLAB, is_root
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLITTER = ROOT / "experiments" / "census" / "splitter.c"
+RECIPES = sorted((ROOT / "experiments" / "census").glob("*.toml"))
+needs_iterator = pytest.mark.skipif(not is_root() or not Path("/sys/kernel/btf/vmlinux").exists(),
+                                    reason="the census needs root and the kernel's BTF")
+
+def mmlab_census(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*MMLAB, "census", *args], capture_output=True,
+                          text=True, timeout=120, check=False, **kw)
+
+
+@pytest.fixture(scope="module")
+def splitter(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("splitter") / "splitter"
+    subprocess.run(["cc", "-O2", "-o", str(out), str(SPLITTER)], check=True)
+    return out
+
+
+@pytest.fixture
+def held(splitter):
+    """Start the splitter holding its mapping (until its stdin closes)."""
+    started = []
+
+    def start(pages: int, pattern: str) -> subprocess.Popen:
+        p = subprocess.Popen([str(splitter), str(pages), pattern, "0"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        started.append(p)
+        assert p.stdout.readline() == "ready\n"
+        return p
+    yield start
+    for p in started:
+        p.kill()
+        p.wait()
+
+
+def test_parse_keeps_one_view_of_each_mm():
+    text = ("7 7 1 1000 3000 73 0 0 ffff1 ffff1 a b\n"
+            "7 8 1 1000 3000 73 0 0 ffff1 ffff1 a b\n"
+            "9 9 7 5000 6000 73 5 1 0 0 c\n")
+    vmas = iterator.parse(text)
+    assert [(v.tgid, v.ppid, v.start, v.comm, v.file) for v in vmas] == [
+        (7, 1, 0x1000, "a b", False), (9, 7, 0x5000, "c", True)]
+    assert command.tree(vmas, {7}) == {7, 9}
+
+
+@needs_iterator
+@pytest.mark.parametrize("pages", [1000, 1001])
+def test_guard_pattern_is_exactly_n_vmas_on_one_anon_vma(held, pages):
+    p = held(pages, "guard")
+    (found,) = take.take([p.pid], top=1).processes
+    group = found.groups[0]
+    assert (found.largest_group, group.vmas, group.anon_vmas, group.largest_anon_vma,
+            group.processes) == (pages, pages, 1, pages, 1)
+    assert group.pattern.boundaries == {"protection": pages - 1}
+    assert group.pattern.protections == {"rw-p": (pages + 1) // 2, "---p": pages // 2}
+
+
+@needs_iterator
+def test_madv_dontneed_does_not_split(held):
+    p = held(1001, "dontneed")
+    (found,) = take.take([p.pid], top=1).processes
+    assert found.largest_group <= 2      # libc's data pair at most: the mapping is one VMA
+
+
+@needs_iterator
+def test_mlock_splits_and_the_pattern_names_it(held):
+    p = held(101, "mlock")
+    group = take.take([p.pid], top=1).processes[0].groups[0]
+    assert group.vmas == 101
+    assert group.pattern.boundaries == {"flags: lo": 100}
+
+
+@needs_iterator
+def test_a_kernel_thread_has_no_vmas():
+    (kthreadd,) = take.take([2]).processes
+    assert (kthreadd.comm, kthreadd.vmas, kthreadd.largest_group) == ("kthreadd", 0, 0)
+
+
+@needs_iterator
+def test_every_process_includes_the_split_one(held):
+    p = held(501, "guard")
+    found = take.take(None, top=3)
+    assert found.processes[0].pid == p.pid and found.processes[0].largest_group == 501
+    assert len(found.processes) > 2 and found.shown == 3
+
+
+@needs_iterator
+def test_the_census_of_every_process_is_under_2_s():
+    assert take.take(None).seconds < 2.0
+
+
+@needs_iterator
+def test_a_command_is_sampled_and_reported_at_its_peak(splitter):
+    ran = command.run([str(splitter), "301", "guard", "1.5"], interval_s=0.2, top=1)
+    assert ran.exit_code == 0 and len(ran.samples) >= 3
+    assert ran.peak.processes[0].largest_group == 301
+    assert max(s.largest_group for s in ran.samples) == 301
+
+
+@needs_iterator
+def test_cli_json_and_table(held):
+    p = held(201, "guard")
+    done = mmlab_census("--pid", str(p.pid), "--json")
+    assert done.returncode == 0, done.stderr
+    assert '"largest_group": 201' in done.stdout
+    done = mmlab_census("--pid", str(p.pid))
+    assert done.returncode == 0 and f"{p.pid} splitter: 2" in done.stdout
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_a_pid_that_does_not_exist_is_one_line():
+    pid = 4_000_000    # above pid_max's ceiling
+    with pytest.raises(MmlabError, match=f"PID {pid}: no such process"):
+        take.take([pid])
+    done = mmlab_census("--pid", str(pid))
+    assert (done.returncode, done.stderr) == (2, f"mmlab: PID {pid}: no such process\n")
+
+
+@needs_iterator
+def test_a_pid_that_exits_mid_census_is_named(held, monkeypatch):
+    p = held(11, "guard")
+    real = iterator.read
+
+    def read_then_exit():
+        found = real()
+        p.kill()
+        p.wait()
+        return found
+    monkeypatch.setattr(iterator, "read", read_then_exit)
+    with pytest.raises(MmlabError, match=f"PID {p.pid} exited during the census"):
+        take.take([p.pid])
+
+
+def test_a_thread_is_not_a_process():
+    ready, done = threading.Event(), threading.Event()
+    t = threading.Thread(target=lambda: (ready.set(), done.wait()))
+    t.start()
+    ready.wait()
+    try:
+        tid = t.native_id
+        with pytest.raises(MmlabError, match=f"PID {tid} is a thread of process {os.getpid()}"):
+            take.take([tid])
+    finally:
+        done.set()
+        t.join()
+
+
+@needs_iterator
+@pytest.mark.parametrize("argv, message", [
+    (["false"], "false: exited with status 1"),
+    (["/nonexistent/cmd"], "/nonexistent/cmd: cannot run"),
+    (["sh", "-c", "echo oops >&2; exit 3"], "exited with status 3: oops"),
+])
+def test_a_failing_command_is_one_line(argv, message):
+    with pytest.raises(MmlabError, match=message):
+        command.run(argv, interval_s=0.05)
+    done = mmlab_census("--", *argv)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_no_target_or_two_is_one_line():
+    done = mmlab_census()
+    assert done.returncode == 2 and "give one of" in done.stderr
+    done = mmlab_census("--all", "--pid", "1")
+    assert done.returncode == 2 and "give one of" in done.stderr
+
+
+@pytest.mark.skipif(not is_root(), reason="needs root to drop to nobody")
+def test_no_permission_is_one_line():
+    done = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups",
+                           "--inh-caps=-all", *MMLAB, "census", "--all"],
+                          capture_output=True, text=True, timeout=120, cwd="/", check=False,
+                          env={**os.environ, "MMLAB_STATE_DIR": "/tmp"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("mmlab: census: not permitted") and \
+        done.stderr.count("\n") == 1, done.stderr
+
+
+def test_recipes_load_and_a_bad_key_is_named(tmp_path):
+    for path in RECIPES:
+        assert recipe.load(path).command
+    bad = tmp_path / "bad.toml"
+    bad.write_text('description = "x"\ncommand = ["true"]\ninterval = 1\n')
+    with pytest.raises(MmlabError, match="bad.toml: interval: Extra inputs"):
+        recipe.load(bad)
+
+
+@needs_iterator
+def test_a_recipe_runs_its_steps_and_kills_its_services(tmp_path):
+    path = tmp_path / "r.toml"
+    path.write_text(f"""description = "splitter with a sleeping service"
+prepare = [["cc", "-O2", "-o", "{{work}}/splitter", "{SPLITTER}"]]
+command = ["{{work}}/splitter", "51", "guard", "0.6"]
+interval_s = 0.1
+[[services]]
+command = ["sleep", "300"]
+ready = ["true"]
+""")
+    ran = recipe.run(path, top=2)
+    assert ran.peak.processes[0].largest_group == 51
+    assert subprocess.run(["pgrep", "-f", "^sleep 300$"], check=False).returncode == 1
+
+
+# ---------------------------------------------------------------- in a guest
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
+def test_the_guest_census_sees_exactly_n_vmas(k612, tmp_path):
+    static = tmp_path / "splitter"
+    subprocess.run(["cc", "-O2", "-static", "-o", str(static), str(SPLITTER)], check=True)
+    ran = guest.run("debian:6.12", [str(static), "1001", "guard", "2"], interval_s=0.5, top=1)
+    assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
+    (first, *_) = ran.peak.processes
+    assert (first.comm, first.largest_group, first.groups[0].anon_vmas) == ("splitter", 1001, 1)
