@@ -172,7 +172,7 @@ set = {x = "fast"}
 
 def test_a_profile_whose_arm_prints_garbage_loses_only_that_arms_trials(tmp_path):
     proc, results = run_profile(tmp_path, EXEC_PROFILE)
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1 and "3 trial(s) failed" in proc.stderr, proc.stderr
     trials = Store(results).trials(1)
     assert {(t.arm, t.status) for t in trials} == {("good", "done"), ("also-good", "done"),
                                                   ("bad", "failed")}

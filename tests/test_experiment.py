@@ -102,7 +102,7 @@ def test_bad_profiles_name_file_line_and_key(change, message):
 
 
 def test_missing_profile_file_is_named(tmp_path):
-    with pytest.raises(MmlabError, match="nope.toml: No such file"):
+    with pytest.raises(MmlabError, match="nope.toml: no such profile"):
         experiment.load(tmp_path / "nope.toml")
 
 

@@ -288,7 +288,10 @@ def test_two_workers_run_a_profile_survive_a_killed_worker_and_resume(servers, t
         store, exp_b, killed.id).status == "done", timeout=60, every=0.2)
     run.send_signal(signal.SIGINT)
     out, err = run.communicate(timeout=60)
-    assert run.returncode in (0, 130), err                 # 0: it had just finished
+    # 0, or killed by the signal's default action while Python exits: it had
+    # just finished (its last line is the experiment ID); 130: interrupted.
+    finished = run.returncode in (0, -signal.SIGINT) and out.splitlines()[-1] == str(exp_a)
+    assert finished or run.returncode == 130, (run.returncode, err)
     assert f"b: trial {killed.position} ({killed.arm}) re-queued: its worker b@" in out
     resumed = mmlab("experiment", "resume", str(exp_b), "--results", url, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
