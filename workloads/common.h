@@ -17,9 +17,11 @@
 #include "core-procfs.h"
 #include "core-errno.h"
 #include "core-mem.h"
+#include "core-shm.h"
 #include "core-knobs.h"
 #include "core-rounds.h"
 #include "core-insns.h"
+#include "core-record.h"
 #include "core-sample.h"
 
 #endif

@@ -5,7 +5,7 @@
  */
 #define _GNU_SOURCE
 #include "core-errno.h"
-#include "core-mem.h"
+#include "core-shm.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -9,7 +9,8 @@
 #include "core-insns.h"
 #include "core-ctx.h"
 #include "core-mem.h"
-#include "core-sample.h"
+#include "core-shm.h"
+#include "core-record.h"
 
 #include <errno.h>
 #include <linux/perf_event.h>

@@ -1,7 +1,6 @@
 /*
- * core-mem.c - mappings placed on a boundary or not, page touching and
- * memory shared across fork, used by several workloads and by the errno
- * table.
+ * core-mem.c - mappings placed on a boundary or not, and page touching,
+ * used by several workloads; a failed mmap is counted (core-errno).
  */
 #define _GNU_SOURCE
 #include "core-mem.h"
@@ -76,16 +75,4 @@ uint64_t mm_touch_read(const char *p, size_t len)
 	for (size_t off = 0; off < len; off += MM_PAGE_SIZE)
 		sum += (unsigned char)((const volatile char *)p)[off];
 	return sum;
-}
-
-void *mm_shared_alloc(size_t len)
-{
-	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		perror("mmwork: mmap shared");
-		exit(1);
-	}
-	memset(p, 0, len);
-	return p;
 }

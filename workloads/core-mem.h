@@ -1,7 +1,7 @@
 /*
  * core-mem.h - the memory operations several workloads share: a mapping
- * placed on a 2 MiB boundary or wherever mmap() puts it, touching every
- * page, and memory shared across fork.
+ * placed on a 2 MiB boundary or wherever mmap() puts it, and touching every
+ * page (memory shared across fork is core-shm.h).
  *
  * Each workload then faults pages in the same way (one access per 4 KiB
  * page, through volatile so the compiler keeps every access), and places its
@@ -29,7 +29,5 @@ size_t mm_align_bytes(const char *choice);
 double mm_pmd_offset_kb(const void *p);
 void mm_touch_write(char *p, size_t len, unsigned char value);
 uint64_t mm_touch_read(const char *p, size_t len);
-/* Zeroed MAP_SHARED memory that forked workers see; exits on failure. */
-void *mm_shared_alloc(size_t len);
 
 #endif

@@ -4,7 +4,7 @@
  */
 #define _GNU_SOURCE
 #include "core-procfs.h"
-#include "core-sample.h"
+#include "core-record.h"
 
 #include <fcntl.h>
 #include <stdio.h>

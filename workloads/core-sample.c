@@ -1,11 +1,12 @@
 /*
- * core-sample.c - one sample: the key/value sets a workload fills, the
- * snapshots around it (rusage, /proc/vmstat, steal time), the page state
- * every sample carries, and the JSON line it becomes.  Kept in one place so
- * that every workload's samples have the same shape.
+ * core-sample.c - one sample: the snapshots around it (rusage, /proc/vmstat,
+ * steal time), the page state every sample carries, and the JSON line the
+ * record (core-record.c) becomes.  Kept in one place so that every
+ * workload's samples have the same shape.
  */
 #define _GNU_SOURCE
 #include "core-sample.h"
+#include "core-record.h"
 #include "core-args.h"
 #include "core-ctx.h"
 #include "core-errno.h"
@@ -26,62 +27,6 @@
 #ifndef MMWORK_VERSION
 #define MMWORK_VERSION "dev"
 #endif
-
-static struct mm_kv *kv_slot(struct mm_kvset *set, const char *name)
-{
-	for (int i = 0; i < set->n; i++)
-		if (!strcmp(set->kv[i].name, name))
-			return &set->kv[i];
-	if (set->n == MM_MAX_ENTRIES) {
-		fprintf(stderr, "mmwork: too many entries, dropping '%s'\n", name);
-		return NULL;
-	}
-	struct mm_kv *kv = &set->kv[set->n++];
-	snprintf(kv->name, sizeof(kv->name), "%s", name);
-	return kv;
-}
-
-void mm_metric(struct mm_ctx *c, const char *n, double v)
-{
-	struct mm_kv *kv = kv_slot(&c->metrics, n);
-	if (kv) kv->num = v, kv->is_str = 0;
-}
-
-void mm_count(struct mm_ctx *c, const char *n, double v)
-{
-	struct mm_kv *kv = kv_slot(&c->counts, n);
-	if (kv) kv->num = v, kv->is_str = 0;
-}
-
-void mm_state_num(struct mm_ctx *c, const char *n, double v)
-{
-	struct mm_kv *kv = kv_slot(&c->state, n);
-	if (kv) kv->num = v, kv->is_str = 0;
-}
-
-void mm_state_str(struct mm_ctx *c, const char *n, const char *v)
-{
-	struct mm_kv *kv = kv_slot(&c->state, n);
-	if (kv) {
-		snprintf(kv->str, sizeof(kv->str), "%s", v);
-		kv->is_str = 1;
-	}
-}
-
-void mm_output(struct mm_ctx *c, const char *data, size_t len)
-{
-	free(c->output);
-	c->output = malloc(len + 1);
-	if (!c->output) {
-		perror("mmwork: malloc");
-		exit(1);
-	}
-	memcpy(c->output, data, len);
-	c->output_len = len;
-}
-
-int mm_is_warmup(const struct mm_ctx *c) { return c->warmup; }
-int mm_probes(const struct mm_ctx *c) { return c->probes; }
 
 static void jb_kvset(struct jbuf *j, const char *key, const struct mm_kvset *s)
 {

@@ -7,7 +7,7 @@
 #define _GNU_SOURCE
 #include "core-state.h"
 #include "core-procfs.h"
-#include "core-sample.h"
+#include "core-record.h"
 
 #include <dirent.h>
 #include <stdio.h>
