@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mmlab.kernels import images
 from mmlab.machine import knobs
 from mmlab.workloads.build import mmwork_path
 
@@ -78,16 +79,14 @@ def stress_ng() -> str:
 @pytest.fixture(scope="session")
 def k612():
     """Debian's 6.12 for guests: fetched once (apt-get download), then cached."""
-    from mmlab import kernels
-    return kernels.ensure("debian:6.12")
+    return images.ensure("debian:6.12")
 
 
 @pytest.fixture(scope="session")
 def k73():
     """The newest release: trixie-backports, the split packaging (linux-binary,
     linux-base, linux-modules).  Fetched once, then cached."""
-    from mmlab import kernels
-    return kernels.ensure("debian:7.3")
+    return images.ensure("debian:7.3")
 
 
 MMLAB = [sys.executable, "-m", "mmlab.cli"]

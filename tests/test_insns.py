@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment, kernels, workloads
+from mmlab import experiment, workloads
 from mmlab.attribution import explain, functions
 from mmlab.errors import MmlabError
 from mmlab.judge import verdicts
-from mmlab.kernels import qemu_plugin
+from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
 from mmlab.run import narrow, runner
@@ -214,7 +214,7 @@ def counted_boot(kernel, plugin, mapping_kb: int) -> list[Sample]:
 @needs_qemu
 def test_a_guest_counts_stable_positive_and_growing_with_the_mapping(plugin):
     """Three boots: 2 MiB twice (within 1 %), then 8 MiB (more per window)."""
-    k = kernels.ensure("debian:6.12")
+    k = images.ensure("debian:6.12")
     (a,), (b,), (big,) = (counted_boot(k, plugin, kb) for kb in (2048, 2048, 8192))
     for s in (a, b, big):
         assert s.state["insns_source"] == "qemu tcg plugin"
@@ -244,7 +244,7 @@ def test_mmlab_run_insns_counts_in_a_counting_pass(plugin, tmp_path):
 def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monkeypatch):
     """No cached header and no reachable mirror: the timing pass still runs,
     its samples say why they carry no counts."""
-    real = kernels.ensure("debian:6.12")
+    real = images.ensure("debian:6.12")
     cache = tmp_path / "kernels"
     cache.mkdir()
     os.symlink(real.dir, cache / Path(real.dir).name)
@@ -323,7 +323,7 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
     every window's functions add up to its total, which is the one-vCPU
     counting pass's own figure, and MADV_PAGEOUT's largest functions are
     reclaim and rmap ones."""
-    real = kernels.ensure("debian:6.12")
+    real = images.ensure("debian:6.12")
     copy = shutil.copytree(real.dir, tmp_path / "k", ignore=shutil.ignore_patterns("symbols.gz"))
     k = dataclasses.replace(real, dir=str(copy))
     guest = boot.Guest(k, vcpus=2, memory_mb=512)

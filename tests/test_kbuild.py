@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import kernels
 from mmlab.errors import MmlabError
-from mmlab.kernels import kbuild
+from mmlab.kernels import catalog, images, kbuild
 from mmlab.targets import boot
 
 PATCHES = Path(__file__).resolve().parents[1] / "experiments" / "patches"
@@ -121,7 +120,7 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
                   "pageout-refault": {"mapping-kb": 1024, "rounds": 1, "min-ms": 0}}[name]
         (s,) = qemu.run(guest, workloads.get(name), params, 1, 0, HostSettings())
         assert s.state["kernel"] == k.version and not s.errors, (name, s.errors)
-    assert kernels.get(k.name).details["patches"][0]["sha256"]
+    assert images.get(k.name).details["patches"][0]["sha256"]
 
 
 def test_commit_ranges_and_worktrees_come_from_git(tmp_path, monkeypatch):
@@ -178,7 +177,7 @@ def test_debian_sources_come_from_the_catalog(monkeypatch):
             {"package": "linux-source-7.3", "version": "7.3.4-1~bpo13+1",
              "suite": "trixie-backports"},
             {"package": "linux-source-6.12", "version": "6.12.117-1", "suite": "trixie"}]
-    monkeypatch.setattr(kernels.Apt, "catalog", lambda self: rows)
+    monkeypatch.setattr(catalog.Apt, "catalog", lambda self: rows)
     assert kbuild.debian_source("7.3") == ("linux-source-7.3", "7.3.4-1~bpo13+1",
                                            "trixie-backports")
     with pytest.raises(MmlabError, match=r"no linux-source-6.19 \(sources it has: 6.12, 7.3\)"):

@@ -111,19 +111,19 @@ FAKE_CATALOG = [
 
 
 @pytest.fixture
-def catalog(monkeypatch):
+def specs(monkeypatch):
     """A recorded catalog instead of the registry: no network, no apt."""
-    from mmlab import kernels
-    monkeypatch.setattr(kernels.Apt, "catalog", lambda self: FAKE_CATALOG)
-    return kernels
+    from mmlab.kernels import catalog, specs
+    monkeypatch.setattr(catalog.Apt, "catalog", lambda self: FAKE_CATALOG)
+    return specs
 
 
-def test_a_release_range_is_one_kernel_per_series_the_catalog_has(catalog):
-    assert catalog.expand(["debian:6.12..debian:7.3"]) == [
+def test_a_release_range_is_one_kernel_per_series_the_catalog_has(specs):
+    assert specs.expand(["debian:6.12..debian:7.3"]) == [
         "debian:6.12", "debian:6.18", "debian:6.19", "debian:7.2", "debian:7.3"]
-    assert catalog.expand(["host", "debian:6.1.192..debian:6.19"]) == [
+    assert specs.expand(["host", "debian:6.1.192..debian:6.19"]) == [
         "host", "debian:6.1.192", "debian:6.12", "debian:6.18", "debian:6.19"]
-    assert catalog.expand(["debian:6.12", "local:x"]) == ["debian:6.12", "local:x"]
+    assert specs.expand(["debian:6.12", "local:x"]) == ["debian:6.12", "local:x"]
 
 
 @pytest.mark.parametrize("bad, why", [
@@ -132,36 +132,36 @@ def test_a_release_range_is_one_kernel_per_series_the_catalog_has(catalog):
     ("debian:6.12..debian:7.3-generic", "same flavour"),
     ("debian:6.12..local:x", "a release range is debian:X.Y..debian:X.Y"),
 ])
-def test_bad_release_ranges_are_one_line_errors(catalog, bad, why):
+def test_bad_release_ranges_are_one_line_errors(specs, bad, why):
     with pytest.raises(MmlabError, match=why) as exc:
-        catalog.expand([bad])
+        specs.expand([bad])
     assert "\n" not in str(exc.value)
 
 
-def test_resolution_takes_the_newest_package_of_either_packaging(catalog):
-    e = catalog.resolve("7.3")
+def test_resolution_takes_the_newest_package_of_either_packaging(specs):
+    e = specs.resolve("7.3")
     assert (e.upstream, e.suite, e.packaging) == ("7.3.4", "trixie-backports", "split")
     assert e.packages[0] == "linux-binary-7.3.4+deb13-cloud-amd64"      # not the rc, not the meta
-    assert catalog.resolve("6.19").packaging == "split"
-    assert catalog.resolve("6.18").packaging == "signed"
-    old = catalog.resolve("6.12")
+    assert specs.resolve("6.19").packaging == "split"
+    assert specs.resolve("6.18").packaging == "signed"
+    old = specs.resolve("6.12")
     assert old.packaging == "unsigned" and old.packages == (
         "linux-image-6.12.117+deb13-cloud-amd64-unsigned",)             # not the series meta
-    assert catalog.resolve("7.3-generic").flavour == "generic"
-    assert catalog.resolve("6.1.192").suite == "bookworm-security"
+    assert specs.resolve("7.3-generic").flavour == "generic"
+    assert specs.resolve("6.1.192").suite == "bookworm-security"
     with pytest.raises(MmlabError, match=r"no 6\.12\.5 cloud kernel"):
-        catalog.resolve("6.12.5")
+        specs.resolve("6.12.5")
 
 
 def test_debian_versions_compare_as_dpkg_does():
-    from mmlab.kernels import compare_versions as cmp
+    from mmlab.kernels.versions import compare_versions as cmp
     assert cmp("7.3~rc7-1~exp1", "7.3.4-1~bpo13+1") < 0
     assert cmp("6.12.117-1", "6.12.117-1~deb12u1") > 0
     assert cmp("6.12.100-1", "6.12.99-1") > 0
     assert cmp("1:1.0-1", "2.0-1") > 0 and cmp("6.1.192-2", "6.1.192-2") == 0
 
 
-def test_a_profile_kernel_axis_takes_a_release_range(catalog):
+def test_a_profile_kernel_axis_takes_a_release_range(specs):
     plan = experiment.parse("""
 name = "range"
 workload = "pageout-refault"

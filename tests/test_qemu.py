@@ -14,9 +14,10 @@ import subprocess
 
 import pytest
 
-from mmlab import kernels, workloads
+from mmlab import workloads
 from mmlab.attribution.guest import Instrumentation
 from mmlab.errors import MmlabError
+from mmlab.kernels import images, specs
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import boot, initramfs, qemu
 from mmlab.workloads.mmwork import TrialFailed
@@ -34,16 +35,16 @@ def test_a_debian_kernel_is_cached_with_its_config(k612):
     assert k612.config_sha256 == hashlib.sha256(k612.config.read_bytes()).hexdigest()
     feats = k612.features()
     assert feats["KSM"] == "y" and feats["THP"] == "y" and feats["KPROBES"] == "y"
-    assert "debian:6.12" in [k.name for k in kernels.cached()]
+    assert "debian:6.12" in [k.name for k in images.cached()]
 
 
 def test_unknown_versions_and_kernels_are_clear_errors():
     with pytest.raises(MmlabError, match=r"debian:5\.99: the Debian catalog has no 5\.99 cloud"):
-        kernels.resolve("5.99")
+        specs.resolve("5.99")
     with pytest.raises(MmlabError, match=r"debian:six: expected debian:MAJOR\.MINOR"):
-        kernels.resolve("six")
+        specs.resolve("six")
     with pytest.raises(MmlabError, match=r"unknown kernel 'local:nope'.*mmlab kernels add"):
-        kernels.get("local:nope")
+        images.get("local:nope")
 
 
 def test_initramfs_is_a_newc_archive_cpio_can_read(tmp_path):
@@ -233,7 +234,7 @@ def test_cache_entries_of_other_versions_are_skipped(tmp_path, k612):
                          ("new", {**good, "name": "debian:new", "from_the_future": 1})):
         (tmp_path / name).mkdir()
         (tmp_path / name / "kernel.json").write_text(json.dumps(record))
-    (got,) = kernels.cached(tmp_path)
+    (got,) = images.cached(tmp_path)
     assert got.name == "debian:old" and got.format == 1 and got.modules == []
 
 

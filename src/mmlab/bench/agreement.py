@@ -22,8 +22,9 @@ from dataclasses import dataclass
 
 from rich.table import Table
 
-from mmlab import kernels, workloads
+from mmlab import workloads
 from mmlab.judge.stats import summarize
+from mmlab.kernels import images
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import boot, initramfs, qemu
 from mmlab.workloads import execwork, mmwork
@@ -106,7 +107,7 @@ def stress_ng_guest(kernel: str, pairs: int = 8, vcpus: int = 1) -> list[Agreeme
     """The same in a guest: one boot per run, mmwork exec's trial against a
     /trial.sh that runs stress-ng alone, both with the same packed files."""
     wl = stress_ng_workload()
-    guest = boot.Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=1024, timeout_s=300)
+    guest = boot.Guest(images.get(kernel), vcpus=vcpus, memory_mb=1024, timeout_s=300)
     accel, _ = boot.accelerator(guest.kernel, boot.initramfs_cache())
     archives = (initramfs.files_archive(wl.programs({}), boot.initramfs_cache()),)
     script = (" ".join([*STRESS_NG, "-Y", GUEST_YAML]) + " > /dev/null 2>&1\n"

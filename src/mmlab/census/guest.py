@@ -18,10 +18,10 @@ import shutil
 import time
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.census import command, iterator
 from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
+from mmlab.kernels import images
 from mmlab.targets import initramfs
 from mmlab.targets.boot import Guest, initramfs_cache, run_script
 from mmlab.workloads.build import built
@@ -59,7 +59,7 @@ def run(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
     cache = initramfs_cache()
     program = _kept(Path(found), cache)
     packed = [mmcensus, program, *shared_libraries(program)]
-    guest = Guest(kernels.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
+    guest = Guest(images.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
     t0 = time.monotonic()
     out = run_script(guest, script([str(program), *argv[1:]], mmcensus, interval_s),
                      (initramfs.files_archive(packed, cache),), cache)

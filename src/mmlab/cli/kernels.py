@@ -14,11 +14,11 @@ from pathlib import Path
 import typer
 from rich.status import Status
 
-from mmlab import experiment, kernels
+from mmlab import experiment
 from mmlab.cli import experiments as runs
 from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
 from mmlab.errors import MmlabError
-from mmlab.kernels import kbuild
+from mmlab.kernels import catalog, images, kbuild, specs
 from mmlab.report import terminal
 from mmlab.run import narrow as narrowing
 from mmlab.store import Store
@@ -48,12 +48,12 @@ def add(spec: str = KERNEL_SPEC,
 
     Example: mmlab kernels add debian:6.12"""
     if spec.startswith("debian:"):
-        found = [kernels.add_debian(one.removeprefix("debian:"))
-                 for one in kernels.expand([spec])]
+        found = [images.add_debian(one.removeprefix("debian:"))
+                 for one in specs.expand([spec])]
     elif config is None:
         raise MmlabError(f"{spec}: a local image needs --config path/to/.config")
     else:
-        found = [kernels.add_local(Path(spec), config, name)]
+        found = [images.add_local(Path(spec), config, name)]
     for k in found:
         typer.echo(f"{k.name}: {k.identity()} from {k.source}, config sha256 "
                    f"{k.config_sha256[:12]}, {len(k.modules)} guest modules, in {k.dir}")
@@ -71,9 +71,9 @@ def available(series: str = typer.Argument(None, metavar="SERIES",
     Example: mmlab kernels available 6.12"""
     if series and not re.fullmatch(r"\d+\.\d+", series):
         raise MmlabError(f"{series}: expected a release series like 6.12")
-    apt = kernels.Apt()
+    apt = catalog.Apt()
     apt.refresh(force=refresh)
-    rows = kernels.catalog_rows(apt, series)
+    rows = catalog.catalog_rows(apt, series)
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(e) for e in rows], indent=1))
         return
@@ -86,7 +86,7 @@ def cached(as_json: bool = JSON) -> None:
     """The cached kernels and the features their configs enable.
 
     Example: mmlab kernels list --json"""
-    found = kernels.cached()
+    found = images.cached()
     if as_json:
         typer.echo(json.dumps([k.summary() for k in found], indent=1))
         return
@@ -174,7 +174,7 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
     if bool(kernel_list) == bool(source and commit_range):
         raise MmlabError("narrow takes either --kernels K1,...,Kn or --source TREE --commits A..B")
     if kernel_list:
-        names = kernels.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
+        names = specs.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
         ensure = lambda name: None  # noqa: E731  (released kernels: fetched by their target)
     else:
         names, build_commit = kbuild.commit_kernels(source, commit_range, config)

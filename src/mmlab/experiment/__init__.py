@@ -32,8 +32,9 @@ from pydantic import (
     field_validator,
 )
 
-from mmlab import kernels, workloads
+from mmlab import workloads
 from mmlab.errors import MmlabError
+from mmlab.kernels import specs
 from mmlab.machine import knobs
 from mmlab.names import axis_text
 from mmlab.workloads import execwork
@@ -317,7 +318,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
 
     if any(isinstance(v, str) and ".." in v for v in profile.matrix.get("kernel", [])):
         try:   # a release range: one kernel per release series the catalog has
-            expanded = kernels.expand(profile.matrix["kernel"])
+            expanded = specs.expand(profile.matrix["kernel"])
         except MmlabError as exc:
             raise fail(("matrix", "kernel"), str(exc)) from exc
         profile = profile.model_copy(update={"matrix": {**profile.matrix, "kernel": expanded}})

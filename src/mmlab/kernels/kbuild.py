@@ -26,9 +26,9 @@ import tarfile
 from collections.abc import Callable
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.errors import MmlabError
-from mmlab.machine import proc
+from mmlab.kernels import catalog, images, versions
+from mmlab.machine import paths, proc
 
 BASE_FRAGMENT = """\
 CONFIG_64BIT=y
@@ -89,7 +89,7 @@ FRAGMENT_LINE = re.compile(r'^(CONFIG_[A-Za-z0-9_]+)=(y|m|n|-?\d+|0x[0-9a-fA-F]+
 
 
 def build_cache() -> Path:
-    return kernels.cache_dir().parent / "builds"
+    return paths.cache_root() / "builds"
 
 
 def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
@@ -103,7 +103,7 @@ def source_tree(spec: str) -> tuple[Path, str]:
         if not re.fullmatch(r"\d+\.\d+", series):
             raise MmlabError(f"{spec}: expected debian-source:MAJOR.MINOR, e.g. debian-source:7.3")
         pkg, version, suite = debian_source(series)
-        tree = kernels.cache_dir().parent / "src" / f"{pkg}_{version}"
+        tree = paths.cache_root() / "src" / f"{pkg}_{version}"
         if not (tree / ".mmlab-unpacked").exists():
             _unpack_source(pkg, version, tree)
         return tree, f"{spec} {version}"
@@ -114,24 +114,24 @@ def source_tree(spec: str) -> tuple[Path, str]:
     return tree, f"{tree} {head.stdout.strip() or 'no git'}"
 
 
-def debian_source(series: str, apt: kernels.Apt | None = None) -> tuple[str, str, str]:
+def debian_source(series: str, apt: catalog.Apt | None = None) -> tuple[str, str, str]:
     """(package, newest version, suite) of linux-source-SERIES in the catalog."""
-    apt = apt or kernels.Apt()
+    apt = apt or catalog.Apt()
     pkg = f"linux-source-{series}"
     rows = [r for r in apt.catalog() if r["package"] == pkg]
     if not rows:
         have = sorted({r["package"].removeprefix("linux-source-") for r in apt.catalog()
-                       if r["package"].startswith("linux-source-")}, key=kernels._series_key)
+                       if r["package"].startswith("linux-source-")}, key=versions.series_key)
         raise MmlabError(f"debian-source:{series}: the Debian catalog has no {pkg} (sources it "
                          f"has: {', '.join(have) or 'none'})")
-    best = max(rows, key=lambda r: kernels._VKey(r["version"]))
+    best = max(rows, key=lambda r: versions.VersionKey(r["version"]))
     return pkg, best["version"], best["suite"]
 
 
 def _unpack_source(pkg: str, version: str, tree: Path) -> None:
     """apt-get download the source package with mmlab's apt (nothing is
     installed on the host) and unpack its tarball as `tree`, once."""
-    apt = kernels.Apt()
+    apt = catalog.Apt()
     tree.parent.mkdir(parents=True, exist_ok=True)
     tmp = tree.with_name(tree.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -236,14 +236,14 @@ def configure(tree: Path, fragments: list[Path]) -> None:
 
 
 def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | None = None,
-          name: str | None = None, on_line: Callable[[str], None] | None = None) -> kernels.Kernel:
+          name: str | None = None, on_line: Callable[[str], None] | None = None) -> images.Kernel:
     patches, fragments = list(patches or []), list(fragments or [])
     for f in fragments:
         check_fragment(f)
     tree, source_id = source_tree(spec)
     key = build_key(source_id, patches, fragments)
     kname = f"build:{name or key[:12]}"
-    for k in kernels.cached():
+    for k in images.cached():
         if k.details.get("build_key") == key:
             return k
     work = build_cache() / key[:16]
@@ -262,7 +262,7 @@ def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | 
                    "patches": [{"file": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                                for p in patches],
                    "fragments": [str(f) for f in fragments]}
-        k = kernels.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
+        k = images.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
                           copy / "arch/x86/boot/bzImage", copy / ".config", details=details)
         shutil.copyfile(log, Path(k.dir) / "build.log")
         k.keep_symbols((copy / "System.map").read_bytes())
@@ -314,7 +314,7 @@ def checkout(tree: Path, commit: str) -> Path:
 
 
 def ab_pair(spec: str, patches: list[Path], fragments: list[Path],
-            on_line: Callable[[str], None] | None = None) -> tuple[kernels.Kernel, kernels.Kernel]:
+            on_line: Callable[[str], None] | None = None) -> tuple[images.Kernel, images.Kernel]:
     """A (unpatched) and B (patched) from the same source and fragments.
     Every patch is checked first, in order, in a scratch copy of the tree,
     so one that is missing or does not apply fails before minutes of

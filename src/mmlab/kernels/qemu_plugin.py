@@ -4,7 +4,7 @@ QEMU installed here.
 A plugin must be compiled against the plugin header of the QEMU that loads
 it, and Debian ships no header package for it.  So the header comes from
 Debian's own source package of the installed QEMU: `apt-get source
---download-only qemu=VERSION` through mmlab's apt (kernels.Apt, whose deb-src
+--download-only qemu=VERSION` through mmlab's apt (catalog.Apt, whose deb-src
 lines include bookworm, the suite that carries the host's qemu; the host's
 sources are never touched), unpacked with dpkg-source so Debian's patches
 apply, and only `include/qemu/qemu-plugin.h` kept.  The plugin is then built
@@ -21,9 +21,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.errors import MmlabError
-from mmlab.machine import proc
+from mmlab.kernels import catalog
+from mmlab.machine import paths, proc
 from mmlab.names import safe_name
 from mmlab.workloads.build import WORKLOAD_SRC
 
@@ -33,7 +33,7 @@ HEADER = "include/qemu/qemu-plugin.h"
 
 
 def cache_dir() -> Path:
-    return kernels.cache_dir().parent / "qemu-plugin"
+    return paths.cache_root() / "qemu-plugin"
 
 
 def source_version() -> str:
@@ -53,7 +53,7 @@ def header(version: str, fetch: bool = True) -> Path:
     kept = _dir(version) / "qemu-plugin.h"
     if kept.exists() or not fetch:
         return kept
-    apt = kernels.Apt()
+    apt = catalog.Apt()
     apt.refresh()
     with tempfile.TemporaryDirectory(prefix="mmlab-qemu-src-") as tmp:
         work = Path(tmp)

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.errors import MmlabError
+from mmlab.kernels import images
+from mmlab.machine import paths
 from mmlab.machine.knobs import parse_size
 from mmlab.targets import initramfs
 from mmlab.workloads.mmwork import TrialFailed
@@ -44,7 +45,7 @@ FAILURE_PATTERNS = (
 @dataclass(frozen=True)
 class Guest:
     """What a trial's VM looks like."""
-    kernel: kernels.Kernel
+    kernel: images.Kernel
     vcpus: int = 1
     memory_mb: int = 1024
     extra_cmdline: str = ""
@@ -56,11 +57,11 @@ class BootFailed(TrialFailed):
     """The guest died before /init started the trial: the boot failed, not the workload."""
 
 
-def _accel_file(kernel: kernels.Kernel) -> Path:
+def _accel_file(kernel: images.Kernel) -> Path:
     return Path(kernel.dir) / "accel.json"
 
 
-def accelerator(kernel: kernels.Kernel, cache: Path) -> tuple[str, str]:
+def accelerator(kernel: images.Kernel, cache: Path) -> tuple[str, str]:
     """('kvm' or 'tcg', why): KVM only if this kernel boots and answers under it."""
     known = _accel_file(kernel)
     if known.exists():
@@ -199,7 +200,7 @@ def boot_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | No
     return BootResult(frames, text, seconds, counted)
 
 
-def needs_modules(kernel: kernels.Kernel, swap: str | None) -> bool:
+def needs_modules(kernel: images.Kernel, swap: str | None) -> bool:
     """Does this swap need modules of the kernel's (zram, virtio_blk as modules)?"""
     if not swap or swap == "none":
         return False
@@ -247,4 +248,4 @@ def qemu_version() -> str:
 
 
 def initramfs_cache() -> Path:
-    return kernels.cache_dir().parent / "initramfs"
+    return paths.cache_root() / "initramfs"

@@ -22,12 +22,11 @@ import shlex
 from collections.abc import Callable
 from pathlib import Path
 
-from mmlab import kernels
 from mmlab.attribution import functions
 from mmlab.attribution.guest import Instrumentation, guest_trace_record
 from mmlab.errors import MmlabError
 from mmlab.experiment import Arm, Plan
-from mmlab.kernels import qemu_plugin
+from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
 from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, probe
 from mmlab.targets.boot import (
@@ -49,7 +48,7 @@ GUEST_TRACE_SAMPLES = 3  # one boot; several samples give compaction more chance
 NUMA_MARK = re.compile(r"^mmlab-guest: numa nodes (\d+)$", re.M)
 
 
-def swap_script(kernel: kernels.Kernel, swap: str | None) -> list[str]:
+def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
     """Lines of /trial.sh that give the guest the arm's swap: the kernel's
     modules loaded first when they are modules, then a zram device or the
     virtio disk made swap and turned on."""
@@ -75,7 +74,7 @@ def swap_script(kernel: kernels.Kernel, swap: str | None) -> list[str]:
 def trial_script(workload: Workload, params: dict[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
-                 kernel: kernels.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
+                 kernel: images.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
     """The guest's /trial.sh: give it the arm's swap, apply the arm's
     settings, say how many NUMA nodes it has, then run mmwork (traced by
     `instrument`), then the lines `after`."""
@@ -223,21 +222,21 @@ class QemuTarget(LocalTarget):
         self.name = f"qemu:{kernel}"
         self.kernel_name = kernel
         self.say = say
-        self._kernel: kernels.Kernel | MmlabError | None = None
+        self._kernel: images.Kernel | MmlabError | None = None
 
-    def kernel(self) -> kernels.Kernel:
+    def kernel(self) -> images.Kernel:
         if self._kernel is None:
             try:
-                self._kernel = kernels.get(self.kernel_name)
+                self._kernel = images.get(self.kernel_name)
                 if self._kernel.name.startswith("debian:") and \
-                        self._kernel.format < kernels.FORMAT:
+                        self._kernel.format < images.FORMAT:
                     raise MmlabError("cached by an older mmlab")
             except MmlabError as missing:
                 self._kernel = missing
                 if self.kernel_name.startswith("debian:"):
                     self.say(f"fetching kernel {self.kernel_name} (apt-get download)")
                     try:
-                        self._kernel = kernels.ensure(self.kernel_name)
+                        self._kernel = images.ensure(self.kernel_name)
                     except MmlabError as exc:
                         self._kernel = exc
         if isinstance(self._kernel, MmlabError):

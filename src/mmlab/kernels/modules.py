@@ -1,0 +1,57 @@
+"""The kernel modules a guest loads for swap (zram and its compressors,
+virtio_blk), taken from a kernel package's tree, decompressed, in load
+order.
+"""
+
+from __future__ import annotations
+
+import gzip
+import lzma
+import re
+from pathlib import Path
+
+from mmlab.errors import MmlabError
+
+# Modules a guest loads for swap: zram with its allocator and compressors,
+# virtio_pci and virtio_blk for a swap disk.  Those built in are not found.
+GUEST_MODULES = ("zsmalloc", "zram", "lzo", "lzo-rle", "lzo_compress", "lzo_decompress",
+                 "lz4", "lz4_compress", "lz4_decompress", "lz4hc", "lz4hc_compress",
+                 "zstd", "zstd_compress", "zstd_decompress", "virtio_pci", "virtio_blk")
+
+
+
+def _modinfo(ko: bytes, key: str) -> list[str]:
+    return [v.decode() for v in re.findall(rb"(?:^|\0)" + key.encode() + rb"=([^\0]*)", ko)]
+
+
+
+def guest_modules(tree: Path) -> dict[str, bytes]:
+    """The swap modules found under `tree` (…/lib/modules/RELEASE), with their
+    dependencies, decompressed, dependencies first."""
+    index: dict[str, Path] = {}
+    for ko in tree.rglob("*.ko*"):
+        index[re.sub(r"\.ko(\.xz|\.zst|\.gz)?$", "", ko.name).replace("-", "_")] = ko
+    loaded: dict[str, bytes] = {}
+
+    def read(path: Path) -> bytes:
+        data = path.read_bytes()
+        if path.suffix == ".xz":
+            return lzma.decompress(data)
+        if path.suffix == ".gz":
+            return gzip.decompress(data)
+        if path.suffix == ".zst":
+            raise MmlabError(f"{path.name}: zstd-compressed modules are not supported")
+        return data
+
+    def add(name: str, chain: tuple[str, ...] = ()) -> None:
+        name = name.replace("-", "_")
+        if name in loaded or name not in index or name in chain:
+            return
+        data = read(index[name])
+        for dep in ",".join(_modinfo(data, "depends")).split(","):
+            if dep:
+                add(dep, chain + (name,))
+        loaded[name] = data
+    for name in GUEST_MODULES:
+        add(name)
+    return loaded
