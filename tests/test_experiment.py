@@ -10,6 +10,7 @@ import pytest
 
 from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.schedule import schedule
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -30,13 +31,13 @@ thp = ["hugepage", "nohugepage"]
 
 def test_schedule_is_interleaved_seeded_and_reproducible():
     arms = ["a", "b", "c"]
-    order = experiment.schedule(arms, 5, seed=42)
+    order = schedule(arms, 5, seed=42)
     assert len(order) == 15
     for rnd in range(5):
         assert sorted(name for r, name in order if r == rnd) == arms   # each round: every arm once
     assert [r for r, _ in order] == sorted(r for r, _ in order)        # rounds never mix
-    assert order == experiment.schedule(arms, 5, seed=42)
-    others = [experiment.schedule(arms, 5, seed=s) for s in range(1, 6)]
+    assert order == schedule(arms, 5, seed=42)
+    others = [schedule(arms, 5, seed=s) for s in range(1, 6)]
     assert any(o != order for o in others)
     first_places = Counter(order[3 * r][1] for r in range(5))
     assert len(first_places) > 1                                        # really shuffled

@@ -8,7 +8,7 @@ import pytest
 
 from mmlab import experiment
 from mmlab.errors import MmlabError
-from mmlab.judge.stats import Comparison
+from mmlab.judge.comparison import Comparison
 from mmlab.run import narrow
 
 

@@ -32,6 +32,8 @@ from mmlab.attribution.functions import FunctionInsns
 from mmlab.attribution.guest import GuestTrace
 from mmlab.attribution.locks import Contention, LockWaits
 from mmlab.attribution.stacks import StackProfile
+from mmlab.experiment import profile as profile_model
+from mmlab.experiment.schedule import schedule
 from mmlab.report import bundle, data, html, reproducer, text
 from mmlab.store import Store
 from mmlab.workloads import Metric, Param, Workload, registry
@@ -237,13 +239,13 @@ GUEST_ENV = {"target": "qemu", "guest_kernel": "debian:6.12",
 
 def golden_plan(text: str = GOLDEN_PROFILE) -> experiment.Plan:
     """The plan experiment.parse would make of `text`, without asking mmwork."""
-    profile = experiment.Profile.model_validate(tomllib.loads(text))
+    profile = profile_model.Profile.model_validate(tomllib.loads(text))
     arms = [experiment.Arm(name=f"kernel={kernel},thp={thp}", values={"kernel": kernel, "thp": thp},
                            params={**profile.params, "thp": thp}, kernel=kernel)
             for kernel in profile.matrix["kernel"] for thp in profile.matrix["thp"]]
     return experiment.Plan(profile=profile, text=text, path="experiments/golden.toml",
                            workload=WORKLOAD, arms=arms,
-                           order=experiment.schedule([a.name for a in arms],
+                           order=schedule([a.name for a in arms],
                                                      profile.repetitions, profile.seed))
 
 

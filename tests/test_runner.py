@@ -18,6 +18,7 @@ import pytest
 
 from mmlab import experiment
 from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment.schedule import schedule
 from mmlab.judge import verdicts
 from mmlab.machine import knobs
 from mmlab.run import runner
@@ -267,7 +268,7 @@ def test_rounds_are_added_at_the_planned_looks_until_the_maximum(tmp_path):
     assert (result.rounds, result.added) == (25, 13)
     assert result.stopped == "the maximum of 25 rounds was reached"
     # the extended plan is the plan the seed would have drawn whole, every arm once a round
-    assert store.plan(exp_id).order == experiment.schedule(["A", "B", "C"], 25, 4)
+    assert store.plan(exp_id).order == schedule(["A", "B", "C"], 25, 4)
     assert rounds_of(store, exp_id) == sorted(rounds_of(store, exp_id))
     judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
     assert {c.verdict for c in judged.comparisons} == {"unreliable"}
@@ -312,7 +313,7 @@ def test_ctrl_c_in_added_rounds_resumes_from_the_store(tmp_path):
     assert (resumed.skipped, resumed.rounds) == (40, 25)
     trials = store.trials(exp_id)
     assert len(trials) == 75 and {t.status for t in trials} == {"done"}
-    assert store.plan(exp_id).order == experiment.schedule(["A", "B", "C"], 25, 4)
+    assert store.plan(exp_id).order == schedule(["A", "B", "C"], 25, 4)
 
 
 def test_limits_from_the_command_line_are_stored_and_checked(tmp_path):

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mmlab.judge import selftest, stats
-from mmlab.judge.stats import Criteria, summarize
+from mmlab.judge import criteria, selftest, stats
+from mmlab.judge.criteria import Criteria
+from mmlab.judge.stats import summarize
 
 
 def test_summary_of_known_values():
@@ -72,12 +73,12 @@ def test_looks_split_both_budgets_exactly():
 
 def test_the_decision_rule_on_log_ratios():
     up = math.log(1.05)
-    d = stats.decide(np.array([0.0, 0.2, -0.2, 0.2, 0.03]),
+    d = criteria.outcomes(np.array([0.0, 0.2, -0.2, 0.2, 0.03]),
                      np.array([-0.01, 0.1, -0.3, 0.1, 0.01]),
                      np.array([0.01, 0.3, -0.1, 0.3, 0.06]),
                      np.array([0.5, 0.001, 0.001, 0.2, 0.001]), 0.01, 0.05)
-    assert list(d) == [stats.NO_CHANGE, stats.HIGHER, stats.LOWER, stats.UNDECIDED,
-                       stats.UNDECIDED]           # last: significant but centre inside 5%
+    assert list(d) == [criteria.NO_CHANGE, criteria.HIGHER, criteria.LOWER, criteria.UNDECIDED,
+                       criteria.UNDECIDED]           # last: significant but centre inside 5%
     assert up > 0.03
 
 

@@ -3,13 +3,15 @@ hand-built samples whose states are known."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mmlab.judge import audit, stats
+from mmlab.judge import audit, comparison, criteria, stats
+from mmlab.store import series
 from mmlab.workloads.samples import Sample
 
 
@@ -17,17 +19,23 @@ def draws(center: float, cv: float, n: int, seed: int) -> list[float]:
     return list(np.random.default_rng(seed).normal(center, center * cv, n))
 
 
-def rounds(values: list[float]) -> stats.Series:
+def rounds(values: list[float]) -> series.Series:
     """Values of rounds 0, 1, ... (positions 2r and 2r + 1 of a two-arm plan)."""
-    return stats.Series(tuple(values), tuple(range(len(values))),
+    return series.Series(tuple(values), tuple(range(len(values))),
                         tuple(2 * r for r in range(len(values))))
 
 
-CRIT = stats.Criteria(min_rounds=15, max_rounds=15)      # one look: alpha 0.05, 90% CI
+CRIT = criteria.Criteria(min_rounds=15, max_rounds=15)      # one look: alpha 0.05, 90% CI
 
 
 def judge(a, b, higher=False, crit=CRIT):
-    return stats.compare("m_ns", "A", "B", a, b, higher, crit, seed=3)
+    """One metric of arm A against B at one look of all the rounds given, a
+    family of one: the estimate and the verdict rule the runner uses."""
+    a, b = (x if isinstance(x, series.Series) else series.Series.of(x) for x in (a, b))
+    n = max([*(a.rounds or ()), *(b.rounds or ()), -1]) + 1 or max(len(a.values), len(b.values))
+    one = dataclasses.replace(crit, min_rounds=max(n, 1), max_rounds=max(n, 1))
+    e = stats.estimate("A", "B", a, b, one, 0, seed=3)
+    return comparison.of_estimate("m_ns", "A", "B", e, e.p_value, higher, one, 0, n, "")
 
 
 def drifting(n: int, seed: int, shared: float = 0.06, own: float = 0.01,
@@ -81,7 +89,7 @@ def test_several_outlier_rounds_switch_to_median_and_sign_test():
     a, b = draws(110, 0.02, 20, 11), draws(100, 0.02, 20, 12)
     for r in (2, 9, 15):
         a[r] *= 1.3
-    c = judge(rounds(a), rounds(b), crit=stats.Criteria(min_rounds=20, max_rounds=20))
+    c = judge(rounds(a), rounds(b), crit=criteria.Criteria(min_rounds=20, max_rounds=20))
     assert c.method == "paired-sign" and c.verdict == "regression"
     assert {o.round for o in c.outliers} == {2, 9, 15}
     d = np.log(np.array(a) / b)
@@ -90,7 +98,7 @@ def test_several_outlier_rounds_switch_to_median_and_sign_test():
 
 def test_too_few_complete_rounds_fall_back_to_unpaired_with_the_noise_gate():
     a, b = rounds(draws(130, 0.02, 15, 13)), rounds(draws(100, 0.02, 15, 14))
-    few = stats.Series(a.values[:5], a.rounds[:5], a.positions[:5])
+    few = series.Series(a.values[:5], a.rounds[:5], a.positions[:5])
     c = judge(few, b)                             # 5 common rounds: too few to pair
     assert c.method == "unpaired" and c.verdict == "regression"
     noisy = judge(rounds(draws(100, 0.4, 5, 7)), rounds(draws(100, 0.4, 15, 8)))
@@ -122,7 +130,7 @@ def test_a_comparison_survives_json_and_csv():
     a, b = draws(110, 0.02, 15, 9), draws(100, 0.02, 15, 10)
     b[4] *= 1.8
     c = judge(rounds(a), rounds(b))
-    again = stats.Comparison(**json.loads(json.dumps(c.as_dict())))
+    again = comparison.Comparison(**json.loads(json.dumps(c.as_dict())))
     assert again == c
     assert c.as_row()["outliers"].startswith("round 4 B (trial 8)")
 

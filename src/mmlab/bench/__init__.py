@@ -34,8 +34,9 @@ from rich.table import Table
 from mmlab import experiment, workloads
 from mmlab.bench import agreement, census
 from mmlab.errors import Interrupted, MmlabError
-from mmlab.judge import selftest, stats, verdicts
+from mmlab.judge import criteria, verdicts
 from mmlab.judge.stats import summarize
+from mmlab.report import selftest as selftest_report
 from mmlab.report.fmt import num, pct
 from mmlab.report.terminal import console
 from mmlab.run import runner
@@ -137,8 +138,8 @@ class NoisyNeighbour:
 # ---------------------------------------------------------------- real verdicts under load
 
 REAL_PROFILES = ("experiments/aa-pageout.toml", "experiments/pageout-thp-modes.toml")
-EXPECTED = {"aa-pageout": {("B", "A"): stats.Verdict.NO_CHANGE},
-            "pageout-thp-modes": {("thp=hugepage", "thp=nohugepage"): stats.Verdict.REGRESSION}}
+EXPECTED = {"aa-pageout": {("B", "A"): criteria.Verdict.NO_CHANGE},
+            "pageout-thp-modes": {("thp=hugepage", "thp=nohugepage"): criteria.Verdict.REGRESSION}}
 
 
 @dataclass
@@ -251,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.part in ("all", "census"):
             out.print(census.table())
         if args.part in ("all", "selftest"):
-            selftest.print_report(args.experiments, args.seed)
+            selftest_report.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):
             root = Path(__file__).resolve().parents[3]
             print_real(real_verdicts([root / p for p in REAL_PROFILES], args.results,

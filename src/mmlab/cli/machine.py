@@ -10,8 +10,8 @@ import typer
 
 from mmlab import workloads
 from mmlab.cli.options import JSON
-from mmlab.judge import selftest
 from mmlab.machine import knobs
+from mmlab.report import selftest as selftest_report
 from mmlab.report import terminal
 from mmlab.targets import probe
 
@@ -66,5 +66,5 @@ def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min
     when a target is missed.
 
     Example: mmlab selftest verdicts --experiments 10000 --seed 1"""
-    if selftest.print_report(experiments, seed):
+    if selftest_report.print_report(experiments, seed):
         raise typer.Exit(1)

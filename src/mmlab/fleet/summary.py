@@ -15,7 +15,7 @@ from typing import Any
 
 from mmlab.fleet import engine, registry
 from mmlab.judge import verdicts
-from mmlab.judge.stats import Comparison
+from mmlab.judge.comparison import Comparison
 from mmlab.report.fmt import ratio
 from mmlab.store import Store
 

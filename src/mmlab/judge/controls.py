@@ -22,7 +22,8 @@ from __future__ import annotations
 import itertools
 
 from mmlab.experiment import Arm, Plan, baseline_for
-from mmlab.judge.stats import Comparison, Verdict
+from mmlab.judge.comparison import Comparison
+from mmlab.judge.criteria import Verdict
 from mmlab.machine.knobs import HostSettings
 from mmlab.workloads import Workload
 

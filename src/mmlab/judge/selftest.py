@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from mmlab.judge import stats
+from mmlab.judge.criteria import HIGHER, LOWER, NO_CHANGE, UNDECIDED, Criteria, outcomes
 
 ARMS, METRICS = 3, 2          # a family of (ARMS - 1) x METRICS = 4 tests
 
@@ -74,7 +75,7 @@ class Cell:
     rounds: float            # mean rounds a profile ran
 
 
-def simulate(noise: Noise, effect: float, criteria: stats.Criteria = stats.Criteria(),
+def simulate(noise: Noise, effect: float, criteria: Criteria = Criteria(),
              experiments: int = 2000, seed: int = 1) -> Cell:
     """Run `experiments` simulated profiles through the sequential verdicts."""
     rng = np.random.default_rng([seed, NOISES.index(noise), round(effect * 1e6)])
@@ -83,30 +84,30 @@ def simulate(noise: Noise, effect: float, criteria: stats.Criteria = stats.Crite
     x[:, 1:] += math.log(effect)
     d = (x[:, 1:] - x[:, :1]).reshape(experiments, (ARMS - 1) * METRICS, looks[-1])
     tests = d.shape[1]
-    outcome = np.full((experiments, tests), stats.UNDECIDED)
+    outcome = np.full((experiments, tests), UNDECIDED)
     stopped_at = np.full(experiments, looks[-1])
     for k, n in enumerate(looks):
-        open_ = outcome == stats.UNDECIDED
+        open_ = outcome == UNDECIDED
         if not open_.any():
             break
         res = stats.paired(d[..., :n].reshape(-1, n), criteria.confidence_at(k),
                            criteria.outlier_z)
         p = np.where(open_, res.p.reshape(experiments, tests), np.nan)
-        now = stats.decide(res.centre.reshape(experiments, tests),
+        now = outcomes(res.centre.reshape(experiments, tests),
                            res.low.reshape(experiments, tests),
                            res.high.reshape(experiments, tests),
                            stats.adjust(p, criteria.correction), criteria.alpha_at(k),
                            criteria.tolerance)
         outcome = np.where(open_, now, outcome)
-        finished = (outcome != stats.UNDECIDED).all(1) & (stopped_at == looks[-1])
+        finished = (outcome != UNDECIDED).all(1) & (stopped_at == looks[-1])
         stopped_at[finished & (open_.any(1))] = n
-    changed = (outcome == stats.HIGHER) | (outcome == stats.LOWER)
-    wrong = outcome == stats.LOWER if effect > 1 else (outcome == stats.HIGHER if effect < 1
+    changed = (outcome == HIGHER) | (outcome == LOWER)
+    wrong = outcome == LOWER if effect > 1 else (outcome == HIGHER if effect < 1
                                                         else changed)
     return Cell(noise.name, effect, experiments,
                 family_alarms=float(wrong.any(1).mean()) if effect == 1 else float("nan"),
-                no_change=float((outcome == stats.NO_CHANGE).mean()),
-                detected=float((outcome == (stats.HIGHER if effect > 1 else stats.LOWER)).mean())
+                no_change=float((outcome == NO_CHANGE).mean()),
+                detected=float((outcome == (HIGHER if effect > 1 else LOWER)).mean())
                 if effect != 1 else float("nan"),
                 wrong_way=float(wrong.mean()),
                 rounds=float(stopped_at.mean()))
@@ -123,7 +124,7 @@ class Targets:
     detect_10: float = 0.95
     max_rounds: int = 25
 
-    def missed(self, cells: list[Cell], criteria: stats.Criteria) -> list[str]:
+    def missed(self, cells: list[Cell], criteria: Criteria) -> list[str]:
         out = []
         if criteria.max_rounds > self.max_rounds:
             out.append(f"maximum rounds {criteria.max_rounds} > {self.max_rounds}")
@@ -139,7 +140,7 @@ class Targets:
         return out
 
 
-def run(criteria: stats.Criteria = stats.Criteria(), experiments: int = 2000,
+def run(criteria: Criteria = Criteria(), experiments: int = 2000,
         seed: int = 1) -> list[Cell]:
     return [simulate(noise, effect, criteria, experiments, seed)
             for noise in NOISES for effect in EFFECTS]
@@ -165,32 +166,3 @@ def markdown(cells: list[Cell]) -> str:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(r) + " |" for r in table_rows(cells)]
     return "\n".join(lines)
-
-
-def table(cells: list[Cell], criteria: stats.Criteria, experiments: int, seed: int):
-    """The operating characteristics as a rich table, one row per noise model."""
-    from rich.table import Table
-    out = Table(title=f"verdicts at the defaults, simulated: {experiments} profiles of {ARMS} arms "
-                      f"x {METRICS} metrics per cell, seed {seed}; {criteria.describe()}")
-    for col in HEADER:
-        out.add_column(col, justify="left" if col in ("noise", "model") else "right")
-    for row in table_rows(cells):
-        out.add_row(*row)
-    return out
-
-
-def print_report(experiments: int = 2000, seed: int = 1) -> list[str]:
-    """Simulate at the defaults, print the table and the targets; returns the
-    targets missed (none when all are met)."""
-    from mmlab.report.terminal import console
-    criteria = stats.Criteria()
-    cells = run(criteria, experiments, seed)
-    out = console()
-    out.print(table(cells, criteria, experiments, seed))
-    t = Targets()
-    missed = t.missed(cells, criteria)
-    verdict = "met" if not missed else "MISSED: " + "; ".join(missed)
-    out.print(f"targets: family false alarms <= {t.family_alarms:.0%}, A/A no change >= "
-              f"{t.aa_no_change:.0%}, +10% detected >= {t.detect_10:.0%}, at most "
-              f"{t.max_rounds} rounds: {verdict}")
-    return missed

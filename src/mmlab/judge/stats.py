@@ -22,12 +22,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import asdict, dataclass, field, replace
-from enum import StrEnum
+from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 import numpy as np
 from scipy import stats
+
+from mmlab.judge.criteria import Criteria
+from mmlab.store.series import Series
 
 MIN_SAMPLES = 3       # trials per arm below which nothing is judged
 MIN_PAIRS = 6         # complete rounds for the paired analysis: 5 pairs cannot give p < 0.05
@@ -71,106 +73,7 @@ def summarize(values: list[float]) -> Summary:
         rcv=1.4826 * mad / abs(med) if med else float("nan"))
 
 
-class Verdict(StrEnum):
-    """The five answers a comparison can give; each is its own display text."""
-    REGRESSION = "regression"
-    IMPROVEMENT = "improvement"
-    NO_CHANGE = "no change"
-    UNRELIABLE = "unreliable"
-    NOT_COMPARABLE = "not comparable"
-
-    @property
-    def changed(self) -> bool:
-        return self in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
-
-    @property
-    def decisive(self) -> bool:
-        return self in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.NO_CHANGE)
-
-
 # ---------------------------------------------------------------- criteria and looks
-
-CORRECTIONS = ("holm", "none")
-
-
-@dataclass(frozen=True)
-class Criteria:
-    """What a verdict needs, built once from the profile.
-
-    `alpha` bounds the false alarms (a regression or improvement claimed where
-    there is none) over the whole family of tests of a profile and over all
-    looks; `confidence` is the level of the interval, which is also the
-    "no change" test (two one-sided tests at (1 - confidence) / 2 each,
-    Schuirmann 1987).  Both budgets are split over the planned looks in the
-    manner of Haybittle (1971) and Peto et al. (1976): every interim look
-    spends a small fixed share, the last look the rest; a Bonferroni split, so
-    it holds whatever the correlation between looks.  The alarm's interim
-    share is the larger, because an exact rank test of n rounds cannot go
-    below p = 2 / 2^n: at 12 rounds and a family of 6, alpha / 10 / 6 is
-    reachable, alpha / 50 / 6 is not.  The interval's is small because its
-    hardest case (a CV of 5 % against a 5 % tolerance) is decided at the last
-    look, which needs nearly the whole (1 - confidence).
-    """
-    tolerance: float = 0.05
-    max_cv: float = 0.10
-    alpha: float = 0.05
-    confidence: float = 0.90
-    min_rounds: int = 12
-    max_rounds: int = 25
-    correction: str = "holm"
-    interim_alpha: float = 0.10       # share of alpha each interim look spends
-    interim_confidence: float = 0.02  # share of (1 - confidence) each interim look spends
-    growth: float = 1.5           # each look has about this many times the rounds of the last
-    outlier_z: float = 3.5
-    resamples: int = 4999         # bootstrap, unpaired fallback only
-
-    def __post_init__(self) -> None:
-        if self.correction not in CORRECTIONS:
-            raise ValueError(f"correction {self.correction!r}: expected one of {CORRECTIONS}")
-        if self.max_rounds < self.min_rounds:
-            object.__setattr__(self, "max_rounds", self.min_rounds)
-
-    @classmethod
-    def of(cls, profile) -> Criteria:
-        """From a Profile (experiment.Profile; duck-typed to keep stats free of it)."""
-        return cls(tolerance=profile.tolerance, max_cv=profile.max_cv, alpha=profile.alpha,
-                   confidence=profile.confidence, min_rounds=profile.repetitions,
-                   max_rounds=profile.max_repetitions or profile.repetitions,
-                   correction=profile.correction)
-
-    def looks(self) -> tuple[int, ...]:
-        """Rounds at each planned look: min, x growth, ..., max."""
-        out = [self.min_rounds]
-        while out[-1] < self.max_rounds:
-            out.append(min(self.max_rounds, max(out[-1] + 1, round(out[-1] * self.growth))))
-        return tuple(out)
-
-    def share(self, look: int, interim: float) -> float:
-        """The part of a budget look `look` (0-based) spends when every interim
-        look spends `interim` of it."""
-        k = len(self.looks())
-        return interim if look < k - 1 else 1 - (k - 1) * interim
-
-    def alpha_at(self, look: int) -> float:
-        """The false-alarm level of look `look` (before the family's correction)."""
-        return self.alpha * self.share(look, self.interim_alpha)
-
-    def confidence_at(self, look: int) -> float:
-        """The interval's level at look `look`."""
-        return 1 - (1 - self.confidence) * self.share(look, self.interim_confidence)
-
-    def next_look(self, rounds: int) -> int | None:
-        """The rounds of the first planned look beyond `rounds`; None past the last."""
-        return next((n for n in self.looks() if n > rounds), None)
-
-    def describe(self) -> str:
-        looks = self.looks()
-        if len(looks) == 1:
-            return f"{looks[0]} rounds, one look"
-        last = len(looks) - 1
-        return (f"looks at {', '.join(map(str, looks))} rounds; alpha {self.alpha_at(0):.3g} and "
-                f"{self.confidence_at(0):.1%} CIs at the interim looks, alpha "
-                f"{self.alpha_at(last):.3g} and {self.confidence_at(last):.1%} at the last")
 
 
 def comparison_seed(seed: int, *names: str) -> int:
@@ -291,26 +194,6 @@ def adjust(p: np.ndarray, correction: str) -> np.ndarray:
     return holm(p) if correction == "holm" else np.asarray(p, dtype=float)
 
 
-# Outcomes of one look, before the metric's direction names them.
-UNDECIDED, NO_CHANGE, HIGHER, LOWER = 0, 1, 2, 3
-
-
-def decide(centre, low, high, p_adjusted, alpha: float, tolerance: float) -> np.ndarray:
-    """The rule on log ratios, elementwise:
-    NO_CHANGE  the whole interval lies inside [log(1-tol), log(1+tol)];
-    HIGHER / LOWER  the adjusted p is below this look's alpha, the interval
-               excludes 0 and the centre lies beyond the tolerance;
-    UNDECIDED  otherwise."""
-    up, down = math.log1p(tolerance), math.log1p(-tolerance)
-    centre, low, high = (np.asarray(x, dtype=float) for x in (centre, low, high))
-    with np.errstate(invalid="ignore"):
-        inside = (low >= down) & (high <= up)
-        sig = (np.asarray(p_adjusted, dtype=float) < alpha) & ((low > 0) | (high < 0))
-        return np.where(inside, NO_CHANGE, np.where(sig & (centre > up), HIGHER,
-                                                    np.where(sig & (centre < down), LOWER,
-                                                             UNDECIDED)))
-
-
 # ---------------------------------------------------------------- one comparison
 
 @dataclass(frozen=True)
@@ -325,37 +208,6 @@ class Outlier:
         where = f"round {self.round} " if self.round is not None else ""
         pos = f" (trial {self.position})" if self.position is not None else ""
         return f"{where}{self.arm}{pos} x{self.factor:.2f} its arm's median"
-
-
-@dataclass(frozen=True)
-class Series:
-    """One arm's observations of a metric: a value per trial (the median of
-    its samples), with the trial's round and planned position when known."""
-    values: tuple[float, ...]
-    rounds: tuple[int, ...] | None = None
-    positions: tuple[int, ...] | None = None
-
-    @classmethod
-    def of(cls, values, rounds=None, positions=None) -> Series:
-        if isinstance(values, Series):
-            return values
-        keep = [i for i, v in enumerate(values) if v is not None and np.isfinite(v)]
-        pick = (lambda xs: tuple(int(xs[i]) for i in keep) if xs is not None else None)
-        return cls(tuple(float(values[i]) for i in keep), pick(rounds), pick(positions))
-
-    def upto(self, rounds: int) -> Series:
-        """The observations of the first `rounds` rounds."""
-        if self.rounds is None:
-            return self
-        keep = [i for i, r in enumerate(self.rounds) if r < rounds]
-        return Series(tuple(self.values[i] for i in keep), tuple(self.rounds[i] for i in keep),
-                      tuple(self.positions[i] for i in keep) if self.positions else None)
-
-    def by_round(self) -> dict[int, tuple[float, int | None]]:
-        if self.rounds is None:
-            return {}
-        pos = self.positions or (None,) * len(self.values)
-        return {r: (v, p) for r, v, p in zip(self.rounds, self.values, pos)}
 
 
 @dataclass(frozen=True)
@@ -452,127 +304,3 @@ def _bootstrap_ci(x: np.ndarray, y: np.ndarray, level: float, seed: int,
     return float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
-@dataclass(frozen=True)
-class Comparison:
-    metric: str
-    arm: str
-    baseline: str
-    n: int
-    n_baseline: int
-    median: float
-    median_baseline: float
-    ratio: float           # paired: exp(centre of the per-round log ratios); else of medians
-    ci_low: float
-    ci_high: float
-    p_value: float
-    cv: float
-    cv_baseline: float
-    rcv: float
-    rcv_baseline: float
-    verdict: Verdict
-    reason: str
-    p_adjusted: float = float("nan")
-    correction: str = ""       # e.g. "Holm over 4 tests"
-    method: str = ""           # paired-wilcoxon, paired-sign, unpaired
-    confidence: float = float("nan")   # the interval's level at the look that decided
-    rounds: int = 0            # rounds the verdict rests on
-    look: int = 0              # 1-based look that decided (or the last one judged)
-    looks: int = 0             # planned looks
-    stopped: str = ""          # why no more rounds were added
-    noisy: str = ""            # "" or which arm's robust CV exceeds max_cv
-    outliers: tuple[Outlier, ...] = field(default_factory=tuple)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "verdict", Verdict(self.verdict))   # from JSON or a literal
-        object.__setattr__(self, "outliers", tuple(
-            o if isinstance(o, Outlier) else Outlier(**o) for o in self.outliers))
-
-    @property
-    def change(self) -> float:
-        """The relative difference, +0.35 for 35 % higher than the baseline."""
-        return self.ratio - 1
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    def as_row(self) -> dict[str, object]:
-        """Flat, for CSV: the outliers as one text field."""
-        return {**self.as_dict(), "outliers": "; ".join(map(str, self.outliers))}
-
-
-def verdict_of(outcome: int, higher_is_better: bool) -> Verdict:
-    if outcome == NO_CHANGE:
-        return Verdict.NO_CHANGE
-    if outcome in (HIGHER, LOWER):
-        return Verdict.IMPROVEMENT if (outcome == HIGHER) == higher_is_better \
-            else Verdict.REGRESSION
-    return Verdict.UNRELIABLE
-
-
-METHOD_TEXT = {"paired-wilcoxon": "paired by round, Hodges-Lehmann / Wilcoxon signed-rank",
-               "paired-sign": "paired by round, median / sign test (outlier rounds)",
-               "unpaired": "unpaired, bootstrap / Mann-Whitney U"}
-
-
-def judged(metric: str, arm: str, baseline: str, e: Estimate, p_adjusted: float,
-           higher_is_better: bool, criteria: Criteria, look: int, rounds: int,
-           correction: str) -> Comparison:
-    """The verdict of one estimate at one look, with its reason."""
-    tol = f"±{criteria.tolerance:.0%}"
-    level = f"{e.confidence:.1%}"
-    common = dict(p_adjusted=p_adjusted, correction=correction, method=e.method,
-                  confidence=e.confidence, rounds=rounds, look=look + 1,
-                  looks=len(criteria.looks()), noisy=e.noisy, outliers=e.outliers)
-
-    def make(verdict: Verdict, reason: str) -> Comparison:
-        return Comparison(metric, arm, baseline, e.n, e.n_baseline, e.median, e.median_baseline,
-                          e.ratio, e.ci_low, e.ci_high, e.p_value, e.cv, e.cv_baseline, e.rcv,
-                          e.rcv_baseline, verdict, reason, **common)
-
-    if e.problem:
-        return make(Verdict.UNRELIABLE, e.problem)
-    if e.method == "unpaired" and e.noisy:
-        return make(Verdict.UNRELIABLE, f"too noisy for the unpaired method: {e.noisy} > "
-                                         f"{criteria.max_cv:.0%}")
-    c, lo, hi = e.log
-    outcome = int(decide(c, lo, hi, p_adjusted, criteria.alpha_at(look), criteria.tolerance))
-    verdict = verdict_of(outcome, higher_is_better)
-    noisy = f"; noisy: {e.noisy} > {criteria.max_cv:.0%}" if e.noisy else ""
-    p_text = f"p = {e.p_value:.2g}" + (f" ({correction}: {p_adjusted:.2g})" if correction
-                                      else "")
-    alpha = f"alpha {criteria.alpha_at(look):.3g}"
-    if outcome == NO_CHANGE:
-        return make(verdict, f"{level} CI inside {tol}{noisy}")
-    if outcome != UNDECIDED:
-        return make(verdict, f"{p_text} < {alpha}, {e.ratio - 1:+.1%} beyond {tol}{noisy}")
-    up, down = math.log1p(criteria.tolerance), math.log1p(-criteria.tolerance)
-    excludes_1 = lo > 0 or hi < 0
-    ci = f"{level} CI [{e.ci_low:.3f}, {e.ci_high:.3f}]"
-    if not (np.isfinite(lo) and np.isfinite(hi)):
-        why = f"{e.n} rounds are too few for a {level} CI"
-    elif excludes_1 and (c > up or c < down):
-        why = f"{p_text} not below {alpha}"
-    elif excludes_1:
-        why = f"changed {e.ratio - 1:+.1%}, inside {tol}, but the {ci} reaches beyond it"
-    else:
-        why = f"{ci} straddles {tol}"
-    return make(verdict, why + noisy)
-
-
-def compare(metric: str, arm: str, baseline: str, values, base_values,
-            higher_is_better: bool, criteria: Criteria = Criteria(), seed: int = 1) -> Comparison:
-    """Judge one metric of one arm against its baseline on its own: a family
-    of one test and a single look at all the rounds given (the whole alpha and
-    confidence).  `values` and `base_values` are lists (unpaired) or Series
-    with rounds (paired)."""
-    a, b = Series.of(values), Series.of(base_values)
-    rounds = max([*(a.rounds or ()), *(b.rounds or ()), -1]) + 1 or max(len(a.values),
-                                                                        len(b.values))
-    one = replace(criteria, min_rounds=max(rounds, 1), max_rounds=max(rounds, 1))
-    e = estimate(arm, baseline, a, b, one, 0, seed)
-    return judged(metric, arm, baseline, e, e.p_value, higher_is_better, one, 0, rounds, "")
-
-
-def not_comparable(c: Comparison, reason: str) -> Comparison:
-    """The same figures, judged not comparable by the state audit."""
-    return replace(c, verdict=Verdict.NOT_COMPARABLE, reason=reason)

@@ -1,7 +1,7 @@
 """Stored trials -> one verdict per metric and pair of arms, look by look.
 
 Pairs come from the profile's baseline and the figures from stats.  The
-profile's rounds are judged at the planned looks (stats.Criteria.looks): at
+profile's rounds are judged at the planned looks (criteria.Criteria.looks): at
 each look every (metric, pair) is estimated on the rounds so far, the family's
 p-values are corrected together (Holm), and a comparison's verdict is the
 first decisive one (no change, regression, improvement); one that is never
@@ -19,8 +19,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mmlab.experiment import Arm, Plan, baseline_for
-from mmlab.judge import audit, controls, stats
-from mmlab.judge.stats import Verdict
+from mmlab.judge import audit, comparison, controls, criteria, stats
+from mmlab.judge.criteria import Verdict
 from mmlab.store import Measurements
 from mmlab.workloads.samples import Sample
 
@@ -47,24 +47,24 @@ def pairs(plan: Plan) -> list[Pair]:
 
 @dataclass(frozen=True)
 class Judgement:
-    comparisons: list[stats.Comparison]
+    comparisons: list[comparison.Comparison]
     findings: dict[tuple[str, str], list[audit.Finding]]   # per (arm, baseline)
     arm_findings: dict[str, list[audit.Finding]]
-    criteria: stats.Criteria = stats.Criteria()
+    criteria: criteria.Criteria = criteria.Criteria()
     rounds: int = 0                  # rounds in the stored plan
     next_rounds: int | None = None   # extend the plan to this many rounds; None: stop
     stopped: str = ""                # why no (more) rounds are added
     # per not-comparable (metric, arm, baseline): (forced state, the control pair's comparison)
-    matched: dict[tuple[str, str, str], list[tuple[str, stats.Comparison]]] = field(
+    matched: dict[tuple[str, str, str], list[tuple[str, comparison.Comparison]]] = field(
         default_factory=dict)
 
     @property
-    def undecided(self) -> list[stats.Comparison]:
+    def undecided(self) -> list[comparison.Comparison]:
         """Comparisons that more rounds could still decide."""
         return [c for c in self.comparisons if c.verdict == Verdict.UNRELIABLE and _fixable(c)]
 
 
-def _fixable(c: stats.Comparison) -> bool:
+def _fixable(c: comparison.Comparison) -> bool:
     return c.n > 0 and c.n_baseline > 0 and "median is 0" not in c.reason
 
 
@@ -75,7 +75,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
     if not isinstance(measured, Measurements):
         measured = Measurements.of(measured)
     profile, wl = plan.profile, plan.workload
-    crit = stats.Criteria.of(profile)
+    crit = criteria.Criteria.of(profile)
     samples = measured.by_arm
     arm_findings = {name: audit.audit_arm(name, s) for name, s in samples.items()}
     findings: dict[tuple[str, str], list[audit.Finding]] = {}
@@ -94,7 +94,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
                 overrule[key] = "; ".join(map(str, relevant))
 
     series = {(m, arm): measured.series(arm, m) for m, a, b in keys for arm in (a, b)}
-    final: dict[tuple[str, str, str], stats.Comparison] = {}
+    final: dict[tuple[str, str, str], comparison.Comparison] = {}
     decided: set[tuple[str, str, str]] = set()
     for look, rounds in _looks_reached(crit, measured):
         ests = {key: stats.estimate(key[1], key[2], series[(key[0], key[1])].upto(rounds),
@@ -109,7 +109,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
         correction = (f"Holm over {len(family)} tests" if crit.correction == "holm"
                       and len(family) > 1 else "")
         for key, e in ests.items():
-            c = stats.judged(*key, e, adjusted.get(key, e.p_value),
+            c = comparison.of_estimate(*key, e, adjusted.get(key, e.p_value),
                              wl.metric(key[0]).higher_is_better, crit, look, rounds, correction)
             final[key] = c
             if c.verdict.decisive and key not in overrule:
@@ -121,7 +121,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
         if key in decided:
             c = replace(c, stopped=f"decided at look {c.look} of {c.looks} ({c.rounds} rounds)")
         if key in overrule:
-            c = stats.not_comparable(c, overrule[key])
+            c = comparison.not_comparable(c, overrule[key])
         out.append(c)
     next_rounds, stopped = _next_step(plan, crit, measured, out)
     out = [c if c.stopped else replace(c, stopped=stopped) for c in out]
@@ -129,7 +129,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
                      controls.matched(plan, out))
 
 
-def _looks_reached(crit: stats.Criteria, measured: Measurements) -> list[tuple[int, int]]:
+def _looks_reached(crit: criteria.Criteria, measured: Measurements) -> list[tuple[int, int]]:
     """(look index, rounds) of each planned look the stored plan reaches.
     Samples without rounds are one look over everything."""
     looks = crit.looks()
@@ -140,8 +140,8 @@ def _looks_reached(crit: stats.Criteria, measured: Measurements) -> list[tuple[i
     return reached or [(0, measured.rounds)]
 
 
-def _next_step(plan: Plan, crit: stats.Criteria, measured: Measurements,
-               comparisons: list[stats.Comparison]) -> tuple[int | None, str]:
+def _next_step(plan: Plan, crit: criteria.Criteria, measured: Measurements,
+               comparisons: list[comparison.Comparison]) -> tuple[int | None, str]:
     """(rounds to extend the plan to, or None; why)."""
     if measured.pending:
         return None, (f"{measured.pending} planned trials not run yet "

@@ -13,7 +13,8 @@ from mmlab import workloads
 from mmlab.attribution import explain
 from mmlab.experiment import Plan
 from mmlab.judge import verdicts
-from mmlab.judge.stats import MIN_SAMPLES, Verdict
+from mmlab.judge.criteria import Verdict
+from mmlab.judge.stats import MIN_SAMPLES
 from mmlab.store import Store, Trial, status_counts
 from mmlab.workloads.samples import Sample
 

@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 
 from mmlab.experiment import Plan
-from mmlab.judge.stats import Verdict
+from mmlab.judge.criteria import Verdict
 from mmlab.names import axis_text
 from mmlab.workloads import Metric
 

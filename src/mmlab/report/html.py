@@ -9,7 +9,7 @@ import base64
 import jinja2
 from markupsafe import Markup
 
-from mmlab.judge.stats import Verdict
+from mmlab.judge.criteria import Verdict
 from mmlab.report import flamegraph, fmt, plots, text
 from mmlab.report.data import ReportData
 

@@ -18,7 +18,8 @@ from mmlab.attribution.explain import (
 )
 from mmlab.attribution.guest import figures, skipped
 from mmlab.experiment import Plan, baseline_for
-from mmlab.judge.stats import Comparison, summarize
+from mmlab.judge.comparison import Comparison
+from mmlab.judge.stats import summarize
 from mmlab.report.fmt import (
     DASH,
     VERDICT_RICH,

@@ -12,7 +12,8 @@ from __future__ import annotations
 import textwrap
 from collections import defaultdict
 
-from mmlab.judge.stats import Comparison, summarize
+from mmlab.judge.comparison import Comparison
+from mmlab.judge.stats import summarize
 from mmlab.report import fmt
 from mmlab.report.data import ReportData, regzbot_lines
 

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from mmlab import experiment
 from mmlab.errors import MmlabError
-from mmlab.judge.stats import Comparison, Verdict
+from mmlab.judge.comparison import Comparison
+from mmlab.judge.criteria import Verdict
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool

@@ -19,8 +19,8 @@ from typing import Any
 
 from mmlab.errors import MmlabError
 from mmlab.experiment import Arm, Plan
-from mmlab.judge.stats import Series
 from mmlab.store import backend
+from mmlab.store.series import Series
 from mmlab.workloads.samples import Sample
 
 SCHEMA = """

@@ -1,0 +1,146 @@
+"""What a verdict needs and how it is decided: the five verdict words, the
+Criteria built once from a profile (tolerance, alpha and the interval's
+confidence, split over the planned looks), and the rule that turns a look's
+centre, interval and adjusted p into an outcome.  Like golang/perf's
+benchmath Thresholds, one object carries every threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import numpy as np
+
+
+class Verdict(StrEnum):
+    """The five answers a comparison can give; each is its own display text."""
+    REGRESSION = "regression"
+    IMPROVEMENT = "improvement"
+    NO_CHANGE = "no change"
+    UNRELIABLE = "unreliable"
+    NOT_COMPARABLE = "not comparable"
+
+    @property
+    def changed(self) -> bool:
+        return self in (Verdict.REGRESSION, Verdict.IMPROVEMENT)
+
+    @property
+    def decisive(self) -> bool:
+        return self in (Verdict.REGRESSION, Verdict.IMPROVEMENT, Verdict.NO_CHANGE)
+
+
+CORRECTIONS = ("holm", "none")
+
+
+
+@dataclass(frozen=True)
+class Criteria:
+    """What a verdict needs, built once from the profile.
+
+    `alpha` bounds the false alarms (a regression or improvement claimed where
+    there is none) over the whole family of tests of a profile and over all
+    looks; `confidence` is the level of the interval, which is also the
+    "no change" test (two one-sided tests at (1 - confidence) / 2 each,
+    Schuirmann 1987).  Both budgets are split over the planned looks in the
+    manner of Haybittle (1971) and Peto et al. (1976): every interim look
+    spends a small fixed share, the last look the rest; a Bonferroni split, so
+    it holds whatever the correlation between looks.  The alarm's interim
+    share is the larger, because an exact rank test of n rounds cannot go
+    below p = 2 / 2^n: at 12 rounds and a family of 6, alpha / 10 / 6 is
+    reachable, alpha / 50 / 6 is not.  The interval's is small because its
+    hardest case (a CV of 5 % against a 5 % tolerance) is decided at the last
+    look, which needs nearly the whole (1 - confidence).
+    """
+    tolerance: float = 0.05
+    max_cv: float = 0.10
+    alpha: float = 0.05
+    confidence: float = 0.90
+    min_rounds: int = 12
+    max_rounds: int = 25
+    correction: str = "holm"
+    interim_alpha: float = 0.10       # share of alpha each interim look spends
+    interim_confidence: float = 0.02  # share of (1 - confidence) each interim look spends
+    growth: float = 1.5           # each look has about this many times the rounds of the last
+    outlier_z: float = 3.5
+    resamples: int = 4999         # bootstrap, unpaired fallback only
+
+    def __post_init__(self) -> None:
+        if self.correction not in CORRECTIONS:
+            raise ValueError(f"correction {self.correction!r}: expected one of {CORRECTIONS}")
+        if self.max_rounds < self.min_rounds:
+            object.__setattr__(self, "max_rounds", self.min_rounds)
+
+    @classmethod
+    def of(cls, profile) -> Criteria:
+        """From a Profile (experiment.Profile; duck-typed to keep stats free of it)."""
+        return cls(tolerance=profile.tolerance, max_cv=profile.max_cv, alpha=profile.alpha,
+                   confidence=profile.confidence, min_rounds=profile.repetitions,
+                   max_rounds=profile.max_repetitions or profile.repetitions,
+                   correction=profile.correction)
+
+    def looks(self) -> tuple[int, ...]:
+        """Rounds at each planned look: min, x growth, ..., max."""
+        out = [self.min_rounds]
+        while out[-1] < self.max_rounds:
+            out.append(min(self.max_rounds, max(out[-1] + 1, round(out[-1] * self.growth))))
+        return tuple(out)
+
+    def share(self, look: int, interim: float) -> float:
+        """The part of a budget look `look` (0-based) spends when every interim
+        look spends `interim` of it."""
+        k = len(self.looks())
+        return interim if look < k - 1 else 1 - (k - 1) * interim
+
+    def alpha_at(self, look: int) -> float:
+        """The false-alarm level of look `look` (before the family's correction)."""
+        return self.alpha * self.share(look, self.interim_alpha)
+
+    def confidence_at(self, look: int) -> float:
+        """The interval's level at look `look`."""
+        return 1 - (1 - self.confidence) * self.share(look, self.interim_confidence)
+
+    def next_look(self, rounds: int) -> int | None:
+        """The rounds of the first planned look beyond `rounds`; None past the last."""
+        return next((n for n in self.looks() if n > rounds), None)
+
+    def describe(self) -> str:
+        looks = self.looks()
+        if len(looks) == 1:
+            return f"{looks[0]} rounds, one look"
+        last = len(looks) - 1
+        return (f"looks at {', '.join(map(str, looks))} rounds; alpha {self.alpha_at(0):.3g} and "
+                f"{self.confidence_at(0):.1%} CIs at the interim looks, alpha "
+                f"{self.alpha_at(last):.3g} and {self.confidence_at(last):.1%} at the last")
+
+
+# Outcomes of one look, before the metric's direction names them.
+UNDECIDED, NO_CHANGE, HIGHER, LOWER = 0, 1, 2, 3
+
+
+
+def outcomes(centre, low, high, p_adjusted, alpha: float, tolerance: float) -> np.ndarray:
+    """The rule on log ratios, elementwise:
+    NO_CHANGE  the whole interval lies inside [log(1-tol), log(1+tol)];
+    HIGHER / LOWER  the adjusted p is below this look's alpha, the interval
+               excludes 0 and the centre lies beyond the tolerance;
+    UNDECIDED  otherwise."""
+    up, down = math.log1p(tolerance), math.log1p(-tolerance)
+    centre, low, high = (np.asarray(x, dtype=float) for x in (centre, low, high))
+    with np.errstate(invalid="ignore"):
+        inside = (low >= down) & (high <= up)
+        sig = (np.asarray(p_adjusted, dtype=float) < alpha) & ((low > 0) | (high < 0))
+        return np.where(inside, NO_CHANGE, np.where(sig & (centre > up), HIGHER,
+                                                    np.where(sig & (centre < down), LOWER,
+                                                             UNDECIDED)))
+
+
+
+def verdict_of(outcome: int, higher_is_better: bool) -> Verdict:
+    if outcome == NO_CHANGE:
+        return Verdict.NO_CHANGE
+    if outcome in (HIGHER, LOWER):
+        return Verdict.IMPROVEMENT if (outcome == HIGHER) == higher_is_better \
+            else Verdict.REGRESSION
+    return Verdict.UNRELIABLE
