@@ -8,6 +8,7 @@ and render, over the library laid out by stage (see docs/DESIGN.md).
   fleet.py        worker, fleet status|summary, store copy
   machine.py      workloads, probe, restore, selftest
   census.py       census: how many VMAs share one anon_vma, per process
+  track.py        track run|report: the release tracker; selftest changepoints
   options.py      the options several commands share
 
 One error policy (`main`): every failure a user can cause or meet is one line
@@ -23,7 +24,7 @@ import sys
 import typer
 
 from mmlab import __version__
-from mmlab.cli import census, experiments, fleet, kernels, machine, results
+from mmlab.cli import census, experiments, fleet, kernels, machine, results, track
 from mmlab.cli import run as run_cmd
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.machine import knobs
@@ -37,6 +38,8 @@ app.add_typer(kernels.app, name="kernels")
 app.add_typer(fleet.fleet_app, name="fleet")
 app.add_typer(fleet.store_app, name="store")
 app.add_typer(machine.selftest_app, name="selftest")
+app.add_typer(track.app, name="track")
+machine.selftest_app.command("changepoints")(track.selftest_changepoints)
 for command in results.COMMANDS:
     app.command()(command)
 app.command("ab")(kernels.ab)

@@ -48,7 +48,7 @@ def resolve(spec: str, apt: Apt | None = None) -> Entry:
 
 
 RANGE = re.compile(r"^debian:([0-9.]+(?:-(?:cloud|generic))?)\.\.(?:debian:)?"
-                   r"([0-9.]+(?:-(?:cloud|generic))?)$")
+                   r"([0-9.]+(?:-(?:cloud|generic))?)?$")
 
 
 
@@ -60,7 +60,8 @@ def is_range(name: str) -> bool:
 def expand(names: list, apt: Apt | None = None) -> list:
     """Each release range (debian:6.12..debian:7.3) -> one kernel per release
     series the catalog has from the first to the last, both ends as given;
-    other names stay as they are."""
+    an open end (debian:6.1..) runs to the newest series the catalog has
+    now.  Other names stay as they are."""
     out: list = []
     for name in names:
         if not is_range(name):
@@ -70,12 +71,14 @@ def expand(names: list, apt: Apt | None = None) -> list:
         if not m:
             raise MmlabError(f"{name}: a release range is debian:X.Y..debian:X.Y "
                              "(e.g. debian:6.12..debian:7.3)")
-        (s0, _, f0), (s1, _, f1) = parse_spec(m.group(1)), parse_spec(m.group(2))
+        s0, _, f0 = parse_spec(m.group(1))
+        have = series_available(apt, f0)
+        last = m.group(2) or (have[-1] + ("" if f0 == "cloud" else f"-{f0}"))
+        s1, _, f1 = parse_spec(last)      # debian:6.1.. : open-ended, to the newest series
         if f0 != f1:
             raise MmlabError(f"{name}: both ends of a release range need the same flavour")
         if series_key(s0) >= series_key(s1):
             raise MmlabError(f"{name}: a release range goes from older to newer")
-        have = series_available(apt, f0)
         for end in (s0, s1):
             if end not in have:
                 raise MmlabError(f"{name}: {end} is not a release series the Debian catalog "
@@ -83,7 +86,7 @@ def expand(names: list, apt: Apt | None = None) -> list:
         suffix = "" if f0 == "cloud" else f"-{f0}"
         middle = [f"debian:{s}{suffix}" for s in have
                   if series_key(s0) < series_key(s) < series_key(s1)]
-        out += [f"debian:{m.group(1)}", *middle, f"debian:{m.group(2)}"]
+        out += [f"debian:{m.group(1)}", *middle, f"debian:{last}"]
     if len(set(map(str, out))) != len(out):
         raise MmlabError(f"{', '.join(map(str, names))}: the expanded kernels repeat one")
     return out

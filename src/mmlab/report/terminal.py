@@ -472,3 +472,18 @@ def print_samples(out: Console, workload: Workload, samples: list[Sample]) -> No
         out.print(trace_table(traced))
     for line in accelerator_notes({"run": samples}):
         out.print(line)
+
+
+def changepoint_table(rates: list) -> Table:
+    """`mmlab selftest changepoints`: per simulated case, how often a
+    candidate, a false change and every true step confirmed."""
+    table = Table(title="release tracker, simulated 20-release series")
+    for col in ("case", "series", "A/A: any candidate", "A/A: false change",
+                "steps all confirmed"):
+        table.add_column(col, justify="left" if col == "case" else "right")
+    for r in rates:
+        aa = not r.case.steps
+        table.add_row(r.case.name, str(r.series), pct(r.any_candidate) if aa else DASH,
+                      pct(r.false_confirmed) if aa else DASH,
+                      DASH if aa else pct(r.found_all))
+    return table

@@ -1,0 +1,112 @@
+"""A tracking suite: which profiles, which metrics, over which kernels, each
+measured against one reference kernel.
+
+```toml
+name = "seeds"
+reference = "debian:6.12"
+kernels = "debian:6.1.."          # open-ended: every series the catalog serves now
+metrics = ["advise_kernel_insns_per_page", "advise_ns_per_page"]
+[[profile]]
+path = "../seed001-pageout-insns-6.12-6.19.toml"
+```
+
+Every profile is read as `experiment run` reads it (its own kernel axis is
+replaced by each cell's pair), and every problem is one line naming the key
+before anything is measured.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mmlab import experiment
+from mmlab.errors import MmlabError
+from mmlab.kernels import specs
+
+
+class TrackedProfile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    path: str                                  # relative to the suite file
+    name: str | None = None                    # default: the profile's own name
+
+
+class SuiteFile(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.-]+$")
+    description: str = ""
+    reference: str                             # the kernel every cell is paired against
+    kernels: str | list[str]                   # a range (open-ended allowed) or names
+    metrics: list[str] = Field(min_length=1)   # tracked where a profile has them
+    profile: list[TrackedProfile] = Field(min_length=1)
+
+
+class Tracked(BaseModel):
+    """One profile of the suite, read: its plan and the suite metrics it has."""
+    name: str
+    plan: experiment.Plan
+    metrics: list[str]
+
+
+class Suite(BaseModel):
+    name: str
+    path: str
+    text: str
+    reference: str
+    kernels: list[str]              # release order, the reference among them
+    profiles: list[Tracked]
+
+
+def load(path: str | Path) -> Suite:
+    """Read and check a suite; the kernel range is expanded against the
+    catalog as it is now, so a refreshed catalog brings new releases."""
+    path = Path(path)
+    if not path.is_file():
+        raise MmlabError(f"{path}: " + ("not a regular file" if path.exists()
+                                        else "no such suite"))
+    text = path.read_text()
+    try:
+        raw = SuiteFile.model_validate(tomllib.loads(text))
+    except tomllib.TOMLDecodeError as exc:
+        raise MmlabError(f"{path}: {exc}") from exc
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise MmlabError(f"{path}: {where}: {err['msg']}") from exc
+    kernels = _kernels(path, raw)
+    profiles = [_tracked(path, raw, t) for t in raw.profile]
+    names = [t.name for t in profiles]
+    if len(set(names)) != len(names):
+        raise MmlabError(f"{path}: profile: two tracked profiles share a name (give one a name)")
+    return Suite(name=raw.name, path=str(path), text=text, reference=raw.reference,
+                 kernels=kernels, profiles=profiles)
+
+
+def _kernels(path: Path, raw: SuiteFile) -> list[str]:
+    names = [raw.kernels] if isinstance(raw.kernels, str) else raw.kernels
+    try:
+        kernels = specs.expand(names)
+    except MmlabError as exc:
+        raise MmlabError(f"{path}: kernels: {exc}") from exc
+    if raw.reference not in kernels:
+        raise MmlabError(f"{path}: reference: {raw.reference} is not among the suite's kernels "
+                         f"({', '.join(kernels)})")
+    return kernels
+
+
+def _tracked(path: Path, raw: SuiteFile, t: TrackedProfile) -> Tracked:
+    where = (path.parent / t.path)
+    try:
+        plan = experiment.load(where)
+    except MmlabError as exc:
+        raise MmlabError(f"{path}: profile {t.path}: {exc}") from exc
+    have = {m.name for m in plan.workload.metrics}
+    metrics = [m for m in raw.metrics if m in have]
+    if not metrics:
+        raise MmlabError(f"{path}: profile {t.path}: none of the suite's metrics "
+                         f"({', '.join(raw.metrics)}) is a metric of {plan.workload.name}")
+    if plan.profile.arms:
+        raise MmlabError(f"{path}: profile {t.path}: the tracker needs a [matrix] profile")
+    return Tracked(name=t.name or plan.profile.name, plan=plan, metrics=metrics)
