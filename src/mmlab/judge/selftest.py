@@ -162,7 +162,3 @@ HEADER = ["noise", "model", "A/A false alarms (family of 4)", "A/A no change", "
           "+5%: regression", "+5%: no change", "+10%: regression", "+10% rounds"]
 
 
-def markdown(cells: list[Cell]) -> str:
-    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
-    lines += ["| " + " | ".join(r) + " |" for r in table_rows(cells)]
-    return "\n".join(lines)

@@ -404,17 +404,6 @@ def catalog_table(entries: list[CatalogEntry], every_version: bool) -> Table:
     return table
 
 
-def params_table(workload: Workload) -> Table:
-    """A workload's parameters as `mmlab run WORKLOAD` takes them."""
-    table = Table(title=f"{workload.name} parameters")
-    for col in ("option", "default", "meaning"):
-        table.add_column(col, overflow="fold")
-    for p in workload.params:
-        if p.name not in HARNESS_PARAMS:
-            table.add_row(f"--{p.name}", p.default or DASH, escape(p.help))
-    return table
-
-
 def print_experiment(out: Console, store: Store, exp_id: int) -> None:
     """`mmlab show`: the experiment's profile, trials by status, the first
     environment, the order, and the per-arm figures, all as stored."""

@@ -323,9 +323,6 @@ class ExecWorkload(Workload):
             raise MmlabError("the command is empty")
         self.program(params)
 
-    def parse_cli(self, argv: list[str]) -> dict[str, object]:
-        raise MmlabError("exec takes its command after '--', not parameters")
-
     def measured(self, sample: Sample) -> Sample:
         """The sample with the command's figures as metrics, beside what mmwork
         measured outside it; MmlabError (the trial fails) if the output is
