@@ -91,6 +91,19 @@ def k73():
 
 MMLAB = [sys.executable, "-m", "mmlab.cli"]
 
+# A small profile of two THP arms on the host: quick, and judged.
+THP_PAIR = """
+name = "thp-pair"
+workload = "pageout-refault"
+repetitions = 6
+metrics = ["advise_ns_per_page"]
+baseline = { thp = "nohugepage" }
+[params]
+mapping-kb = 1024
+[matrix]
+thp = ["hugepage", "nohugepage"]
+"""
+
 
 def mmlab(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([*MMLAB, *args], capture_output=True, text=True, timeout=timeout)

@@ -10,20 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import mmlab
+from .conftest import THP_PAIR, mmlab
 
 ROOT = Path(__file__).resolve().parents[1]
-PROFILE = """
-name = "bad"
-workload = "pageout-refault"
-repetitions = 6
-metrics = ["advise_ns_per_page"]
-baseline = { thp = "nohugepage" }
-[params]
-mapping-kb = 1024
-[matrix]
-thp = ["hugepage", "nohugepage"]
-"""
+PROFILE = THP_PAIR
 EXEC = """
 name = "bad-exec"
 workload = "exec"
@@ -65,7 +55,7 @@ def test_values_that_cannot_be_stored_are_refused_when_read(tmp_path, line, want
 
 def test_files_that_are_not_profiles_are_named(tmp_path):
     latin = tmp_path / "latin.toml"
-    latin.write_bytes(PROFILE.replace("bad", "b\xe9d").encode("latin-1"))
+    latin.write_bytes((PROFILE + "# caf\xe9\n").encode("latin-1"))
     one_line(mmlab("experiment", "plan", str(latin)), str(latin), "not UTF-8")
     one_line(mmlab("experiment", "run", "/bin/true"), "/bin/true", "not UTF-8")
     one_line(mmlab("experiment", "plan", str(tmp_path)), "not a regular file")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import MMLAB, is_root, mmlab
+from .conftest import MMLAB, THP_PAIR, is_root, mmlab
 
 KSM_RUN = Path("/sys/kernel/mm/ksm/run")
 
@@ -188,25 +188,12 @@ def test_run_and_experiment_run_take_their_samples_through_the_same_target(tmp_p
                            "--results", results])
     assert ran.exit_code == 0, ran.output
     profile = tmp_path / "p.toml"
-    profile.write_text(PROFILE_TWO_ARMS)
+    profile.write_text(THP_PAIR)
     exp = cli.invoke(app, ["experiment", "run", str(profile), "--results", results])
     assert exp.exit_code == 0, exp.output
     assert fake.trials[0] == "run"
-    assert sorted(fake.trials[1:]) == ["thp=hugepage"] * 3 + ["thp=nohugepage"] * 3
+    assert sorted(fake.trials[1:]) == ["thp=hugepage"] * 6 + ["thp=nohugepage"] * 6
     store = Store(results, create=False)
     (one,) = store.samples_by_arm(1).values()
     assert len(one) == 2 and one[0].params["thp"] == "hugepage"
-    assert {len(v) for v in store.samples_by_arm(2).values()} == {3}
-
-
-PROFILE_TWO_ARMS = """
-name = "two"
-workload = "pageout-refault"
-repetitions = 3
-metrics = ["advise_ns_per_page"]
-baseline = { thp = "nohugepage" }
-[params]
-mapping-kb = 1024
-[matrix]
-thp = ["hugepage", "nohugepage"]
-"""
+    assert {len(v) for v in store.samples_by_arm(2).values()} == {6}
