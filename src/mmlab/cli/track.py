@@ -1,6 +1,7 @@
 """`mmlab track run|report SUITE` and `mmlab selftest changepoints`: every
 release measured on a suite of profiles, change points found and confirmed,
-shown on one page."""
+shown on one page.  The tracker (ruptures, matplotlib) loads only when one
+of these commands runs."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ from mmlab.cli.options import ALLOW, RESULTS
 from mmlab.report import terminal
 from mmlab.store import Store
 from mmlab.targets import TargetPool
-from mmlab.track import dashboard, session, simulate, suite
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="The release tracker: every kernel of a suite, change points confirmed.")
@@ -28,6 +28,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     suite's reference, then find and confirm the change points.
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
+    from mmlab.track import dashboard, session, suite
     found = suite.load(suite_path)
     out = terminal.console()
     result = session.run(Store(results), found, TargetPool(allow_host_changes,
@@ -47,6 +48,7 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     plots with the change points, the changes, an Atom feed, text and JSON.
 
     Example: mmlab track report experiments/suites/seeds.toml -o dashboard/"""
+    from mmlab.track import dashboard, session, suite
     found = suite.load(suite_path)
     result = session.run(options.open_store(results), found, TargetPool(), refresh=False,
                          measure=False)
@@ -63,6 +65,7 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     are confirmed; exit status 1 when a target is missed.
 
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
+    from mmlab.track import simulate
     rates = simulate.run(series, seed)
     terminal.console().print(terminal.changepoint_table(rates))
     missed = simulate.Targets().missed(rates)
