@@ -234,8 +234,10 @@ AA_CASES = {
     "unmap-young": (("--backing", "shmem", "--size-kb", "4096", "--rounds", "6", "--min-ms", "0",
                      "--samples", "3"),
                     ("unmap_ns_per_page", "touch_ns_per_page", "unmap_ns_per_page_total"), 9),
+    # Two workers on two shared CPUs: 7 pairs let one disturbed stretch of the
+    # machine decide (0.92x and 0.94x seen beside other load); 11 do not.
     "populate-unmap": (("--workers", "2", "--bytes", "64K", "--seconds", "0.15", "--samples", "2"),
-                       ("populate_ns_per_page", "unmap_ns_per_page", "ops_per_s_real"), 7),
+                       ("populate_ns_per_page", "unmap_ns_per_page", "ops_per_s_real"), 11),
     # One worker: with two on two shared CPUs, wall time follows the neighbours.
     "mremap-churn": (("--workers", "1", "--seconds", "0.15", "--samples", "2"),
                      ("ops_per_s_real", "ops_per_s_cpu"), 9),

@@ -37,8 +37,7 @@ MACHINES = typer.Option(None, "--machines", metavar="NAME,NAME",
 def load(profile: Path, max_repetitions: int | None = None,
          budget: float | None = None) -> experiment.Plan:
     """The profile's plan with the command line's limits."""
-    return experiment.with_limits(experiment.load(options.regular_file(profile, "profile")),
-                                  max_repetitions, budget)
+    return experiment.with_limits(experiment.load(profile), max_repetitions, budget)
 
 
 @app.command("plan", epilog="Example: mmlab experiment plan experiments/pageout-thp-modes.toml")

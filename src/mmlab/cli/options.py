@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import typer
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from mmlab.errors import MmlabError
 from mmlab.report import terminal
 from mmlab.store import Store
 
@@ -36,16 +34,6 @@ EXPERIMENT = typer.Argument(..., metavar="EXPERIMENT", help="an experiment ID (m
 def open_store(results: str) -> Store:
     """The store of a command that only reads: it must exist already."""
     return Store(results, create=False)
-
-
-def regular_file(path: Path, what: str = "file") -> Path:
-    """`path` as a readable regular file, or one line saying why not (a FIFO
-    would hang the reader, a directory would fail deep inside)."""
-    if not path.exists():
-        raise MmlabError(f"{path}: no such {what}")
-    if not path.is_file():
-        raise MmlabError(f"{path}: not a regular file")
-    return path
 
 
 def progress(disable: bool = False) -> Progress:

@@ -110,7 +110,7 @@ def exec_command() -> Callable[..., None]:
             "exec_metrics": {name: m.model_dump(exclude_none=True) for name, m in
                              map(execwork.parse_metric_option, declared)}}
         if source:
-            keys["source"] = str(options.regular_file(Path(source), "source").resolve())
+            keys["source"] = str(Path(source).resolve())    # read and checked by execwork
         run(single.Request("exec", exec_keys={k: v for k, v in keys.items() if v is not None},
                            **_common(values)), values)
     ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD,
