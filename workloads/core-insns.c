@@ -8,7 +8,6 @@
 #define _GNU_SOURCE
 #include "core-insns.h"
 #include "core-ctx.h"
-#include "core-mem.h"
 #include "core-shm.h"
 #include "core-record.h"
 

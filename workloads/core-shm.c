@@ -1,7 +1,7 @@
 /*
  * core-shm.c - memory shared across fork.  It depends on nothing else of
- * the harness, so the errno table can live in it without a loop: a failure
- * here ends mmwork rather than being counted.
+ * the harness, so the errno table can be allocated from it without a loop: a
+ * failure here ends mmwork rather than being counted.
  */
 #define _GNU_SOURCE
 #include "core-shm.h"
