@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.targets import LocalTarget, TargetPool, TrialError, TrialResult, probe
 from mmlab.workloads import insns
 from mmlab.workloads.samples import Sample

@@ -3,7 +3,7 @@ gets control arms with that state forced equal, run and judged beside it."""
 
 from __future__ import annotations
 
-from mmlab import experiment
+from mmlab.experiment.plan import parse
 from mmlab.judge import controls, verdicts
 from mmlab.report import data, terminal, text
 from mmlab.run import runner
@@ -39,7 +39,7 @@ def seed001_kernels(arm):
 
 
 def _run(tmp_path, with_controls=True):
-    plan = experiment.parse(PROFILE, "seed001.toml")
+    plan = parse(PROFILE, "seed001.toml")
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     fake = FakeTarget(model=seed001_kernels, cv=0.005)
@@ -79,7 +79,7 @@ def test_no_controls_leaves_the_pair_not_comparable_and_adds_no_arms(tmp_path):
 
 def test_a_ksm_difference_derives_no_control():
     """Merging is what ksm-rmap measures: there is no lever that keeps the question."""
-    plan = experiment.parse(PROFILE, "seed001.toml")
+    plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
     finding = type("F", (), {"check": "KSM merging"})()
     assert controls.derive(plan, {(a, b): [finding]}) == []
@@ -88,7 +88,7 @@ def test_a_ksm_difference_derives_no_control():
 def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
     """Debian's 6.19 starts damon_stat at boot and 6.12 does not: the control
     pair runs both kernels with DAMON off, and the guest script stops it."""
-    plan = experiment.parse(PROFILE, "seed001.toml")
+    plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
     finding = type("F", (), {"check": "DAMON running"})()
     arms = controls.derive(plan, {(a, b): [finding]})
@@ -99,7 +99,7 @@ def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
 
 
 def test_a_pair_that_differs_in_two_states_gets_controls_that_force_both():
-    plan = experiment.parse(PROFILE, "seed001.toml")
+    plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
     found = [type("F", (), {"check": c})() for c in ("DAMON running", "THP backing of the mapping")]
     arms = controls.derive(plan, {(a, b): found})

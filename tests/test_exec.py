@@ -11,8 +11,8 @@ import shutil
 
 import pytest
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import load, parse
 from mmlab.machine.knobs import HostSettings
 from mmlab.store import Store
 from mmlab.targets import boot, qemu
@@ -198,13 +198,13 @@ def test_exec_profile_errors_name_the_key(tmp_path, edit, message):
     path = tmp_path / "p.toml"
     path.write_text(EXEC_PROFILE.replace(*edit))
     with pytest.raises(MmlabError, match=message):
-        experiment.load(path)
+        load(path)
 
 
 def test_exec_keys_belong_to_exec_profiles():
     text = EXEC_PROFILE.replace('workload = "exec"', 'workload = "pageout-refault"')
     with pytest.raises(MmlabError, match=r'<profile>:3: command: only for workload = "exec"'):
-        experiment.parse(text)
+        parse(text)
 
 
 # ---------------------------------------------------------------- C sources

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import baseline_for, load, parse, with_kernels
 from mmlab.experiment.schedule import schedule
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
@@ -45,11 +45,11 @@ def test_schedule_is_interleaved_seeded_and_reproducible():
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.name)
 def test_shipped_profiles_load(path):
-    plan = experiment.load(path)
+    plan = load(path)
     assert len(plan.order) == len(plan.arms) * plan.profile.repetitions
     if len(plan.arms) == 1:     # an A/B profile: `mmlab ab` adds the kernel axis
-        plan = experiment.with_kernels(plan, ["build:a", "build:b"], "A/B")
-    assert any(experiment.baseline_for(plan, a) is not None for a in plan.arms)
+        plan = with_kernels(plan, ["build:a", "build:b"], "A/B")
+    assert any(baseline_for(plan, a) is not None for a in plan.arms)
 
 
 def test_required_profiles_are_shipped():
@@ -59,17 +59,17 @@ def test_required_profiles_are_shipped():
 
 
 def test_table_baseline_pairs_by_the_other_axes():
-    plan = experiment.parse(GOOD.replace('thp = ["hugepage", "nohugepage"]',
-                                         'thp = ["hugepage", "nohugepage"]\nrounds = [1, 2]'))
-    pairs = {a.name: experiment.baseline_for(plan, a) for a in plan.arms}
+    plan = parse(GOOD.replace('thp = ["hugepage", "nohugepage"]',
+                              'thp = ["hugepage", "nohugepage"]\nrounds = [1, 2]'))
+    pairs = {a.name: baseline_for(plan, a) for a in plan.arms}
     assert pairs["thp=hugepage,rounds=2"].name == "thp=nohugepage,rounds=2"
     assert pairs["thp=nohugepage,rounds=1"] is None
 
 
 def test_min_sample_ms_becomes_the_workload_parameter():
-    plan = experiment.parse(GOOD + "", "p.toml")
+    plan = parse(GOOD + "", "p.toml")
     assert "min-ms" not in plan.arms[0].params
-    plan = experiment.parse(GOOD.replace("repetitions = 3", "repetitions = 3\nmin_sample_ms = 50"))
+    plan = parse(GOOD.replace("repetitions = 3", "repetitions = 3\nmin_sample_ms = 50"))
     assert plan.arms[0].params["min-ms"] == 50
 
 
@@ -99,17 +99,17 @@ def test_bad_profiles_name_file_line_and_key(change, message):
     old, new = change
     assert old in GOOD
     with pytest.raises(MmlabError, match=message):
-        experiment.parse(GOOD.replace(old, new, 1), "p.toml")
+        parse(GOOD.replace(old, new, 1), "p.toml")
 
 
 def test_missing_profile_file_is_named(tmp_path):
     with pytest.raises(MmlabError, match="nope.toml: no such profile"):
-        experiment.load(tmp_path / "nope.toml")
+        load(tmp_path / "nope.toml")
 
 
 def test_three_samples_per_arm_can_never_be_significant():
-    plan = experiment.parse(GOOD, "p.toml")                 # repetitions = 3
+    plan = parse(GOOD, "p.toml")                 # repetitions = 3
     assert plan.smallest_p() == 0.1
     assert "can show 'no change' but never" in plan.warnings()[0]
-    four = experiment.parse(GOOD.replace("repetitions = 3", "repetitions = 4"), "p.toml")
+    four = parse(GOOD.replace("repetitions = 3", "repetitions = 4"), "p.toml")
     assert four.smallest_p() == pytest.approx(2 / 70) and four.warnings() == []

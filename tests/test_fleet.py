@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment
+from mmlab.experiment.plan import parse
 from mmlab.fleet import bench, coordinator, engine, queue, registry, services, summary
 from mmlab.judge import verdicts
 from mmlab.run import runner
@@ -78,7 +78,7 @@ def fresh_db(servers, name: str) -> str:
 
 
 def run_fake(results: str | Path, fake: FakeTarget) -> tuple[Store, int]:
-    plan = experiment.parse(FAKE, "fleet-fake.toml")
+    plan = parse(FAKE, "fleet-fake.toml")
     store = Store(results)
     exp_id = store.create_experiment(plan)
     runner.run(store, exp_id, plan, fake_pool(fake))
@@ -124,7 +124,7 @@ def test_postgresql_store_holds_what_sqlite_holds_and_resumes(servers, tmp_path)
 
 def test_concurrent_writers_claim_each_trial_once_and_a_lost_claim_counts_nothing(servers):
     url = fresh_db(servers, "writers")
-    plan = experiment.parse(FAKE.replace("repetitions = 6", "repetitions = 30"), "w.toml")
+    plan = parse(FAKE.replace("repetitions = 6", "repetitions = 30"), "w.toml")
     exp_id = Store(url).create_experiment(plan)
     sample = fake_pool(FakeTarget()).target(plan.arms[0]).run_trial(plan.arms[0], plan).samples
     claimed: list[int] = []

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment, workloads
+from mmlab import workloads
 from mmlab.attribution import explain, functions
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import parse
 from mmlab.judge import verdicts
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import HostSettings
@@ -126,12 +127,12 @@ def test_the_counting_pass_joins_the_timing_samples_by_index():
 def test_a_host_trial_counts_where_perf_does():
     """A profile naming an instruction metric gets a counting pass on the
     host: perf's counts where the CPU has them, else the reason, no metric."""
-    plan = experiment.parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
-                                            'kernel = ["host"]')
-                            .replace('baseline = { kernel = "debian:6.12" }',
-                                     'baseline = { kernel = "host" }')
-                            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
-                                     "min-ms = 0"))
+    plan = parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
+                                 'kernel = ["host"]')
+                 .replace('baseline = { kernel = "debian:6.12" }',
+                          'baseline = { kernel = "host" }')
+                 .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
+                          "min-ms = 0"))
     (s,) = HostTarget().run_trial(plan.arms[0], plan).samples
     ok, why = insns.perf_status()
     if ok:
@@ -160,7 +161,7 @@ kernel = ["debian:6.12", "debian:6.19"]
 
 def test_an_instruction_metric_is_judged_like_any_other(tmp_path):
     """Counts with 0.1 % noise, 3 % apart, a 1 % tolerance: decided in 5 rounds."""
-    plan = experiment.parse(PROFILE)
+    plan = parse(PROFILE)
     store = Store(tmp_path / "r")
     exp = store.create_experiment(plan)
     lab = fake_pool(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
@@ -171,7 +172,7 @@ def test_an_instruction_metric_is_judged_like_any_other(tmp_path):
 
 def test_narrow_measures_the_metric_it_narrows_on(tmp_path):
     text = PROFILE.replace(f'metrics = ["{ADVISE}"]', 'metrics = ["advise_ns_per_page"]')
-    plan = experiment.parse(text)
+    plan = parse(text)
     store = Store(tmp_path / "r")
     lab = fake_pool(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
     c = narrow.experiment_step(store, plan, "debian:6.12", "debian:6.19", ADVISE, lab)
@@ -250,11 +251,11 @@ def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monk
     os.symlink(real.dir, cache / Path(real.dir).name)
     monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(cache))
     monkeypatch.setenv("MMLAB_APT_MIRROR", "http://127.0.0.1:9/debian")
-    plan = experiment.parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
-                                            'kernel = ["debian:6.12"]')
-                            .replace("repetitions = 5", "repetitions = 3\nwarmups = 0")
-                            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
-                                     "min-ms = 0"))
+    plan = parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
+                                 'kernel = ["debian:6.12"]')
+                 .replace("repetitions = 5", "repetitions = 3\nwarmups = 0")
+                 .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
+                          "min-ms = 0"))
     target = qemu.QemuTarget("debian:6.12", say=lambda _: None)
     result = target.run_trial(plan.arms[0], plan)
     (s,) = result.samples

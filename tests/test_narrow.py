@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import load, parse, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.run import narrow
 
@@ -63,11 +63,11 @@ def test_a_change_in_any_group_decides():
 
 
 def test_derived_profiles_round_trip_through_toml():
-    plan = experiment.load("experiments/pageout-thp-modes.toml")
-    derived = experiment.with_kernels(plan, ["debian:6.1", "debian:6.12"], "narrow")
+    plan = load("experiments/pageout-thp-modes.toml")
+    derived = with_kernels(plan, ["debian:6.1", "debian:6.12"], "narrow")
     assert derived.profile.baseline == {"kernel": "debian:6.1"}
     assert len(derived.arms) == 6 and derived.profile.focus == "do_madvise"
-    again = experiment.parse(derived.text, derived.path)
+    again = parse(derived.text, derived.path)
     assert [a.name for a in again.arms] == [a.name for a in derived.arms]
 
 
@@ -162,7 +162,7 @@ def test_debian_versions_compare_as_dpkg_does():
 
 
 def test_a_profile_kernel_axis_takes_a_release_range(specs):
-    plan = experiment.parse("""
+    plan = parse("""
 name = "range"
 workload = "pageout-refault"
 repetitions = 3
@@ -175,13 +175,13 @@ kernel = ["debian:6.12..debian:7.3"]
                                              "debian:7.2", "debian:7.3"]
     assert plan.profile.matrix["kernel"][-1] == "debian:7.3"       # stored expanded
     with pytest.raises(MmlabError, match=r"<profile>:\d+: matrix\.kernel: .*9\.9 is not"):
-        experiment.parse(plan.text.replace("debian:7.3\"]", "debian:9.9\"]"))
+        parse(plan.text.replace("debian:7.3\"]", "debian:9.9\"]"))
     with pytest.raises(MmlabError, match="a release range debian:X.Y..debian:X.Y only in a "
                                          "matrix"):
-        experiment.parse(plan.text.replace('baseline = { kernel = "debian:6.12" }',
-                                           'baseline = { cpus = 1 }\n'
-                                           'kernel = "debian:6.12..debian:7.3"')
-                         .replace('kernel = ["debian:6.12..debian:7.3"]', "cpus = [1, 2]"))
+        parse(plan.text.replace('baseline = { kernel = "debian:6.12" }',
+                                'baseline = { cpus = 1 }\n'
+                                'kernel = "debian:6.12..debian:7.3"')
+              .replace('kernel = ["debian:6.12..debian:7.3"]', "cpus = [1, 2]"))
 
 
 def test_narrow_takes_a_release_range(tmp_path):

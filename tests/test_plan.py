@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from mmlab import experiment
+from mmlab.experiment.plan import Plan, parse
 from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.store import Store, status_counts
@@ -30,8 +30,8 @@ cpus = [1, 2]
 """
 
 
-def _run(tmp_path, fake: FakeTarget) -> tuple[Store, int, experiment.Plan]:
-    plan = experiment.parse(PROFILE, "fake.toml")
+def _run(tmp_path, fake: FakeTarget) -> tuple[Store, int, Plan]:
+    plan = parse(PROFILE, "fake.toml")
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     runner.run(store, exp_id, plan, fake_pool(fake))

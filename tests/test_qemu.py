@@ -310,9 +310,9 @@ set = { swap = "zram:32M", numa_nodes = 2 }
 
 
 def test_host_arms_refuse_numa_nodes(tmp_path):
-    from mmlab import experiment
+    from mmlab.experiment.plan import parse
     with pytest.raises(MmlabError, match=r"numa_nodes: 2: NUMA nodes are made for guests"):
-        experiment.parse("""
+        parse("""
 name = "x"
 workload = "pageout-refault"
 repetitions = 3

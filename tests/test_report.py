@@ -26,13 +26,13 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment
 from mmlab.attribution.events import EventCounts
 from mmlab.attribution.functions import FunctionInsns
 from mmlab.attribution.guest import GuestTrace
 from mmlab.attribution.locks import Contention, LockWaits
 from mmlab.attribution.stacks import StackProfile
 from mmlab.experiment import profile as profile_model
+from mmlab.experiment.plan import Arm, Plan, parse, with_kernels
 from mmlab.experiment.schedule import schedule
 from mmlab.report import bundle, data, html, reproducer, text
 from mmlab.store import Store
@@ -72,7 +72,7 @@ def fake_sample(value: float, kernel: str) -> Sample:
 @pytest.fixture
 def store_with_results(tmp_path) -> tuple[Store, int]:
     """6.12 is 30 % slower than 6.1; the last round never ran (interrupted)."""
-    plan = experiment.parse(PROFILE, "kernels.toml")
+    plan = parse(PROFILE, "kernels.toml")
     store = Store(tmp_path / "r")
     exp = store.create_experiment(plan)
     for t in store.trials(exp):
@@ -182,9 +182,9 @@ def test_the_makefile_and_every_reproducer_use_the_one_harness_list(tmp_path):
 
 
 def test_a_report_of_an_ab_run_that_never_started_names_the_patch(tmp_path):
-    plan = experiment.parse(PROFILE, "kernels.toml")
-    derived = experiment.with_kernels(plan, ["build:a", "build:b"],
-                                      "A/B of fix.patch sha256 0123456789abcdef")
+    plan = parse(PROFILE, "kernels.toml")
+    derived = with_kernels(plan, ["build:a", "build:b"],
+                           "A/B of fix.patch sha256 0123456789abcdef")
     store = Store(tmp_path / "r")
     exp = store.create_experiment(derived)
     report = text.render(data.gather(store, exp))
@@ -237,19 +237,19 @@ GUEST_ENV = {"target": "qemu", "guest_kernel": "debian:6.12",
              "guest_kernel_version": "6.12.0-golden", "guest_kernel_source": "linux-image (golden)"}
 
 
-def golden_plan(text: str = GOLDEN_PROFILE) -> experiment.Plan:
-    """The plan experiment.parse would make of `text`, without asking mmwork."""
+def golden_plan(text: str = GOLDEN_PROFILE) -> Plan:
+    """The plan `parse` would make of `text`, without asking mmwork."""
     profile = profile_model.Profile.model_validate(tomllib.loads(text))
-    arms = [experiment.Arm(name=f"kernel={kernel},thp={thp}", values={"kernel": kernel, "thp": thp},
-                           params={**profile.params, "thp": thp}, kernel=kernel)
+    arms = [Arm(name=f"kernel={kernel},thp={thp}", values={"kernel": kernel, "thp": thp},
+                params={**profile.params, "thp": thp}, kernel=kernel)
             for kernel in profile.matrix["kernel"] for thp in profile.matrix["thp"]]
-    return experiment.Plan(profile=profile, text=text, path="experiments/golden.toml",
-                           workload=WORKLOAD, arms=arms,
-                           order=schedule([a.name for a in arms],
-                                                     profile.repetitions, profile.seed))
+    return Plan(profile=profile, text=text, path="experiments/golden.toml",
+                workload=WORKLOAD, arms=arms,
+                order=schedule([a.name for a in arms],
+                               profile.repetitions, profile.seed))
 
 
-def golden_sample(arm: experiment.Arm, rnd: int) -> Sample:
+def golden_sample(arm: Arm, rnd: int) -> Sample:
     cycle, advise = MEDIANS[arm.name]
     huge = arm.values["thp"] == "hugepage"
     where = ({"target": "host"} if arm.kernel == "host"
@@ -273,7 +273,7 @@ def golden_functions(huge: bool) -> FunctionInsns:
                          kernel_release="6.12.117+deb13-cloud-amd64", text_address=0)
 
 
-def golden_attribution(arm: experiment.Arm) -> dict[str, dict]:
+def golden_attribution(arm: Arm) -> dict[str, dict]:
     """Host arms: stacks, locks and tracepoints; guest arms: an in-guest trace."""
     huge = arm.values["thp"] == "hugepage"
     if arm.kernel != "host":
@@ -303,7 +303,7 @@ def golden_attribution(arm: experiment.Arm) -> dict[str, dict]:
             lost=7 if huge else 0, units=256, unit="pages", metrics=metrics).model_dump()}
 
 
-def fill_golden_store(store: Store, plan: experiment.Plan) -> int:
+def fill_golden_store(store: Store, plan: Plan) -> int:
     """Every trial done, except one failed boot and the last round (never run)."""
     exp = store.create_experiment(plan)
     for t in store.trials(exp):

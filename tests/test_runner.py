@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab import experiment
 from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment.plan import parse, with_limits
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import verdicts
 from mmlab.machine import knobs
@@ -235,7 +235,7 @@ name = "C"
 
 
 def adaptive_run(tmp_path, fake: FakeTarget, text: str = ADAPTIVE):
-    plan = experiment.parse(text, "adaptive.toml")
+    plan = parse(text, "adaptive.toml")
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     looks = []
@@ -299,7 +299,7 @@ class Interrupting(FakeTarget):
 
 
 def test_ctrl_c_in_added_rounds_resumes_from_the_store(tmp_path):
-    plan = experiment.parse(ADAPTIVE, "adaptive.toml")
+    plan = parse(ADAPTIVE, "adaptive.toml")
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     with pytest.raises(Interrupted):            # in round 14, after the first look added rounds
@@ -317,11 +317,11 @@ def test_ctrl_c_in_added_rounds_resumes_from_the_store(tmp_path):
 
 
 def test_limits_from_the_command_line_are_stored_and_checked(tmp_path):
-    plan = experiment.parse(ADAPTIVE, "adaptive.toml")
-    wider = experiment.with_limits(plan, max_repetitions=40, budget_s=60)
+    plan = parse(ADAPTIVE, "adaptive.toml")
+    wider = with_limits(plan, max_repetitions=40, budget_s=60)
     assert (wider.profile.max_repetitions, wider.profile.budget_s) == (40, 60)
     with pytest.raises(MmlabError, match="below repetitions"):
-        experiment.with_limits(plan, max_repetitions=5)
+        with_limits(plan, max_repetitions=5)
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     assert store.set_limits(exp_id, max_repetitions=30).profile.max_repetitions == 30

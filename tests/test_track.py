@@ -1,10 +1,15 @@
-"""The release tracker on the fake target: cells measured once per version,
-a step found and confirmed by re-measuring its pair, nothing measured a
-second time, the dashboard drawn in Chromium; its suite's bad input; and
-the change points' operating characteristics with a fixed seed."""
+"""The release tracker on the fake target: cells measured once per package
+version against a pinned reference, a step found and confirmed by
+re-measuring its pair, a state change kept apart, a branch's point
+releases as a series of their own, an interrupted run resumed, nothing
+measured a second time, the dashboard drawn in Chromium from golden data;
+bad suites refused before anything is measured; and the change points'
+operating characteristics with a fixed seed."""
 
 from __future__ import annotations
 
+import difflib
+import os
 import re
 import subprocess
 import xml.etree.ElementTree as ET
@@ -12,20 +17,24 @@ from pathlib import Path
 
 import pytest
 
-from mmlab.errors import MmlabError
+from mmlab.attribution.functions import FunctionInsns
+from mmlab.errors import Interrupted, MmlabError
+from mmlab.kernels import catalog
 from mmlab.store import Store
 from mmlab.targets import TargetPool
-from mmlab.track import dashboard, session, simulate, suite
+from mmlab.track import changepoints, dashboard, evidence, releases, session, simulate, suite
+from mmlab.track.releases import Release
 
 from .conftest import mmlab
 from .fake_target import FakeTarget
 
 ROOT = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).parent / "golden"
 PROFILE = """
 name = "pageout"
 workload = "pageout-refault"
 repetitions = 6
-metrics = ["advise_ns_per_page"]
+metrics = ["advise_ns_per_page", "advise_kernel_insns_per_page"]
 baseline = { kernel = "local:a" }
 [params]
 mapping-kb = 1024
@@ -36,11 +45,46 @@ SUITE = """
 name = "fake"
 reference = "local:a"
 kernels = ["local:a", "local:b", "local:c", "local:d", "local:e"]
-metrics = ["advise_ns_per_page", "cycle_ns_per_page"]
+metrics = ["advise_ns_per_page", "advise_kernel_insns_per_page", "cycle_ns_per_page"]
 [[profile]]
 path = "p.toml"
 """
-STEP_AT = {"local:c", "local:d", "local:e"}      # 30% slower from c on
+STEP_AT = {"local:c", "local:d", "local:e"}      # 30 % slower, 30 % more instructions
+
+
+class Local:
+    """Releases of local kernels: each its own version (VERSIONS), a branch
+    named in BRANCHES; nothing to fetch."""
+
+    def __init__(self, versions: dict[str, str] | None = None,
+                 branches: dict[str, list[str]] | None = None):
+        self.versions = versions or {}
+        self.branches = branches or {}
+        self.prepared: list[str] = []
+
+    def exact(self, name: str, label: str | None = None) -> Release:
+        """A name in VERSIONS as 'exact name@version', or version 1.0."""
+        exact, _, version = self.versions.get(name, f"{name}@1.0").partition("@")
+        return Release(exact, version, label or name)
+
+    def branch(self, series: str) -> list[Release]:
+        return [self.exact(n, n) for n in self.branches[series]]
+
+    def prepare(self, release: Release) -> None:
+        self.prepared.append(release.name)
+
+
+class Counting(FakeTarget):
+    """The fake, with instructions by function from its attribution runs."""
+
+    def attribute(self, arm, plan):
+        more = 1.3 if arm.kernel in STEP_AT else 1.0
+        advise = {"shrink_folio_list": 145.25 * more, "page_vma_mapped_walk": 230.5,
+                  **({"folio_referenced": 60.0} if more > 1 else {})}
+        return {"functions": FunctionInsns(
+            windows={"advise": advise}, kernel={"advise": sum(advise.values()) + 3},
+            unresolved={"advise": 3.0}, units={"advise": "page"}, kernel_release="fake",
+            text_address=0).model_dump()}
 
 
 def write_suite(tmp_path: Path, text: str = SUITE, profile: str = PROFILE) -> Path:
@@ -50,44 +94,134 @@ def write_suite(tmp_path: Path, text: str = SUITE, profile: str = PROFILE) -> Pa
     return path
 
 
-def fake_pool() -> tuple[TargetPool, FakeTarget]:
-    fake = FakeTarget(cv=0.01, model=lambda arm: (1.3 if arm.kernel in STEP_AT else 1.0, {}))
-    return TargetPool(make=lambda arm: fake), fake
+def fake_pool(state_at: set[str] = frozenset()) -> tuple[TargetPool, FakeTarget]:
+    """Kernels in STEP_AT are slower; those in `state_at` back the mapping with THPs."""
+    fake = Counting(cv=0.01, model=lambda arm: (
+        1.3 if arm.kernel in STEP_AT else 1.0,
+        {"thp_backed_fraction": 1.0 if arm.kernel in state_at else 0.0}))
+    return TargetPool(make=lambda arm: fake, say=lambda m: None), fake
 
 
-def version(kernel: str) -> str:
-    return "1.0"
-
-
-def test_a_step_is_found_confirmed_and_shown(tmp_path, chromium):
+def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
-    first = session.run(store, found, pool, refresh=False, say=lambda m: None, version=version)
+    first = session.run(store, found, pool, Local())
     assert len(first.measured) == 4                  # b..e against a
     assert len(first.confirmations) >= 1
-    (change,) = [c for c in first.changes if c.metric == "advise_ns_per_page" and c.confirmed]
-    assert (change.before, change.after, change.outcome) == ("local:b", "local:c", "regression")
+    confirmed = {(c.metric, c.before, c.after, c.outcome) for c in first.changes if c.confirmed}
+    assert confirmed == {(m, "local:b", "local:c", "regression") for m in found.profiles[0].metrics}
+    (change,) = [c for c in first.changes if c.metric == "advise_ns_per_page"]
     assert change.confirmation.ratio == pytest.approx(1.3, rel=0.05)
+    assert change.id == changepoints.change_id("fake", "pageout", "advise_ns_per_page",
+                                               "across", "local:b", "local:c")
+
+    e = evidence.gather(store, found, change, str(tmp_path / "r"))
+    assert [m.metric for m in e.metrics] == found.profiles[0].metrics
+    (window,) = e.functions                          # counted by function on both sides
+    assert window.rows[0].function == "folio_referenced"
+    assert e.commands["reproduce"].startswith("mmlab narrow ")
 
     trials = len(fake.trials)
-    again = session.run(store, found, pool, refresh=False, say=lambda m: None, version=version)
+    again = session.run(store, found, pool, Local())
     assert (again.measured, again.confirmations, len(fake.trials)) == ([], [], trials)
     assert [c.id for c in again.changes if c.confirmed] == [c.id for c in first.changes
-                                                              if c.confirmed]
+                                                            if c.confirmed]
 
-    text = dashboard.text(found, again)
-    assert f"[{change.id}] pageout: advise_ns_per_page regression between local:b and local:c" \
-        in text
-    out = dashboard.write(tmp_path / "dash", found, again)
+
+def test_a_new_point_release_is_one_new_cell_and_the_reference_stays_pinned(tmp_path):
+    text = SUITE.replace('reference = "local:a"', 'reference = "debian:6.12"').replace(
+        '"local:a", "local:b"', '"debian:6.12", "local:b"')
+    found = suite.load(write_suite(tmp_path, text, PROFILE.replace("local:a", "debian:6.12")))
+    store = Store(tmp_path / "r")
+    pool, _ = fake_pool()
+    first = session.run(store, found, pool, Local({"debian:6.12": "debian:6.12.117@117-1"}))
+    assert first.reference == Release("debian:6.12.117", "117-1", "6.12")
+    newer = Local({"debian:6.12": "debian:6.12.120@120-1", "local:e": "local:e@1.1"})
+    later = session.run(store, found, pool, newer)
+    assert later.reference == first.reference        # 6.12.120 came out: the cells stay valid
+    assert len(later.measured) == 1                  # e at 1.1
+    assert later.confirmations == []                 # the change keeps its confirmation
+    assert [c.id for c in later.changes if c.confirmed] == [c.id for c in first.changes
+                                                            if c.confirmed]
+
+
+def test_a_state_change_is_never_a_regression(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    pool, _ = fake_pool(state_at={"local:c", "local:d", "local:e"})
+    result = session.run(Store(tmp_path / "r"), found, pool, Local())
+    outcomes = {(c.before, c.after): c.outcome for c in result.changes}
+    assert outcomes[("local:b", "local:c")] == "state change"
+    assert not any(c.confirmed for c in result.changes)
+
+
+def test_a_branch_is_a_series_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.setattr(catalog, "series_available", lambda apt=None, flavour="cloud":
+                        ["6.12"])
+    text = SUITE.replace('[[profile]]', 'branches = ["debian:6.12"]\n[[profile]]')
+    found = suite.load(write_suite(tmp_path, text))
+    local = Local(branches={"debian:6.12": ["local:b", "local:b2", "local:c"]})
+    result = session.run(Store(tmp_path / "r"), found, fake_pool()[0], local)
+    assert {s.kind for s in result.series} == {"across", "6.12.y"}
+    assert len(result.measured) == 5                 # b, c, d, e and the branch's b2, once each
+    branch = [c for c in result.changes if c.kind == "6.12.y" and c.confirmed]
+    assert {(c.before, c.after) for c in branch} == {("local:b2", "local:c")}
+
+
+def test_an_interrupted_run_resumes_without_measuring_twice(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, fake = fake_pool()
+    run_trial = fake.run_trial
+
+    def stop_at_15(arm, plan):
+        if len(fake.trials) == 15:
+            raise Interrupted
+        return run_trial(arm, plan)
+    fake.run_trial = stop_at_15
+    with pytest.raises(Interrupted):
+        session.run(store, found, pool, Local())
+    fake.run_trial = run_trial
+    done = sum(t.status == "done" for r in store.experiments() for t in store.trials(r["id"]))
+    assert done == 15                                # cell 1 (12 trials) and 3 of cell 2
+    resumed = session.run(store, found, pool, Local())
+    assert len(resumed.measured) == 3                # cell 2 finished, cells 3 and 4
+    confirming = sum(len(store.trials(e)) for e in resumed.confirmations)
+    assert len(fake.trials) == 4 * 12 + confirming   # no trial ran twice
+
+
+def normalised(text: str) -> str:
+    """Times and experiment IDs of a run, and paths, as placeholders."""
+    text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "TIME", text)
+    return re.sub(r"--results \S+", "--results R", re.sub(r"/\S+/p\.toml", "p.toml", text))
+
+
+def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    result = session.run(store, found, fake_pool()[0], Local())
+    shown = [evidence.gather(store, found, c, "r") for c in result.changes]
+    bundled = dashboard.write_evidence(store, tmp_path / "dash", shown)
+    out = dashboard.write(tmp_path / "dash", found, result, shown, "2026-01-01T00:00:00Z",
+                          bundled)
+    assert {p.name for p in out} == {"index.html", "feed.atom", "summary.txt", "track.json"}
+    check_golden("track-summary.txt", normalised((tmp_path / "dash" / "summary.txt").read_text()))
     page = (tmp_path / "dash" / "index.html").read_text()
-    assert "<script" not in page                     # nothing runs, nothing loads
+    assert "<script" not in page and "@font-face" not in page    # nothing runs, nothing loads
     assert not re.search(r'(src|href)="(https?:)?//|url\((https?:)?//', page)
-    assert page.count("<svg") == 2 and f'id="change-{change.id}"' in page
+    ids = [c.id for c in result.changes if c.confirmed]
+    for i in ids:
+        assert f'id="change-{i}"' in page and f'xlink:href="#change-{i}"' in page
+    assert page.count("<svg") == 3                   # advise ns, advise insns, cycle ns
+    assert "folio_referenced" in page                # the functions of the change
+    (exp_id,) = bundled                              # one confirmation: its report and bundle
+    for name in (f"{exp_id}.html", f"{exp_id}/README.md"):
+        assert f'href="evidence/{name}"' in page
+        assert (tmp_path / "dash" / "evidence" / name).is_file()
+    assert (tmp_path / "dash" / "evidence" / str(exp_id) / "MANIFEST.sha256").is_file()
     feed = ET.parse(tmp_path / "dash" / "feed.atom").getroot()
     entries = feed.findall("{http://www.w3.org/2005/Atom}entry")
-    assert len(entries) == len([c for c in again.changes if c.confirmed])
-    assert {p.name for p in out} == {"index.html", "feed.atom", "summary.txt", "track.json"}
+    assert len(entries) == len(ids)
     shot = ROOT / "build" / "screenshots" / "track.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([chromium, "--headless", "--no-sandbox", "--disable-gpu",
@@ -102,20 +236,37 @@ def test_a_step_is_found_confirmed_and_shown(tmp_path, chromium):
     assert shot.stat().st_size > 20_000
 
 
-@pytest.mark.parametrize("text, profile, wanted", [
-    (SUITE.replace('path = "p.toml"', 'path = "missing.toml"'), PROFILE, "missing.toml"),
+def check_golden(name: str, got: str) -> None:
+    """Compare with tests/golden/NAME, or write it when MMLAB_UPDATE_GOLDEN=1."""
+    path = GOLDEN / name
+    if os.environ.get("MMLAB_UPDATE_GOLDEN") == "1":
+        path.write_text(got)
+        return
+    want = path.read_text() if path.exists() else ""
+    if got != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            f"tests/golden/{name}", "rendered now"))
+        pytest.fail(f"the summary differs from tests/golden/{name}; if intended, regenerate "
+                    f"with MMLAB_UPDATE_GOLDEN=1\n{diff}", pytrace=False)
+
+
+@pytest.mark.parametrize("text, wanted", [
+    (SUITE.replace('path = "p.toml"', 'path = "missing.toml"'), "missing.toml"),
     (SUITE.replace('kernels = ["local:a", "local:b", "local:c", "local:d", "local:e"]',
-                   'kernels = "debian:9.9.."'), PROFILE, "kernels"),
-    (SUITE.replace('metrics = ["advise_ns_per_page", "cycle_ns_per_page"]',
-                   'metrics = ["ops_per_s_real"]'), PROFILE, "none of the suite's metrics"),
-    (SUITE.replace('reference = "local:a"', 'reference = "local:z"'), PROFILE, "reference"),
-    (SUITE + "colour = 1\n", PROFILE, "colour"),
+                   'kernels = "debian:9.9.."'), "kernels"),
+    (SUITE.replace('metrics = ["advise_ns_per_page", "advise_kernel_insns_per_page", '
+                   '"cycle_ns_per_page"]', 'metrics = ["ops_per_s_real"]'),
+     "none of the suite's metrics"),
+    (SUITE.replace('reference = "local:a"', 'reference = "local:z"'), "reference"),
+    (SUITE.replace('[[profile]]', 'branches = ["local:a"]\n[[profile]]'), "branches"),
+    (SUITE + "colour = 1\n", "colour"),
+    (SUITE, "unknown kernel 'local:a'"),           # kernels that resolve to nothing
 ])
-def test_bad_suites_are_one_line_before_anything_is_measured(tmp_path, text, profile, wanted):
-    path = write_suite(tmp_path, text, profile)
+def test_bad_suites_are_one_line_before_anything_is_measured(tmp_path, text, wanted):
+    path = write_suite(tmp_path, text)
     with pytest.raises(MmlabError, match=wanted):
-        suite.load(path)
-    proc = mmlab("track", "run", str(path), "--no-refresh", "--results", str(tmp_path / "r"))
+        releases.Catalog().check(suite.load(path))
+    proc = mmlab("track", "run", str(path), "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "r").exists()
 
@@ -123,11 +274,13 @@ def test_bad_suites_are_one_line_before_anything_is_measured(tmp_path, text, pro
 def test_a_store_of_another_suite_is_refused(tmp_path):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
-    pool, _ = fake_pool()
-    session.run(store, found, pool, refresh=False, say=lambda m: None, version=version)
+    pool, fake = fake_pool()
+    session.run(store, found, pool, Local())
+    trials = len(fake.trials)
     other = suite.load(write_suite(tmp_path, SUITE.replace('name = "fake"', 'name = "other"')))
     with pytest.raises(MmlabError, match="holds cells of suite 'fake'"):
-        session.run(store, other, pool, refresh=False, say=lambda m: None, version=version)
+        session.run(store, other, pool, Local())
+    assert len(fake.trials) == trials
 
 
 def test_change_points_meet_their_targets_in_simulation():
@@ -142,10 +295,97 @@ def test_change_points_meet_their_targets_in_simulation():
     assert by["2% step in counts, 0.3% noise"].found_all >= 0.99
 
 
+def test_counts_are_judged_by_magnitude_and_times_by_the_family():
+    """A count step beyond 3 CVs and 1 % is a change with no p-value; a time
+    change that Holm over its run's family does not keep is unknown."""
+    from mmlab.judge.comparison import Comparison
+    from mmlab.judge.criteria import Verdict
+    count = Comparison("x_kernel_insns_per_page", "b", "a", 12, 12, 102.0, 100.0, 1.02, 1.019,
+                       1.021, 0.0005, 0.001, 0.001, 0.001, 0.001, Verdict.NO_CHANGE, "")
+    assert changepoints.outcome_of(count.metric, count) == "regression"
+    assert changepoints.outcome_of(count.metric, Comparison(
+        **{**count.__dict__, "ratio": 1.005, "ci_low": 1.004, "ci_high": 1.006})) == "same"
+    timed = Comparison(**{**count.__dict__, "metric": "x_ns_per_page", "ratio": 1.1,
+                          "p_value": 0.01, "verdict": Verdict.REGRESSION, "look": 1, "looks": 3})
+    change = changepoints.Change("id", "p", timed.metric, "across", "a", "b", 1.1, timed,
+                                 "regression", evidence=1)
+    alone = changepoints.family([change], {(1, timed.metric): ("run", timed)})
+    assert alone[0].outcome == "unknown"       # 0.01 at an interim look spends 10 % of alpha
+    final = Comparison(**{**timed.__dict__, "look": 3})
+    assert changepoints.family([change], {(1, timed.metric): ("run", final)})[0].confirmed
+
+
 def test_the_shipped_suite_reads(monkeypatch):
     """experiments/suites/seeds.toml: its profiles and metrics, its open range."""
     from mmlab.kernels import specs
     monkeypatch.setattr(specs, "expand", lambda names, apt=None: [
         "debian:6.1", "debian:6.12", "debian:6.19", "debian:7.3"])
+    monkeypatch.setattr(catalog, "series_available", lambda apt=None, flavour="cloud":
+                        ["6.1", "6.12", "6.19", "7.3"])
     found = suite.load(ROOT / "experiments" / "suites" / "seeds.toml")
     assert found.reference == "debian:6.12" and len(found.profiles) >= 5
+    assert found.kernels[found.reference_slot] == "debian:6.12"
+
+
+def test_debian_releases_are_exact_and_branches_every_point_release(monkeypatch):
+    rows = [{"package": f"linux-image-{v}+deb13-cloud-amd64-unsigned", "version": f"{v}-{r}",
+             "suite": "trixie"} for v, r in (("6.12.90", "1"), ("6.12.90", "2"),
+                                             ("6.12.94", "1"), ("6.16.12", "1"))]
+    apt = catalog.Apt()
+    monkeypatch.setattr(apt, "catalog", lambda: rows)
+    r = releases.Catalog(apt)
+    assert r.exact("debian:6.12", "6.12") == Release("debian:6.12.94", "6.12.94-1", "6.12")
+    assert [(x.name, x.version, x.label) for x in r.branch("debian:6.12")] == [
+        ("debian:6.12.90", "6.12.90-2", "6.12.90"), ("debian:6.12.94", "6.12.94-1", "6.12.94")]
+
+
+def test_a_release_the_catalog_dropped_keeps_its_place(tmp_path):
+    """Backports leave the archive: the measured release stays in its series."""
+    text = SUITE.replace('"local:b", "local:c", "local:d", "local:e"',
+                         '"debian:6.16", "debian:6.17", "debian:6.18"')
+    found = suite.load(write_suite(tmp_path, text))
+    store = Store(tmp_path / "r")
+    pool, _ = fake_pool()
+    served = {f"debian:6.{m}": f"debian:6.{m}.1@6.{m}.1-1" for m in (16, 17, 18)}
+    session.run(store, found, pool, Local(served))
+    dropped = suite.load(write_suite(tmp_path, text.replace('"debian:6.17", ', '')))
+    later = session.run(store, dropped, pool, Local(served))
+    (across,) = later.lines
+    assert [r.label for r in across.releases] == ["local:a", "6.16", "6.17", "6.18"]
+    assert later.measured == [] and later.series[0].points[2].release.name == "debian:6.17.1"
+
+
+def test_cells_spread_over_machines_one_each_at_a_time(tmp_path):
+    """--machines: batches of one cell per machine, each planned on its
+    machine (here each batch is run by the fake, as a fleet would)."""
+    from mmlab.run import runner
+    from mmlab.track import spread
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, _ = fake_pool()
+    batches: list[list[tuple[int, str]]] = []
+
+    def run(ids: list[int]) -> None:
+        batches.append([(e, store.plan(e).machine) for e in ids])
+        for e in ids:
+            runner.run(store, e, store.plan(e), pool)
+    result = session.run(store, found, pool, Local(), spread=lambda work, on_cell:
+                         spread.measure(store, ["m1", "m2"], run, work, on_cell))
+    assert [[m for _, m in b] for b in batches] == [["m1", "m2"], ["m1", "m2"]]
+    assert sorted(result.measured) == sorted(e for b in batches for e, _ in b)
+    assert any(c.confirmed for c in result.changes)
+    with pytest.raises(MmlabError, match="postgresql"):
+        spread.fleet_runner(store, str(tmp_path / "r"), ["m1"], False, print)
+
+
+def test_a_release_whose_trials_failed_is_left_out_of_its_series(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    fake = Counting(cv=0.01, fail={"kernel=local:d"},
+                    model=lambda arm: (1.3 if arm.kernel in STEP_AT else 1.0, {}))
+    result = session.run(store, found, TargetPool(make=lambda arm: fake, say=lambda m: None),
+                         Local())
+    labels = [p.release.label for p in result.series[0].points]
+    assert labels == ["local:a", "local:b", "local:c", "local:e"]
+    assert {(c.before, c.after) for c in result.changes if c.confirmed} == {("local:b",
+                                                                             "local:c")}

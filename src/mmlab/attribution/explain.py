@@ -19,7 +19,7 @@ from mmlab.attribution.functions import FunctionChange, FunctionInsns, changes
 from mmlab.attribution.guest import GuestTrace, TraceFigure
 from mmlab.attribution.locks import Contention, LockCaller, LockWaits
 from mmlab.attribution.stacks import Delta, FunctionCost, StackProfile, diff, top_functions
-from mmlab.experiment import Plan
+from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.workloads.samples import Sample, work_units
 

@@ -31,9 +31,10 @@ from pathlib import Path
 import tomli_w
 from rich.table import Table
 
-from mmlab import experiment, workloads
+from mmlab import workloads
 from mmlab.bench import agreement, census
 from mmlab.errors import Interrupted, MmlabError
+from mmlab.experiment.plan import Plan, load
 from mmlab.judge import criteria, verdicts
 from mmlab.judge.stats import summarize
 from mmlab.report import selftest as selftest_report
@@ -145,7 +146,7 @@ EXPECTED = {"aa-pageout": {("B", "A"): criteria.Verdict.NO_CHANGE},
 @dataclass
 class RealResult:
     name: str
-    plan: experiment.Plan
+    plan: Plan
     exp_id: int
     result: runner.RunResult
     judgement: verdicts.Judgement
@@ -182,8 +183,8 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
     store = Store(results)
     with tempfile.TemporaryDirectory() as tmp, NoisyNeighbour(period_s):
         for path in profiles:
-            plan = experiment.load(shrunk(Path(path), Path(tmp), **overrides)
-                                   if any(v is not None for v in overrides.values()) else path)
+            plan = load(shrunk(Path(path), Path(tmp), **overrides)
+                        if any(v is not None for v in overrides.values()) else path)
             pool = TargetPool(False, say=out.print)
             pool.check(plan)
             exp_id = store.create_experiment(plan)

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import typer
 
-from mmlab import experiment
 from mmlab.cli import options
 from mmlab.cli.options import (
     ALLOW,
@@ -21,6 +20,7 @@ from mmlab.cli.options import (
     RESULTS,
 )
 from mmlab.errors import MmlabError
+from mmlab.experiment import plan as experiment_plan
 from mmlab.report import terminal
 from mmlab.run import runner
 from mmlab.store import Store
@@ -35,9 +35,9 @@ MACHINES = typer.Option(None, "--machines", metavar="NAME,NAME",
 
 
 def load(profile: Path, max_repetitions: int | None = None,
-         budget: float | None = None) -> experiment.Plan:
+         budget: float | None = None) -> experiment_plan.Plan:
     """The profile's plan with the command line's limits."""
-    return experiment.with_limits(experiment.load(profile), max_repetitions, budget)
+    return experiment_plan.with_limits(experiment_plan.load(profile), max_repetitions, budget)
 
 
 @app.command("plan", epilog="Example: mmlab experiment plan experiments/pageout-thp-modes.toml")
@@ -85,7 +85,7 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
     add rounds while its verdicts are undecided and its limits allow."""
     store = options.open_store(results)
     plan = store.plan(exp_id)
-    experiment.with_limits(plan, max_repetitions, budget)        # checked before stored
+    experiment_plan.with_limits(plan, max_repetitions, budget)        # checked before stored
     if plan.machine:
         from mmlab.fleet import coordinator
         refuse_fleet_attribution(attribute)
@@ -98,7 +98,7 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
              TargetPool(allow_host_changes), attribute, not no_controls)
 
 
-def run_here(store: Store, exp_id: int, plan: experiment.Plan, pool: TargetPool,
+def run_here(store: Store, exp_id: int, plan: experiment_plan.Plan, pool: TargetPool,
              attribute: bool = False, with_controls: bool = True) -> None:
     """runner.run with a progress bar, then attribution if asked, then the
     run's verdicts; the experiment ID is the last line printed (exit status
@@ -145,7 +145,7 @@ def refuse_fleet_attribution(attribute: bool) -> None:
                          "(run the profile there with a results directory)")
 
 
-def start_fleet(plan: experiment.Plan, results: str, machines: str, allow: bool,
+def start_fleet(plan: experiment_plan.Plan, results: str, machines: str, allow: bool,
                 attribute: bool, with_controls: bool) -> None:
     """Plan one experiment per machine in the shared store and run them."""
     from mmlab import fleet

@@ -14,10 +14,10 @@ from pathlib import Path
 import typer
 from rich.status import Status
 
-from mmlab import experiment
 from mmlab.cli import experiments as runs
 from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import with_kernels
 from mmlab.kernels import catalog, images, kbuild, specs
 from mmlab.report import terminal
 from mmlab.run import narrow as narrowing
@@ -138,7 +138,7 @@ def ab(profile: Path = PROFILE,
         a, b = kbuild.ab_pair(source, patch, config, on_line)
     sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
                      for p in patch)
-    derived = experiment.with_kernels(plan, [a.name, b.name], f"A/B of {sums}")
+    derived = with_kernels(plan, [a.name, b.name], f"A/B of {sums}")
     store = Store(results)
     exp_id = store.create_experiment(derived)
     typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",

@@ -5,6 +5,8 @@ of these commands runs."""
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -22,37 +24,73 @@ SUITE = typer.Argument(..., metavar="SUITE", help="a suite (experiments/suites/*
 
 @app.command("run")
 def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes: bool = ALLOW,
-            refresh: bool = typer.Option(True, "--refresh/--no-refresh",
-                                         help="read the Debian catalog again first")) -> None:
-    """Measure every (profile, kernel) cell not yet stored against the
-    suite's reference, then find and confirm the change points.
+            refresh: bool = typer.Option(False, "--refresh",
+                                         help="read the Debian registry now (otherwise when "
+                                              "the catalog is a day old)"),
+            machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
+                                         help="spread the cells over these fleet machines, "
+                                              "one cell per machine at a time; needs a "
+                                              "postgresql:// store")) -> None:
+    """Measure every (profile, release) cell not yet stored against the
+    suite's reference, then find and confirm the change points; prints what
+    changed, in the style of a 0-day report.
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
-    from mmlab.track import dashboard, session, suite
+    from mmlab.kernels import catalog
+    from mmlab.track import dashboard, evidence, releases, session, spread, suite
+    names = None
+    if machines is not None:
+        from mmlab import fleet
+        names = fleet.machine_names(machines)
+    if refresh:
+        catalog.Apt().refresh(force=True)
     found = suite.load(suite_path)
+    resolver = releases.Catalog()
+    resolver.check(found)
     out = terminal.console()
-    result = session.run(Store(results), found, TargetPool(allow_host_changes,
-                                                           terminal.plain(out)),
-                         refresh, terminal.plain(out))
+    store = Store(results)
+    pool = TargetPool(allow_host_changes, terminal.plain(out))
+    spreading = None
+    if names:
+        batch = spread.fleet_runner(store, results, names, allow_host_changes, pool.tell)
+        spreading = partial(spread.measure, store, names, batch)
+    with options.progress() as bar:
+        task = bar.add_task("cells", total=None)
+        pool.say = terminal.plain(bar.console)
+
+        def progress(what: str, i: int, n: int) -> None:
+            bar.update(task, completed=i, total=n, description=what)
+        result = session.run(store, found, pool, resolver, progress, spread=spreading)
     if not result.measured and not result.confirmations:
+        confirmed = sum(c.confirmed for c in result.changes)
         out.print(f"nothing new: every cell of {found.name} is stored "
-                  f"({len(found.profiles)} profile(s) x {len(found.kernels) - 1} kernel(s))")
-    typer.echo(dashboard.text(found, result), nl=False)
+                  f"({len(found.profiles)} profile(s), {len(result.series)} series against "
+                  f"{result.reference.name}); {confirmed} confirmed change(s)")
+        return
+    shown = [evidence.gather(store, found, c, results) for c in result.changes]
+    typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
 
 
 @app.command("report")
 def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
                output: Path = typer.Option(..., "--output", "-o", metavar="DIR",
-                                           help="where the dashboard goes")) -> None:
+                                           help="where the dashboard goes"),
+               bundles: bool = typer.Option(True, "--bundles/--no-bundles",
+                                            help="each change's report and evidence bundle "
+                                                 "under DIR/evidence/")) -> None:
     """The dashboard of what the store holds (nothing is measured): trend
-    plots with the change points, the changes, an Atom feed, text and JSON.
+    plots with the change points, the changes and their evidence (each
+    confirmation's report and bundle), an Atom feed, a text summary and JSON.
 
     Example: mmlab track report experiments/suites/seeds.toml -o dashboard/"""
-    from mmlab.track import dashboard, session, suite
+    from mmlab.track import dashboard, evidence, releases, session, suite
     found = suite.load(suite_path)
-    result = session.run(options.open_store(results), found, TargetPool(), refresh=False,
-                         measure=False)
-    for path in dashboard.write(output, found, result):
+    store = options.open_store(results)
+    result = session.run(store, found, TargetPool(), releases.Catalog(), measure=False)
+    shown = [evidence.gather(store, found, c, results) for c in result.changes]
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    bundled = dashboard.write_evidence(store, output, shown) if bundles else set()
+    for path in dashboard.write(output, found, result, shown, now, bundled):
         typer.echo(f"wrote {path}", err=True)
 
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass, field
 
 import tomli_w
 
-from mmlab import experiment, workloads
+from mmlab import workloads
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import Plan, parse
 from mmlab.workloads import execwork, insns
 
 ARM = "run"
@@ -76,7 +77,7 @@ def profile_text(req: Request, metrics: list[str]) -> str:
     return comment + tomli_w.dumps(doc)
 
 
-def plan(req: Request) -> experiment.Plan:
+def plan(req: Request) -> Plan:
     """The one-arm plan: every metric of the workload, its instruction
     metrics only with --insns (they cost a counting pass)."""
     check(req)
@@ -84,7 +85,7 @@ def plan(req: Request) -> experiment.Plan:
     if req.count_insns and not wl.windows:
         raise MmlabError(f"--insns: {wl.name} has no timed windows to count")
     metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
-    return experiment.parse(profile_text(req, metrics), "mmlab run")
+    return parse(profile_text(req, metrics), "mmlab run")
 
 
 def workload(req: Request) -> workloads.Workload:

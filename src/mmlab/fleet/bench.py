@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from mmlab.errors import Interrupted, MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import ArmEntry, Profile
 from mmlab.experiment.schedule import schedule
 from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker

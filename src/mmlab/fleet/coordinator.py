@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mmlab.errors import Interrupted, MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.fleet import engine, queue, registry
 from mmlab.judge import verdicts
 from mmlab.run import runner

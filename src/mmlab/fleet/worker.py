@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mmlab.errors import MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.fleet import engine, machine_name, queue, registry
 from mmlab.machine import knobs
 from mmlab.store import Store, backend

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import itertools
 
-from mmlab.experiment import Arm, Plan, baseline_for
+from mmlab.experiment.plan import Arm, Plan, baseline_for
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
 from mmlab.machine.knobs import HostSettings

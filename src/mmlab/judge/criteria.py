@@ -74,7 +74,7 @@ class Criteria:
 
     @classmethod
     def of(cls, profile) -> Criteria:
-        """From a Profile (experiment.Profile; duck-typed to keep stats free of it)."""
+        """From a Profile (experiment.profile.Profile; duck-typed to keep criteria free of it)."""
         return cls(tolerance=profile.tolerance, max_cv=profile.max_cv, alpha=profile.alpha,
                    confidence=profile.confidence, min_rounds=profile.repetitions,
                    max_rounds=profile.max_repetitions or profile.repetitions,

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from mmlab.experiment import Arm, Plan, baseline_for
+from mmlab.experiment.plan import Arm, Plan, baseline_for
 from mmlab.judge import audit, comparison, controls, criteria, stats
 from mmlab.judge.criteria import Verdict
 from mmlab.store import Measurements

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mmlab import workloads
 from mmlab.attribution import explain
-from mmlab.experiment import Plan
+from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.stats import MIN_SAMPLES

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mmlab.experiment import Plan
+from mmlab.experiment.plan import Plan
 from mmlab.judge.criteria import Verdict
 from mmlab.names import axis_text
 from mmlab.workloads import Metric

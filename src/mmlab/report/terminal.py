@@ -17,7 +17,7 @@ from mmlab.attribution.explain import (
     WindowFunctions,
 )
 from mmlab.attribution.guest import figures, skipped
-from mmlab.experiment import Plan, baseline_for
+from mmlab.experiment.plan import Plan, baseline_for
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.stats import summarize
 from mmlab.report.fmt import (
@@ -40,7 +40,7 @@ from mmlab.workloads.samples import Sample
 
 if TYPE_CHECKING:
     from mmlab.judge.verdicts import Judgement
-    from mmlab.kernels import Entry as CatalogEntry
+    from mmlab.kernels.catalog import Entry as CatalogEntry
     from mmlab.run.runner import RunResult
     from mmlab.store import Measurements, Store, Trial
 
@@ -465,14 +465,17 @@ def print_samples(out: Console, workload: Workload, samples: list[Sample]) -> No
 
 def changepoint_table(rates: list) -> Table:
     """`mmlab selftest changepoints`: per simulated case, how often a
-    candidate, a false change and every true step confirmed."""
+    candidate, a false change and every true step confirmed, and what the
+    confirmations cost."""
     table = Table(title="release tracker, simulated 20-release series")
-    for col in ("case", "series", "A/A: any candidate", "A/A: false change",
-                "steps all confirmed"):
+    for col in ("case", "series", "A/A: a candidate", "a false change", "steps all found",
+                "target", "pairs measured", "rounds each"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rates:
         aa = not r.case.steps
         table.add_row(r.case.name, str(r.series), pct(r.any_candidate) if aa else DASH,
-                      pct(r.false_confirmed) if aa else DASH,
-                      DASH if aa else pct(r.found_all))
+                      pct(r.false_confirmed), DASH if aa else pct(r.found_all),
+                      "<= 5%, <= 1%" if aa else (f">= {r.case.target:.0%}" if r.case.target
+                                                 else DASH),
+                      f"{r.confirmations:.2f}", f"{r.rounds:.1f}" if r.confirmations else DASH)
     return table

@@ -19,8 +19,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
 from mmlab.run import runner
@@ -116,21 +116,32 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
     return mine[0]
 
 
-def experiment_step(store: Store, plan: experiment.Plan, ref: str, kernel: str, metric: str,
+def pair_experiment(store: Store, plan: Plan, ref: str, kernel: str, note: str,
+                    pool: TargetPool, what: str) -> tuple[int, runner.RunResult]:
+    """The profile on `ref` (the baseline) and `kernel`, interleaved and
+    stored as an experiment of its own whose `derived` key starts with
+    `note`, run with adaptive looks and the audit's controls: each step of
+    a search, and each cell and confirmation of the release tracker.
+    `what` is said, with the experiment's ID, before the first trial."""
+    derived = with_kernels(plan, [ref, kernel], note)
+    exp_id = store.create_experiment(derived)
+    pool.say(f"{what} (experiment {exp_id})")
+    return exp_id, runner.run(store, exp_id, derived, pool)
+
+
+def experiment_step(store: Store, plan: Plan, ref: str, kernel: str, metric: str,
                     pool: TargetPool) -> Comparison:
-    """One comparison of the search: the profile on `ref` and `kernel`, stored
-    as an experiment of its own, run and judged on `metric` alone (so that a
+    """One comparison of the search, judged on `metric` alone (so that a
     metric only some runs produce, instructions, is produced, and the
     family the runner corrects for is that one metric's)."""
     plan = plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"metrics": [metric]})})
-    derived = experiment.with_kernels(plan, [ref, kernel], f"narrow {ref}..{kernel}")
-    exp_id = store.create_experiment(derived)
-    pool.say(f"narrow: {kernel} against {ref} (experiment {exp_id})")
-    return decisive(runner.run(store, exp_id, derived, pool).judgement.comparisons, metric)
+    _, result = pair_experiment(store, plan, ref, kernel, f"narrow {ref}..{kernel}", pool,
+                                f"narrow: {kernel} against {ref}")
+    return decisive(result.judgement.comparisons, metric)
 
 
-def search(store: Store, plan: experiment.Plan, kernels: list[str], metric: str,
+def search(store: Store, plan: Plan, kernels: list[str], metric: str,
            pool: TargetPool, ensure: Callable[[str], None],
            on_step: Callable[[str], None]) -> Result:
     """bisect over `kernels` with each step a stored two-kernel experiment;

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from mmlab.errors import MmlabError
-from mmlab.experiment import Plan
+from mmlab.experiment.plan import Plan
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import controls, verdicts
 from mmlab.store import Measurements, Store, Trial

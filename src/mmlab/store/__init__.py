@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from mmlab.errors import MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.store import backend
 from mmlab.store.series import Series
 from mmlab.workloads.samples import Sample

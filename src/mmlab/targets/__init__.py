@@ -28,7 +28,7 @@ from mmlab.errors import Interrupted, MmlabError
 from mmlab.workloads.samples import Sample
 
 if TYPE_CHECKING:
-    from mmlab.experiment import Arm, Plan
+    from mmlab.experiment.plan import Arm, Plan
     from mmlab.store import Store, Trial
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mmlab.attribution import collect
 from mmlab.errors import MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.machine import knobs
 from mmlab.targets import LocalTarget, TrialError, TrialResult, probe
 from mmlab.workloads import insns, mmwork

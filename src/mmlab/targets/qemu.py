@@ -25,7 +25,7 @@ from pathlib import Path
 from mmlab.attribution import functions
 from mmlab.attribution.guest import Instrumentation, guest_trace_record
 from mmlab.errors import MmlabError
-from mmlab.experiment import Arm, Plan
+from mmlab.experiment.plan import Arm, Plan
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
 from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, probe

@@ -2,9 +2,12 @@
 each against one reference kernel side by side, change points found over
 the release-ordered series and confirmed by mmlab's own paired verdict.
 
-  suite.py         the suite (TOML): profiles, metrics, kernels, the reference
-  cells.py         one (profile, kernel) cell: measured once per package version
-  changepoints.py  candidates (ruptures) and their confirmation
+  suite.py         the suite (TOML): profiles, metrics, kernels, branches, the reference
+  releases.py      the suite's series as exact releases, resolved against the catalog
+  cells.py         one (profile, release) cell: measured once per package version
+  changepoints.py  candidates (ruptures' PELT), confirmation outcomes, Holm over a run
+  session.py       one run: cells measured, candidates confirmed, the changes
+  evidence.py      what each change shows: the 0-day table, side metrics, functions
   simulate.py      the method's operating characteristics, by simulation
   dashboard.py     the static dashboard, its Atom feed, text and JSON
 """

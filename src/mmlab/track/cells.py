@@ -1,113 +1,214 @@
-"""Cells: one (profile, kernel) pair measured against the suite's reference
-kernel, interleaved and paired in one experiment, so every stored figure is
-a ratio measured side by side and machine drift between cells measured days
-apart cancels.  A cell is keyed by the exact package version of its kernel,
-so a new point release is a new cell and a second run with nothing new
-measures nothing.  The key travels in the derived profile (`derived`), so
-the store alone says which cells exist.
+"""Cells: one profile on one release, measured against the suite's
+reference in one two-kernel experiment (narrow.pair_experiment:
+interleaved, paired by round, audited), so every stored figure is a ratio
+measured side by side and machine drift between cells measured days apart
+cancels.
+
+A cell is keyed by the exact package versions of its release and of the
+reference, and by the profile's settings, so a new point release is a new
+cell, a changed profile is measured again, and a second run with nothing
+new measures nothing.  The key travels in the experiment's derived profile
+(`derived`), so the store alone says which cells exist; an interrupted cell
+is resumed, never measured twice.  The reference is pinned: a series name
+(debian:6.12) keeps the point release the store's cells were measured
+against, so a new 6.12 point release does not move every ratio.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
-from mmlab.kernels import images, specs
-from mmlab.run import runner
+from mmlab.kernels import specs
+from mmlab.run import narrow, runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool
+from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 
-CELL_ROUNDS = 6      # the paired estimator's least rounds (track/simulate.py assumes it)
-KEY = re.compile(r"^track (?P<suite>[^ ]+) (?P<profile>[^ ]+) (?P<kernel>[^ ]+) "
-                 r"(?P<version>[^ ;]+)")
+CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (simulate.py)
+KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<name>\S+) "
+                 r"(?P<version>\S+) vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
+OWNER = re.compile(r"^track(?:-confirm)? (?P<suite>\S+) ")
 
 
 @dataclass(frozen=True)
 class Cell:
     suite: str
     profile: str
-    kernel: str
-    version: str          # the exact package version (or the image's identity)
+    digest: str           # the profile's settings (profile_digest)
+    release: Release
+    reference: Release
 
     @property
     def key(self) -> str:
-        return f"track {self.suite} {self.profile} {self.kernel} {self.version}"
+        return (f"track {self.suite} {self.profile} {self.digest} {self.release.name} "
+                f"{self.release.version} vs {self.reference.name} {self.reference.version}")
+
+    @property
+    def ident(self) -> tuple[str, str, str, str, str]:
+        """What makes two cells the same measurement (labels aside)."""
+        return (self.profile, self.release.name, self.release.version, self.reference.name,
+                self.reference.version)
 
 
-def version_of(kernel: str) -> str:
-    """The exact package version a Debian name resolves to now; a cached
-    local or built kernel's version."""
-    if kernel.startswith("debian:"):
-        return specs.resolve(kernel.removeprefix("debian:")).package_version
-    return images.get(kernel).version
+def profile_digest(tracked: Tracked) -> str:
+    """The tracked profile's settings, without what the tracker replaces
+    (kernels, baseline, metrics, rounds) or what does not measure (names,
+    comments): a changed profile is a new set of cells."""
+    p = tracked.plan.profile
+    body = p.model_dump(mode="json", exclude={"name", "description", "kernel", "baseline",
+                                              "metrics", "repetitions", "max_repetitions",
+                                              "derived"})
+    body["matrix"] = {k: v for k, v in body.get("matrix", {}).items() if k != "kernel"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
 
 
-def planned(suite: Suite,
-            version: Callable[[str], str] = version_of) -> list[tuple[Tracked, Cell]]:
-    """Every cell the suite asks for: each profile on each kernel but the
-    reference, in release order."""
-    versions = {k: version(k) for k in suite.kernels if k != suite.reference}
-    return [(t, Cell(suite.name, t.name, k, versions[k])) for t in suite.profiles
-            for k in suite.kernels if k != suite.reference]
+def derived(store: Store) -> list[tuple[int, str]]:
+    """(experiment, derived key) of every experiment in the store."""
+    return [(row["id"], json.loads(row["plan"])["profile"].get("derived", ""))
+            for row in store.experiments()]
 
 
-def stored(store: Store, suite: Suite) -> dict[Cell, int]:
-    """The cells already in the store, by their key; a store holding another
-    suite's cells is refused (one store per suite)."""
-    found: dict[Cell, int] = {}
-    for row in store.experiments():
-        derived = json.loads(row["plan"])["profile"].get("derived", "")
-        m = KEY.match(derived)
-        if not m:
-            continue
-        if m["suite"] != suite.name:
+def check_owner(store: Store, suite: Suite) -> None:
+    """One store per suite: a store holding another suite's cells is refused."""
+    for _, key in derived(store):
+        m = OWNER.match(key)
+        if m and m["suite"] != suite.name:
             raise MmlabError(f"--results {store.where}: holds cells of suite {m['suite']!r}, not "
                              f"{suite.name!r}; give each suite its own store")
-        found[Cell(suite.name, m["profile"], m["kernel"], m["version"])] = row["id"]
+
+
+def stored(store: Store, suite: Suite) -> dict[tuple[str, str, str, str, str], int]:
+    """The suite's cells in the store, by `Cell.ident` (with the digest the
+    profile has now), the newest experiment of each."""
+    digests = {t.name: profile_digest(t) for t in suite.profiles}
+    found = {}
+    for exp_id, key in derived(store):
+        m = KEY.match(key)
+        if m and m["suite"] == suite.name and digests.get(m["profile"]) == m["digest"]:
+            found[(m["profile"], m["name"], m["version"], m["ref"], m["refversion"])] = exp_id
     return found
 
 
-def cell_plan(suite: Suite, tracked: Tracked, kernels: list[str], note: str,
-              rounds: int = CELL_ROUNDS, max_rounds: int = CELL_ROUNDS) -> experiment.Plan:
-    """The profile on exactly `kernels` (the first the baseline), judging the
-    suite's metrics only, with the rounds the tracker's simulation assumes:
-    a cell is a measurement of the ratio (one look), a confirmation a
-    decision (looks until decided)."""
+def remembered(store: Store, suite: Suite, ref: Release) -> list[Release]:
+    """The releases the suite's cells against `ref` measured (the catalog
+    may have dropped some since: releases.lines keeps them)."""
+    return [Release(m["name"], m["version"], m["name"]) for _, key in derived(store)
+            if (m := KEY.match(key)) and m["suite"] == suite.name
+            and (m["ref"], m["refversion"]) == (ref.name, ref.version)]
+
+
+def reference(store: Store, suite: Suite, resolver: Resolver) -> Release:
+    """The reference release: a point release as the suite names it, or for
+    a series the point release the stored cells were measured against (the
+    newest now when none is stored)."""
+    label = suite.kernels[suite.reference_slot].removeprefix("debian:")
+    pinned = [(m["ref"], m["refversion"]) for _, key in derived(store)
+              if (m := KEY.match(key)) and m["suite"] == suite.name]
+    if pinned and _pins(suite.reference) and \
+            _series(pinned[-1][0]) == _series(suite.reference):
+        return Release(pinned[-1][0], pinned[-1][1], label)
+    return resolver.exact(suite.reference, label)
+
+
+def _series(name: str) -> str | None:
+    """debian:6.12 and debian:6.12.117 -> 6.12 (with the flavour); None otherwise."""
+    if not name.startswith("debian:"):
+        return None
+    series, _, flavour = specs.parse_spec(name.removeprefix("debian:"))
+    return f"{series}-{flavour}"
+
+
+def _pins(name: str) -> bool:
+    """A Debian series (debian:6.12) is pinned to a point release; a point
+    release (debian:6.12.117), or a kernel not Debian's, is used as named."""
+    return name.startswith("debian:") and \
+        specs.parse_spec(name.removeprefix("debian:"))[1] is None
+
+
+def cell_plan(tracked: Tracked, rounds: int = CELL_ROUNDS, max_rounds: int = CELL_ROUNDS,
+              correction: str = "holm") -> Plan:
+    """The profile judging the suite's metrics only, with the rounds the
+    tracker's simulation assumes: a cell is a measurement of the ratio (one
+    look), a confirmation a decision (looks until decided, uncorrected
+    inside the experiment: its family is the whole run's, changepoints.family)."""
     plan = tracked.plan
-    plan = plan.model_copy(update={"profile": plan.profile.model_copy(
+    return plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"metrics": tracked.metrics, "repetitions": rounds,
-                "max_repetitions": max_rounds})})
-    return experiment.with_kernels(plan, kernels, note)
+                "max_repetitions": max_rounds, "correction": correction})})
 
 
-def measure(store: Store, suite: Suite, pool: TargetPool,
-            on_cell: Callable[[Cell, int, int], None] = lambda c, i, n: None,
-            version: Callable[[str], str] = version_of) -> list[int]:
-    """Measure every planned cell not yet stored; returns the new experiments."""
+def planned(suite: Suite, lines: list[Line], ref: Release) -> list[tuple[Tracked, Cell]]:
+    """Every cell the suite asks for, once each: the series across releases
+    first, then the branches, each in release order; never the reference."""
+    out: dict[tuple, tuple[Tracked, Cell]] = {}
+    for line in lines:
+        for tracked in suite.profiles:
+            digest = profile_digest(tracked)
+            for r in line.releases:
+                cell = Cell(suite.name, tracked.name, digest, r, ref)
+                if (r.name, r.version) != (ref.name, ref.version):
+                    out.setdefault(cell.ident, (tracked, cell))
+    return list(out.values())
+
+
+def unfinished(store: Store, exp_id: int) -> bool:
+    """Trials still planned, or left running by a killed run."""
+    return any(t.status in ("planned", "running") for t in store.trials(exp_id))
+
+
+Work = tuple[Tracked, Cell, "int | None"]   # a cell to measure, and its unfinished experiment
+OnCell = Callable[[Cell, int, int], str]    # (cell, index, total) -> what is said of it
+
+
+def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> list[Work]:
+    """The cells of `todo` not yet stored, and the stored ones an
+    interrupted run left unfinished (with their experiment)."""
     have = stored(store, suite)
-    todo = [(t, c) for t, c in planned(suite, version) if c not in have]
-    new = []
-    for i, (tracked, cell) in enumerate(todo):
-        on_cell(cell, i, len(todo))
-        plan = cell_plan(suite, tracked, [suite.reference, cell.kernel], cell.key)
-        exp_id = store.create_experiment(plan)
-        runner.run(store, exp_id, plan, pool)
-        new.append(exp_id)
-    return new
+    return [(t, c, have.get(c.ident)) for t, c in todo
+            if c.ident not in have or unfinished(store, have[c.ident])]
+
+
+def measure(store: Store, work: list[Work], pool: TargetPool,
+            prepare: Callable[[Release], None], on_cell: OnCell) -> list[int]:
+    """Measure the cells of `work` here, one after another; returns their
+    experiments."""
+    ran = []
+    for i, (tracked, cell, exp_id) in enumerate(work):
+        what = on_cell(cell, i, len(work))
+        prepare(cell.release)
+        prepare(cell.reference)
+        if exp_id is None:
+            exp_id, _ = narrow.pair_experiment(store, cell_plan(tracked), cell.reference.name,
+                                               cell.release.name, cell.key, pool, what)
+        else:
+            pool.say(f"{what}: resumed (experiment {exp_id})")
+            runner.run(store, exp_id, store.plan(exp_id), pool)
+        ran.append(exp_id)
+    return ran
+
+
+def main(plan: Plan, comparisons: list[Comparison], metric: str) -> Comparison | None:
+    """The comparison of a two-kernel experiment's own pair on `metric`
+    (second kernel against the first), not of a matched-state control's."""
+    controls = {a.name for a in plan.arms if a.control_of}
+    return next((c for c in comparisons if c.metric == metric and c.arm not in controls
+                 and c.baseline not in controls), None)
 
 
 @dataclass(frozen=True)
 class Point:
     """One release of a series: the tracked metric's ratio to the reference."""
-    kernel: str
-    version: str
+    release: Release
     comparison: Comparison | None     # None for the reference itself (ratio 1)
     experiment: int | None
 
@@ -115,33 +216,45 @@ class Point:
     def ratio(self) -> float:
         return 1.0 if self.comparison is None else self.comparison.ratio
 
+    @property
+    def ci(self) -> tuple[float, float]:
+        c = self.comparison
+        return (1.0, 1.0) if c is None else (c.ci_low, c.ci_high)
+
 
 @dataclass(frozen=True)
 class Series:
     profile: str
     metric: str
-    points: list[Point]
+    kind: str
+    points: list[Point]              # measured releases only, in release order
 
 
-def series(store: Store, suite: Suite, version: Callable[[str], str] = version_of) -> list[Series]:
-    """Every (profile, metric) series over the suite's kernels in release
-    order, read back from the stored cells (judged as `compare` judges)."""
+def series(store: Store, suite: Suite, lines: list[Line], ref: Release) -> list[Series]:
+    """Every (profile, metric, series) over its releases in release order,
+    read back from the stored cells, each judged as `compare` judges it;
+    releases with no cell yet, or no ratio for the metric (its trials
+    failed), are left out."""
     have = stored(store, suite)
+    judged: dict[int, tuple[Plan, list[Comparison]]] = {}
     out = []
     for tracked in suite.profiles:
-        judged: dict[str, tuple[Cell, int, list[Comparison]]] = {}
-        for cell, exp_id in have.items():
-            if cell.profile == tracked.name:
-                judgement = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
-                judged[cell.kernel] = (cell, exp_id, judgement.comparisons)
-        for metric in tracked.metrics:
-            points = []
-            for k in suite.kernels:
-                if k == suite.reference:
-                    points.append(Point(k, version(k), None, None))
-                elif k in judged:
-                    cell, exp_id, comps = judged[k]
-                    c = next((c for c in comps if c.metric == metric), None)
-                    points.append(Point(k, cell.version, c, exp_id))
-            out.append(Series(tracked.name, metric, points))
+        for line in lines:
+            for metric in tracked.metrics:
+                points = []
+                for r in line.releases:
+                    if (r.name, r.version) == (ref.name, ref.version):
+                        points.append(Point(r, None, None))
+                        continue
+                    exp_id = have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
+                    if exp_id is None:
+                        continue
+                    if exp_id not in judged:
+                        plan = store.plan(exp_id)
+                        judged[exp_id] = plan, verdicts.judge(
+                            plan, store.measurements(exp_id)).comparisons
+                    c = main(*judged[exp_id], metric)
+                    if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
+                        points.append(Point(r, c, exp_id))
+                out.append(Series(tracked.name, metric, line.kind, points))
     return out

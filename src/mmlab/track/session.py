@@ -1,94 +1,201 @@
-"""One `mmlab track run`: the catalog read again, every missing cell
-measured, change points found over every series and each candidate
-confirmed by measuring its two releases against each other.
+"""One `mmlab track run` (or, measuring nothing, what `track report`
+reads): every missing cell measured, change points found over every
+series and each candidate confirmed by measuring its two releases against
+each other (narrow.pair_experiment, with adaptive looks until decided).
 
-Confirmations are experiments in the store like cells, keyed by the pair's
-exact versions, so a confirmed change keeps its verdict (and its stable ID)
-as new releases arrive, and a run with nothing new measures nothing.
+Confirmations are experiments in the store like cells, keyed by the
+change's series and release labels, so a confirmed change keeps its
+verdict (and its stable ID) as new releases arrive, and a run with nothing
+new measures nothing.  Each carries the label of the run that made it: a
+run's confirmations are one Holm family, fixed once the run ends.  Where
+the profile counts instructions, a confirmation that found a change gets
+the attribution runs that count them by function.
 """
 
 from __future__ import annotations
 
-import json
+import re
+import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
-from mmlab.kernels import catalog
-from mmlab.run import runner
+from mmlab.run import narrow, runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change, Thresholds
-from mmlab.track.suite import Suite
+from mmlab.track.releases import Line, Release, Resolver, lines
+from mmlab.track.suite import Suite, Tracked
 
 CONFIRM_ROUNDS, CONFIRM_MAX_ROUNDS = 12, 25   # a confirmation: adaptive looks until decided
+CONFIRM = re.compile(r"^track-confirm (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) "
+                     r"(?P<kind>\S+) (?P<before>\S+) (?P<after>\S+) run=(?P<run>\S+) "
+                     r"(?P<bname>\S+) (?P<bversion>\S+) (?P<aname>\S+) (?P<aversion>[^\s;]+)")
 
 
 @dataclass
 class Result:
-    measured: list[int]             # cells measured now
+    reference: Release
+    lines: list[Line]
+    measured: list[int]             # cells measured (or finished) now
     confirmations: list[int]        # confirmation experiments run now
     series: list[cells.Series]
     changes: list[Change]
 
 
-def run(store: Store, suite: Suite, pool: TargetPool, refresh: bool = True,
-        say: Callable[[str], None] = print,
-        version: Callable[[str], str] = cells.version_of,
-        t: Thresholds = Thresholds(), measure: bool = True) -> Result:
+@dataclass(frozen=True)
+class Stored:
+    """A confirmation in the store."""
+    experiment: int
+    run: str
+    releases: tuple[Release, Release]
+
+
+class Confirmations:
+    """The suite's confirmations, found by their series and labels, run when
+    missing (or unfinished) if measuring, judged once each."""
+
+    def __init__(self, store: Store, suite: Suite, pool: TargetPool, run: str, measure: bool,
+                 prepare: Callable[[Release], None]):
+        self.store, self.suite, self.pool, self.run = store, suite, pool, run
+        self.measure, self.prepare = measure, prepare
+        self.found: dict[tuple[str, ...], Stored] = {}
+        for exp_id, key in cells.derived(store):
+            m = CONFIRM.match(key)
+            if m and m["suite"] == suite.name:
+                self.found[(m["profile"], m["digest"], m["kind"], m["before"], m["after"])] = \
+                    Stored(exp_id, m["run"], (Release(m["bname"], m["bversion"], m["before"]),
+                                              Release(m["aname"], m["aversion"], m["after"])))
+        self.ran: list[int] = []
+        self.judged: dict[int, tuple[Plan, list[Comparison]]] = {}
+
+    def get(self, tracked: Tracked, kind: str, before: Release, after: Release) -> Stored | None:
+        """The pair's confirmation: stored, or measured now (None when only reading)."""
+        digest = cells.profile_digest(tracked)
+        key = (tracked.name, digest, kind, before.label, after.label)
+        have = self.found.get(key)
+        if not self.measure or (have and not cells.unfinished(self.store, have.experiment)):
+            return have
+        self.prepare(before)
+        self.prepare(after)
+        what = f"confirming {tracked.name}: {after.name} against {before.name}"
+        if have:
+            self.pool.say(f"{what}: resumed (experiment {have.experiment})")
+            runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool)
+            self.judged.pop(have.experiment, None)
+        else:
+            note = (f"track-confirm {self.suite.name} {' '.join(key)} run={self.run} "
+                    f"{before.name} {before.version} {after.name} {after.version}")
+            exp_id, _ = narrow.pair_experiment(
+                self.store, cells.cell_plan(tracked, CONFIRM_ROUNDS, CONFIRM_MAX_ROUNDS, "none"),
+                before.name, after.name, note, self.pool, what)
+            have = self.found[key] = Stored(exp_id, self.run, (before, after))
+            self.ran.append(exp_id)
+            self._attribute(tracked, exp_id)
+        return have
+
+    def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
+        if exp_id not in self.judged:
+            plan = self.store.plan(exp_id)
+            self.judged[exp_id] = plan, verdicts.judge(plan, self.store.measurements(exp_id)
+                                                       ).comparisons
+        return self.judged[exp_id]
+
+    def comparison(self, exp_id: int, metric: str) -> Comparison | None:
+        return cells.main(*self.comparisons(exp_id), metric)
+
+    def _attribute(self, tracked: Tracked, exp_id: int) -> None:
+        """Instructions by function for both releases, where the profile
+        counts them and the confirmation found a change in some metric."""
+        if not any(changepoints.is_count(m) for m in tracked.metrics):
+            return
+        plan, comps = self.comparisons(exp_id)
+        if any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
+            runner.attribute(self.store, exp_id, plan, self.pool, self.pool.tell)
+
+    def tests(self) -> dict[changepoints.Test, tuple[str, Comparison]]:
+        """Every time comparison of every stored confirmation, with its run:
+        the Holm families (changepoints.family)."""
+        out = {}
+        for s in self.found.values():
+            plan, comps = self.comparisons(s.experiment)
+            for metric in plan.profile.metrics:
+                c = cells.main(plan, comps, metric)
+                if c is not None and not changepoints.is_count(metric):
+                    out[(s.experiment, metric)] = (s.run, c)
+        return out
+
+
+Progress = Callable[[str, int, int], None]       # (what runs now, index, total)
+Spread = Callable[[list[cells.Work], cells.OnCell], list[int]]   # cells run elsewhere
+
+
+def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
+        progress: Progress = lambda what, i, n: None, t: Thresholds = Thresholds(),
+        measure: bool = True, spread: Spread | None = None) -> Result:
     """Measure what is missing, then find and confirm the changes; with
     `measure` False only what is stored is read (a report): candidates
-    without a stored confirmation stay unconfirmed."""
-    if refresh:
-        catalog.Apt().refresh()
-    measured = cells.measure(store, suite, pool,
-                             lambda c, i, n: say(f"cell {i + 1}/{n}: {c.profile} on {c.kernel} "
-                                                 f"({c.version}) against {suite.reference}"),
-                             version) if measure else []
-    found = cells.series(store, suite, version)
-    ran: list[int] = []
-    changes = [ch for s in found
-               for ch in _changes(store, suite, s, pool, ran, version, t, measure)]
-    return Result(measured, ran, found, changepoints.family(changes, t))
+    without a stored confirmation stay candidates.  `progress` hears each
+    cell as it starts; `spread` runs the cells instead of `pool` (a fleet:
+    spread.measure)."""
+    cells.check_owner(store, suite)
+    ref = cells.reference(store, suite, resolver)
+    found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
+    measured: list[int] = []
+    if measure:
+        def on_cell(c: cells.Cell, i: int, n: int) -> str:
+            what = f"cell {i + 1}/{n}: {c.profile} on {c.release.name} ({c.release.version})"
+            progress(what, i, n)
+            return what
+        work = cells.pending(store, suite, cells.planned(suite, found_lines, ref))
+        measured = (spread(work, on_cell) if spread and work else
+                    cells.measure(store, work, pool, resolver.prepare, on_cell))
+    found = cells.series(store, suite, found_lines, ref)
+    conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare)
+    changes = [ch for s in found for ch in _changes(suite, s, conf, t)]
+    return Result(ref, found_lines, measured, conf.ran, found,
+                  changepoints.family(changes, conf.tests(), t))
 
 
-def _changes(store: Store, suite: Suite, s: cells.Series, pool: TargetPool, ran: list[int],
-             version: Callable[[str], str], t: Thresholds, measure: bool) -> list[Change]:
-    points = [p for p in s.points if p.comparison is not None or p.kernel == suite.reference]
-    if len(points) < 2:
+def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:
+    """The series' candidates, confirmed; and the changes its stored
+    confirmations confirmed on pairs that are still neighbours, which keep
+    their verdict even where the segmentation no longer proposes them."""
+    if len(s.points) < 2:
         return []
     tracked = next(p for p in suite.profiles if p.name == s.profile)
+    by_label = {p.release.label: p.release for p in s.points}
+    evidence: dict[tuple[str, str], Stored] = {}
 
     def confirm(before: str, after: str) -> Comparison | None:
-        exp_id = _confirmation(store, suite, tracked, before, after, pool, ran, version,
-                               measure)
-        if exp_id is None:
+        got = conf.get(tracked, s.kind, by_label[before], by_label[after])
+        if got is None:
             return None
-        judged = verdicts.judge(store.plan(exp_id), store.measurements(exp_id))
-        return next(c for c in judged.comparisons if c.metric == s.metric)
-    return changepoints.find(
-        suite.name, s.profile, s.metric, [p.kernel for p in points], [p.ratio for p in points],
-        [(p.comparison.ci_low, p.comparison.ci_high) if p.comparison else (1.0, 1.0)
-         for p in points], confirm, t)
+        evidence[(before, after)] = got
+        return conf.comparison(got.experiment, s.metric)
 
-
-def _confirmation(store: Store, suite: Suite, tracked, before: str, after: str,
-                  pool: TargetPool, ran: list[int], version: Callable[[str], str],
-                  measure: bool) -> int | None:
-    """The stored confirmation of this pair at these versions, or a new one
-    (none when only reading)."""
-    versions = f"{version(before)}..{version(after)}"
-    key = f"track-confirm {suite.name} {tracked.name} {before} {after} {versions}"
-    for row in store.experiments():
-        if json.loads(row["plan"])["profile"].get("derived", "").startswith(key):
-            return row["id"]
-    if not measure:
-        return None
-    plan = cells.cell_plan(suite, tracked, [before, after], key, CONFIRM_ROUNDS,
-                           CONFIRM_MAX_ROUNDS)
-    exp_id = store.create_experiment(plan)
-    runner.run(store, exp_id, plan, pool)
-    ran.append(exp_id)
-    return exp_id
+    labels = [p.release.label for p in s.points]
+    ratios = [p.ratio for p in s.points]
+    out = changepoints.find((suite.name, s.profile, s.metric, s.kind), labels, ratios,
+                            [p.ci for p in s.points], confirm, t)
+    have = {(c.before, c.after) for c in out}
+    digest = cells.profile_digest(tracked)
+    for i in range(1, len(labels)):
+        pair = (labels[i - 1], labels[i])
+        kept = conf.found.get((s.profile, digest, s.kind, *pair))
+        if pair in have or kept is None:
+            continue
+        c = conf.comparison(kept.experiment, s.metric)
+        outcome = changepoints.outcome_of(s.metric, c, t)
+        if outcome in changepoints.CONFIRMED:
+            evidence[pair] = kept
+            out.append(Change(changepoints.change_id(suite.name, s.profile, s.metric, s.kind,
+                                                     *pair),
+                              s.profile, s.metric, s.kind, *pair, ratios[i] / ratios[i - 1], c,
+                              outcome))
+    return [replace(c, evidence=evidence[(c.before, c.after)].experiment,
+                    releases=evidence[(c.before, c.after)].releases)
+            if (c.before, c.after) in evidence else c for c in out]

@@ -1,32 +1,37 @@
-"""The tracker's operating characteristics, by simulation with its own
-functions: each cell is paired rounds against the reference judged by the
-paired estimator the runner uses, candidates come from `changepoints.
-candidates`, and a candidate is confirmed by a simulated re-measurement of
-the two neighbouring releases judged by `stats.estimate`, `of_estimate` and
-`outcome_of`, as the tracker judges a real one.
+"""The tracker's operating characteristics, by simulation through its own
+functions: each cell is CELL_ROUNDS paired rounds against the reference,
+estimated by the paired estimator the runner uses (`stats.paired`); the
+series goes through `changepoints.find` with a `confirm` that re-measures
+the pair as a confirmation does (rounds drawn afresh, judged look by look
+by `stats.estimate` and `of_estimate` with the confirmation's criteria,
+stopping at the first decisive verdict as the adaptive runner does); and
+the series' confirmations are one Holm family (`changepoints.family`).
 
-Noise is lognormal per trial; a cell has CELL_ROUNDS rounds; a
-confirmation has CONFIRM_ROUNDS.  A series is `releases` long with steps at
-given releases.
+Noise is lognormal per trial, the same CV on every release, and in one
+case with a heavy tail (a share of trials 30 % slower, as `selftest
+verdicts`' MIX); a series is `releases` long, with steps (cumulative
+ratios) at given releases.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from mmlab.judge import stats
-from mmlab.judge.comparison import of_estimate
+from mmlab.judge.comparison import Comparison, of_estimate
 from mmlab.judge.criteria import Criteria
 from mmlab.store.series import Series
 from mmlab.track import changepoints
 from mmlab.track.cells import CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
-from mmlab.track.session import CONFIRM_ROUNDS
+from mmlab.track.session import CONFIRM_MAX_ROUNDS, CONFIRM_ROUNDS
 
-LEVEL = 0.90
+CELL = Criteria(min_rounds=CELL_ROUNDS, max_rounds=CELL_ROUNDS)
+CONFIRMATION = Criteria(min_rounds=CONFIRM_ROUNDS, max_rounds=CONFIRM_MAX_ROUNDS,
+                        correction="none")
 
 
 @dataclass(frozen=True)
@@ -35,25 +40,44 @@ class Case:
     metric: str           # a count metric or a time metric, by name
     cv: float             # trial-to-trial noise
     steps: tuple[tuple[int, float], ...]   # (release index, ratio), cumulative
+    target: float | None = None            # issue 20's share of series found, if any
+    outliers: float = 0.0                  # share of trials 30 % slower (heavy tail)
+
+    def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+        """Each trial's own noise on the log scale."""
+        return (rng.normal(0, _sd(self.cv), shape)
+                + math.log(1.3) * (rng.random(shape) < self.outliers))
 
 
 @dataclass(frozen=True)
 class Rates:
     case: Case
     series: int
-    any_candidate: float      # series with at least one candidate where there is no step
-    false_confirmed: float    # series with a confirmed change where there is no step
+    any_candidate: float      # series with a candidate where there is no step
+    candidates: float         # candidates per series
+    false_confirmed: float    # series with a change confirmed where there is no step
     found_all: float          # series where every true step was confirmed, at its release
+    confirmations: float      # pairs measured per series
+    rounds: float             # rounds per confirmation
 
 
 CASES = (
     Case("A/A, times, 5% noise", "x_ns_per_page", 0.05, ()),
     Case("A/A, counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ()),
-    Case("10% step in time, 5% noise", "x_ns_per_page", 0.05, ((10, 1.10),)),
-    Case("2% step in counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ((10, 1.02),)),
+    Case("A/A, times, 2% noise and 5% of trials +30%", "x_ns_per_page", 0.02, (),
+         outliers=0.05),
+    Case("10% step in time, 5% noise", "x_ns_per_page", 0.05, ((10, 1.10),), 0.90),
+    Case("2% step in counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ((10, 1.02),),
+         0.99),
     Case("two steps in time (+10% at 6, -10% at 14)", "x_ns_per_page", 0.05,
          ((6, 1.10), (14, 1 / 1.10))),
+    Case("10% step in time in the newest release", "x_ns_per_page", 0.05, ((19, 1.10),)),
 )
+
+
+def _sd(cv: float) -> float:
+    """The log-scale sd of a lognormal with coefficient of variation `cv`."""
+    return math.sqrt(math.log1p(cv * cv))
 
 
 def _truth(case: Case, releases: int) -> np.ndarray:
@@ -64,75 +88,90 @@ def _truth(case: Case, releases: int) -> np.ndarray:
     return level
 
 
-def _sd(cv: float) -> float:
-    return math.sqrt(math.log1p(cv * cv))
+def confirmation(case: Case, log_step: float, rng: np.random.Generator,
+                 crit: Criteria = CONFIRMATION) -> Comparison:
+    """One re-measured pair, judged look by look until decided, as the
+    runner and verdicts.judge judge a confirmation."""
+    n = crit.looks()[-1]
+    before = np.exp(case.noise(rng, (n,)))
+    after = np.exp(log_step + case.noise(rng, (n,)))
+    metric = case.metric
+    for look, rounds in enumerate(crit.looks()):
+        r = tuple(range(rounds))
+        a = Series(tuple(after[:rounds]), r, tuple(2 * i for i in r))
+        b = Series(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
+        e = stats.estimate("after", "before", a, b, crit, look)
+        c = of_estimate(metric, "after", "before", e, e.p_value, False, crit, look, rounds, "")
+        if c.verdict.decisive:
+            break
+    return c
+
+
+def one_series(case: Case, releases: int, rng: np.random.Generator,
+               t: Thresholds = Thresholds()) -> tuple[list[changepoints.Change], int, float]:
+    """(changes after the family's correction, confirmations, their mean rounds)."""
+    truth = _truth(case, releases)
+    d = (truth[:, None] + case.noise(rng, (releases, CELL_ROUNDS))
+         - case.noise(rng, (releases, CELL_ROUNDS)))
+    cell = stats.paired(d, CELL.confidence_at(0))
+    labels = [str(i) for i in range(releases)]
+    tests: dict[changepoints.Test, tuple[str, Comparison]] = {}
+    made: dict[tuple[str, str], int] = {}
+
+    def confirm(before: str, after: str) -> Comparison:
+        j = int(after)
+        c = confirmation(case, truth[j] - truth[j - 1], rng)
+        made[(before, after)] = len(tests)
+        tests[(len(tests), case.metric)] = ("run", c)
+        return c
+    found = changepoints.find(("sim", "p", case.metric, "across"), labels,
+                              list(np.exp(cell.centre)),
+                              list(zip(np.exp(cell.low), np.exp(cell.high))), confirm, t)
+    found = [replace(ch, evidence=made[(ch.before, ch.after)]) for ch in found]
+    rounds = [c.rounds for _, c in tests.values()]
+    return (changepoints.family(found, tests, t), len(tests),
+            float(np.mean(rounds)) if rounds else 0.0)
 
 
 def simulate(case: Case, series: int = 1000, releases: int = 20, seed: int = 1,
              t: Thresholds = Thresholds()) -> Rates:
     rng = np.random.default_rng(seed)
-    truth = _truth(case, releases)
-    crit = Criteria(min_rounds=CONFIRM_ROUNDS, max_rounds=CONFIRM_ROUNDS)
     steps = {at for at, _ in case.steps}
-    anyc = falsec = found = 0
+    anyc = ncand = falsec = found = nconf = 0
+    rounds = []
     for _ in range(series):
-        d = truth[:, None] + rng.normal(0, math.sqrt(2) * _sd(case.cv), (releases, CELL_ROUNDS))
-        cell = stats.paired(d, LEVEL)
-        ratios = np.exp(cell.centre)
-        cis = list(zip(np.exp(cell.low), np.exp(cell.high)))
-        noise = changepoints.sigma(cis, t.min_sigma)
-        cands = changepoints.candidates(list(np.log(ratios)), noise, t)
-        confirmed = set()
-        for i in cands:
-            confirmed |= {next((j for j in changepoints.located(i, releases)
-                                if _confirm(case, truth[j] - truth[j - 1], crit, rng, t)), None)}
-        confirmed.discard(None)
-        if not steps:
-            anyc += bool(cands)
-            falsec += bool(confirmed)
-        else:
-            found += steps <= confirmed
-    n = float(series)
-    return Rates(case, series, anyc / n, falsec / n, found / n)
-
-
-def _confirm(case: Case, log_step: float, crit: Criteria, rng: np.random.Generator,
-             t: Thresholds) -> bool:
-    """One re-measurement of the pair, judged as the tracker judges it."""
-    sd = _sd(case.cv)
-    base = np.exp(rng.normal(0, sd, CONFIRM_ROUNDS))
-    arm = np.exp(log_step + rng.normal(0, sd, CONFIRM_ROUNDS))
-    rounds = tuple(range(CONFIRM_ROUNDS))
-    a = Series(tuple(arm), rounds, tuple(2 * r for r in rounds))
-    b = Series(tuple(base), rounds, tuple(2 * r + 1 for r in rounds))
-    e = stats.estimate("after", "before", a, b, crit, 0)
-    c = of_estimate(case.metric, "after", "before", e, e.p_value, False, crit, 0,
-                    CONFIRM_ROUNDS, "")
-    return changepoints.outcome_of(case.metric, c, t) in ("regression", "improvement")
+        changes, n, mean_rounds = one_series(case, releases, rng, t)
+        confirmed = {int(ch.after) for ch in changes if ch.confirmed}
+        anyc += bool(changes)
+        ncand += len(changes)
+        falsec += bool(confirmed - steps)
+        found += steps <= confirmed
+        nconf += n
+        rounds += [mean_rounds] * n
+    k = float(series)
+    return Rates(case, series, anyc / k if not steps else math.nan, ncand / k, falsec / k,
+                 found / k if steps else math.nan, nconf / k,
+                 float(np.mean(rounds)) if rounds else 0.0)
 
 
 @dataclass(frozen=True)
 class Targets:
-    """The published targets at the defaults."""
+    """The published targets at the defaults (issue 20): A/A series with a
+    candidate and with a false change; each stepped case's own target."""
     any_candidate: float = 0.05
     false_confirmed: float = 0.01
-    time_step: float = 0.90
-    count_step: float = 0.99
 
     def missed(self, rates: list[Rates]) -> list[str]:
         out = []
         for r in rates:
-            if not r.case.steps:
-                if r.any_candidate > self.any_candidate:
-                    out.append(f"{r.case.name}: candidates in {r.any_candidate:.1%} of series")
-                if r.false_confirmed > self.false_confirmed:
-                    out.append(f"{r.case.name}: false changes in {r.false_confirmed:.1%}")
-            elif len(r.case.steps) == 1:
-                want = self.count_step if changepoints.is_count(r.case.metric) else self.time_step
-                if r.found_all < want:
-                    out.append(f"{r.case.name}: found in {r.found_all:.1%} < {want:.0%}")
+            if not r.case.steps and r.any_candidate > self.any_candidate:
+                out.append(f"{r.case.name}: candidates in {r.any_candidate:.1%} of series")
+            if not r.case.steps and r.false_confirmed > self.false_confirmed:
+                out.append(f"{r.case.name}: false changes in {r.false_confirmed:.1%}")
+            if r.case.target is not None and r.found_all < r.case.target:
+                out.append(f"{r.case.name}: found in {r.found_all:.1%} < {r.case.target:.0%}")
         return out
 
 
-def run(series: int = 1000, seed: int = 1) -> list[Rates]:
-    return [simulate(c, series, seed=seed + i) for i, c in enumerate(CASES)]
+def run(series: int = 1000, seed: int = 1, t: Thresholds = Thresholds()) -> list[Rates]:
+    return [simulate(c, series, seed=seed + i, t=t) for i, c in enumerate(CASES)]

@@ -5,6 +5,7 @@ measured against one reference kernel.
 name = "seeds"
 reference = "debian:6.12"
 kernels = "debian:6.1.."          # open-ended: every series the catalog serves now
+branches = ["debian:6.12"]        # and every point release of these, a series each
 metrics = ["advise_kernel_insns_per_page", "advise_ns_per_page"]
 [[profile]]
 path = "../seed001-pageout-insns-6.12-6.19.toml"
@@ -22,9 +23,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mmlab import experiment
 from mmlab.errors import MmlabError
-from mmlab.kernels import specs
+from mmlab.experiment import plan as experiment_plan
+from mmlab.kernels import catalog, specs
 
 
 class TrackedProfile(BaseModel):
@@ -39,6 +40,7 @@ class SuiteFile(BaseModel):
     description: str = ""
     reference: str                             # the kernel every cell is paired against
     kernels: str | list[str]                   # a range (open-ended allowed) or names
+    branches: list[str] = []                   # series whose point releases are tracked too
     metrics: list[str] = Field(min_length=1)   # tracked where a profile has them
     profile: list[TrackedProfile] = Field(min_length=1)
 
@@ -46,7 +48,7 @@ class SuiteFile(BaseModel):
 class Tracked(BaseModel):
     """One profile of the suite, read: its plan and the suite metrics it has."""
     name: str
-    plan: experiment.Plan
+    plan: experiment_plan.Plan
     metrics: list[str]
 
 
@@ -54,8 +56,10 @@ class Suite(BaseModel):
     name: str
     path: str
     text: str
-    reference: str
-    kernels: list[str]              # release order, the reference among them
+    reference: str                  # a kernel, or a point release of a series among them
+    kernels: list[str]              # release order
+    reference_slot: int             # where the reference stands among `kernels`
+    branches: list[str]             # debian:6.12: its point releases are a series
     profiles: list[Tracked]
 
 
@@ -76,12 +80,14 @@ def load(path: str | Path) -> Suite:
         where = ".".join(str(x) for x in err["loc"])
         raise MmlabError(f"{path}: {where}: {err['msg']}") from exc
     kernels = _kernels(path, raw)
+    slot = _slot(path, raw.reference, kernels)
     profiles = [_tracked(path, raw, t) for t in raw.profile]
     names = [t.name for t in profiles]
     if len(set(names)) != len(names):
         raise MmlabError(f"{path}: profile: two tracked profiles share a name (give one a name)")
     return Suite(name=raw.name, path=str(path), text=text, reference=raw.reference,
-                 kernels=kernels, profiles=profiles)
+                 kernels=kernels, reference_slot=slot,
+                 branches=[_branch(path, b) for b in raw.branches], profiles=profiles)
 
 
 def _kernels(path: Path, raw: SuiteFile) -> list[str]:
@@ -90,16 +96,42 @@ def _kernels(path: Path, raw: SuiteFile) -> list[str]:
         kernels = specs.expand(names)
     except MmlabError as exc:
         raise MmlabError(f"{path}: kernels: {exc}") from exc
-    if raw.reference not in kernels:
-        raise MmlabError(f"{path}: reference: {raw.reference} is not among the suite's kernels "
-                         f"({', '.join(kernels)})")
     return kernels
+
+
+def _slot(path: Path, reference: str, kernels: list[str]) -> int:
+    """The reference's place in the series across releases: itself, or the
+    series a pinned point release (debian:6.12.117) belongs to."""
+    if reference in kernels:
+        return kernels.index(reference)
+    m = specs.SPEC.match(reference.removeprefix("debian:"))
+    if reference.startswith("debian:") and m and m.group(3):
+        series = f"debian:{m.group(1)}.{m.group(2)}" + (f"-{m.group(4)}" if m.group(4) else "")
+        if series in kernels:
+            return kernels.index(series)
+    raise MmlabError(f"{path}: reference: {reference} is not among the suite's kernels "
+                     f"({', '.join(kernels)}) nor a point release of one")
+
+
+def _branch(path: Path, name: str) -> str:
+    """A branch is a Debian release series the catalog serves."""
+    if not name.startswith("debian:"):
+        raise MmlabError(f"{path}: branches: {name}: a branch is a Debian series (debian:6.12)")
+    try:
+        series, exact, flavour = specs.parse_spec(name.removeprefix("debian:"))
+        have = catalog.series_available(None, flavour)
+    except MmlabError as exc:
+        raise MmlabError(f"{path}: branches: {exc}") from exc
+    if exact or series not in have:
+        raise MmlabError(f"{path}: branches: {name} is not a release series the Debian catalog "
+                         f"has ({', '.join(have)})")
+    return name
 
 
 def _tracked(path: Path, raw: SuiteFile, t: TrackedProfile) -> Tracked:
     where = (path.parent / t.path)
     try:
-        plan = experiment.load(where)
+        plan = experiment_plan.load(where)
     except MmlabError as exc:
         raise MmlabError(f"{path}: profile {t.path}: {exc}") from exc
     have = {m.name for m in plan.workload.metrics}

@@ -1,0 +1,306 @@
+"""A profile expanded into the plan an experiment runs: its arms (everything a
+target needs), the schedule, and the workload's table, stored whole.
+
+Expansion checks what the profile's models cannot alone: each arm's
+parameters by mmwork, guest-only settings, NUMA node sizes, the baseline;
+every error names file, line and key.  Plans derived from a plan (limits from
+the command line, a kernel axis for narrow and ab) are built the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import tomllib
+from pathlib import Path
+
+import tomli_w
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from mmlab import workloads
+from mmlab.errors import MmlabError
+from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, where
+from mmlab.experiment.schedule import schedule
+from mmlab.kernels import specs
+from mmlab.machine import knobs
+from mmlab.names import axis_text
+from mmlab.workloads import execwork
+
+
+class Arm(BaseModel):
+    """One arm of the plan, everything a target needs to run its trials."""
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    values: dict[str, Scalar]          # the axis values that define it
+    params: dict[str, Scalar]          # workload parameters, base + arm
+    settings: knobs.HostSettings = knobs.HostSettings()
+    cpus: str | None = None            # host: a CPU list to pin to; guest: the vCPU count
+    kernel: str = "host"
+    memory_mb: int = 1024
+    numa_nodes: int = 1                # guests: NUMA nodes (QEMU -numa)
+    control_of: str | None = None      # a matched-state control of this arm (controls.py)
+    control: str | None = None         # the state it forces, e.g. "thp=nohugepage"
+
+    @property
+    def target(self) -> str:
+        """Where its trials run: "host" or "qemu:<kernel>"."""
+        return "host" if self.kernel == "host" else f"qemu:{self.kernel}"
+
+
+class Plan(BaseModel):
+    """A validated profile expanded into arms and a schedule, with the
+    workload's table as it was at planning time.  It is stored whole, so
+    reading an experiment back never needs the profile parser or mmwork."""
+
+    profile: Profile
+    text: str
+    path: str
+    workload: execwork.AnyWorkload
+    arms: list[Arm]
+    order: list[tuple[int, str]] = []   # (round, arm name)
+    machine: str | None = None          # a fleet machine whose worker runs the trials
+    fleet: str | None = None            # the fleet run its machines' experiments share
+
+    @property
+    def profile_hash(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+    def smallest_p(self) -> float:
+        """The smallest two-sided p the most rounds this profile may run can
+        give: each trial is one observation, so with n rounds it is the smaller
+        of Wilcoxon signed-rank's 2 / 2^n (paired) and Mann-Whitney's
+        2 / C(2n, n) (unpaired): 0.1 for n = 3."""
+        n = self.profile.rounds_at_most
+        return min(1.0, 2 / 2 ** n, 2 / math.comb(2 * n, n))
+
+    def warnings(self) -> list[str]:
+        p = self.smallest_p()
+        if p >= self.profile.alpha:
+            n = self.profile.rounds_at_most
+            return [f"{self.path}: with at most {n} rounds the smallest possible p is "
+                    f"{p:.3g} >= alpha {self.profile.alpha}: this profile can show 'no change' "
+                    "but never a significant regression or improvement (use 4 or more)"]
+        return []
+
+
+# ---------------------------------------------------------------- loading
+
+def load(path: str | Path) -> Plan:
+    """Read, validate and expand a profile; every error names file, line and
+    key.  Only a regular file of UTF-8 text is read (a FIFO would hang)."""
+    path = Path(path)
+    if not path.is_file():
+        raise MmlabError(f"{path}: " + ("not a regular file" if path.exists()
+                                        else "no such profile"))
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise MmlabError(f"{path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise MmlabError(f"{path}: not a TOML profile (not UTF-8 text at byte {exc.start})") \
+            from exc
+    return parse(text, str(path))
+
+
+def parse(text: str, path: str = "<profile>") -> Plan:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MmlabError(f"{path}: {exc}") from exc
+    try:
+        profile = Profile.model_validate(raw)
+    except ValidationError as exc:
+        raise MmlabError(f"{where(path, text, exc.errors()[0]['loc'])}: "
+                         f"{message(exc)}") from exc
+    return build(profile, text, path)
+
+
+def build(profile: Profile, text: str, path: str) -> Plan:
+    """Expand a validated profile into its arms and schedule.  Each arm's
+    parameters are checked by mmwork itself, once, here."""
+    def fail(loc: tuple, msg: str) -> MmlabError:
+        return MmlabError(f"{where(path, text, loc)}: {msg}")
+
+    wl = _workload(profile, path, fail)
+    for i, metric in enumerate(profile.metrics):
+        try:
+            wl.metric(metric)
+        except MmlabError as exc:
+            raise fail(("metrics", i), str(exc).removeprefix(f"{wl.name}: ")) from exc
+    if bool(profile.matrix) == bool(profile.arms):
+        raise fail(("matrix",), "give either a non-empty [matrix] or [[arms]], not both or neither")
+
+    if any(isinstance(v, str) and ".." in v for v in profile.matrix.get("kernel", [])):
+        try:   # a release range: one kernel per release series the catalog has
+            expanded = specs.expand(profile.matrix["kernel"])
+        except MmlabError as exc:
+            raise fail(("matrix", "kernel"), str(exc)) from exc
+        profile = profile.model_copy(update={"matrix": {**profile.matrix, "kernel": expanded}})
+    base = dict(profile.params)
+    if profile.min_sample_ms is not None:
+        base.update(_sample_length(wl, profile.min_sample_ms, fail))
+    arms = _expand(profile, wl, base, fail)
+    if len(arms) > 1 and profile.repetitions < MIN_ROUNDS:
+        raise fail(("repetitions",), f"{profile.repetitions}: arms are compared from "
+                   f"{MIN_ROUNDS} rounds on")
+    _check_baseline(profile, arms, fail)
+    return Plan(profile=profile, text=text, path=path, workload=wl, arms=arms,
+                order=schedule([a.name for a in arms], profile.repetitions, profile.seed))
+
+
+MIN_ROUNDS = 3      # a comparison's least rounds: fewer cannot give a verdict
+MIN_NODE_MB = 128   # a guest NUMA node's least memory: smaller nodes fail to boot
+EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps")
+
+
+def _workload(profile: Profile, path: str, fail) -> workloads.Workload:
+    """The profile's workload: mmwork's by name, or an exec workload built
+    from the exec keys, which only it may use."""
+    if profile.workload != "exec":
+        for key in EXEC_KEYS:
+            if key in profile.model_fields_set:
+                raise fail((key,), 'only for workload = "exec"')
+        try:
+            return workloads.get(profile.workload)
+        except MmlabError as exc:
+            raise fail(("workload",), f"{exc}; exec runs a command") from exc
+    try:
+        return execwork.build(profile.command, source=profile.source, base=Path(path).parent,
+                              metrics_from=profile.metrics_from, declared=profile.exec_metrics,
+                              smaps=profile.smaps, timeout_s=profile.timeout_s)
+    except execwork.ProfileKeyError as exc:
+        raise fail(tuple(exc.key.split(".")), str(exc)) from exc
+
+
+def _sample_length(wl: workloads.Workload, ms: int, fail) -> dict[str, Scalar]:
+    names = {p.name for p in wl.params}
+    if "min-ms" in names:
+        return {"min-ms": ms}
+    if "seconds" in names:
+        return {"seconds": ms / 1000}
+    raise fail(("min_sample_ms",), f"{wl.name} has no sample-length parameter")
+
+
+def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
+         wl: workloads.Workload, loc: tuple, fail, profile: Profile) -> Arm:
+    raw, params = SettingAxes.split(values)
+    try:
+        axes = SettingAxes.model_validate(raw)
+    except ValidationError as exc:
+        axis = ".".join(map(str, exc.errors()[0]["loc"][:2]))
+        raise fail(loc + (axis,), f"{values.get(axis)!r}: {message(exc)}") from exc
+    params = {**base, **params}
+    try:
+        wl.check(params)
+    except MmlabError as exc:
+        raise fail(loc, str(exc)) from exc
+    kernel = axes.kernel or profile.kernel
+    cpus = axes.cpus
+    if kernel != "host" and cpus is not None and not cpus.isdigit():
+        raise fail(loc + ("cpus",), f"{cpus!r}: a guest takes a vCPU count, not a CPU list")
+    if kernel == "host" and axes.numa_nodes not in (None, 1):
+        raise fail(loc + ("numa_nodes",), f"{axes.numa_nodes!r}: NUMA nodes are made for guests "
+                   "(QEMU -numa); the host has the nodes it has")
+    memory_mb = axes.memory_mb or profile.memory_mb
+    nodes = axes.numa_nodes or 1
+    if memory_mb < nodes * MIN_NODE_MB:
+        raise fail(loc + ("numa_nodes",), f"{nodes} NUMA nodes in {memory_mb} MiB: a guest "
+                   f"node needs {MIN_NODE_MB} MiB or more (raise memory_mb)")
+    settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
+                                  ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
+                                  damon=axes.damon)
+    return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
+               kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes)
+
+
+def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:
+    if profile.arms:
+        names = [a.name for a in profile.arms]
+        if len(set(names)) != len(names):
+            raise fail(("arms",), "two arms share a name")
+        return [_arm(a.name, dict(a.set), base, wl, ("arms", "set"), fail, profile)
+                for a in profile.arms]
+    axes = list(profile.matrix)
+    arms = []
+    for combo in itertools.product(*(profile.matrix[a] for a in axes)):
+        values = dict(zip(axes, combo))
+        name = ",".join(f"{a}={axis_text(v)}" for a, v in values.items())
+        arms.append(_arm(name, values, base, wl, ("matrix",), fail, profile))
+    return arms
+
+
+def _check_baseline(profile: Profile, arms: list[Arm], fail) -> None:
+    if isinstance(profile.baseline, str):
+        if profile.baseline not in {a.name for a in arms}:
+            raise fail(("baseline",), f"no arm is named {profile.baseline!r} (arms: "
+                       f"{', '.join(a.name for a in arms)})")
+        return
+    for axis, value in profile.baseline.items():
+        if axis not in profile.matrix:
+            raise fail(("baseline", axis), f"'{axis}' is not a matrix axis")
+        if axis_text(value) not in map(axis_text, profile.matrix[axis]):
+            raise fail(("baseline", axis), f"{value!r} is not a value of axis '{axis}'")
+
+
+def baseline_for(plan: Plan, arm: Arm) -> Arm | None:
+    """The arm `arm` is judged against (None for a baseline itself).
+
+    A string baseline names one arm.  A table baseline ({thp = "nohugepage"})
+    pairs each arm with the arm that shares all its other axis values, so a
+    two-axis matrix gives one comparison per value of the other axis.
+    A matched-state control is judged against the control of its arm's
+    baseline that forces the same state.
+    """
+    if arm.control_of is not None:
+        base_arm = baseline_for(plan, plan.arm(arm.control_of))
+        return None if base_arm is None else next(
+            (a for a in plan.arms if a.control_of == base_arm.name and a.control == arm.control),
+            None)
+    base = plan.profile.baseline
+    arms = [a for a in plan.arms if a.control_of is None]
+    if isinstance(base, str):
+        return None if arm.name == base else next(a for a in arms if a.name == base)
+    want = {**arm.values, **base}
+    if all(axis_text(arm.values[k]) == axis_text(v) for k, v in base.items()):
+        return None
+    return next((a for a in arms
+                 if all(axis_text(a.values[k]) == axis_text(v) for k, v in want.items())), None)
+
+
+def with_limits(plan: Plan, max_repetitions: int | None = None,
+                budget_s: float | None = None) -> Plan:
+    """The plan with the maximum rounds or the time budget overridden (command
+    line), validated like the profile's own keys."""
+    update = {k: v for k, v in (("max_repetitions", max_repetitions), ("budget_s", budget_s))
+              if v is not None}
+    if not update:
+        return plan
+    try:
+        profile = Profile.model_validate({**plan.profile.model_dump(), **update})
+    except ValidationError as exc:
+        raise MmlabError(f"{plan.path}: {message(exc)}") from exc
+    return plan.model_copy(update={"profile": profile})
+
+
+# ---------------------------------------------------------------- derived profiles
+
+def with_kernels(plan: Plan, kernels: list[str], note: str) -> Plan:
+    """The same profile with `kernel` as an axis over `kernels` and the first of
+    them as the baseline: the experiment narrow and ab run.  Its `derived`
+    key says why and from which profile (its path and hash); its text, the
+    derived profile as TOML, is what the store and the bundle keep, and runs
+    again as it is."""
+    if plan.profile.arms:
+        raise MmlabError(f"{plan.path}: kernel comparisons need a [matrix] profile, not [[arms]]")
+    matrix = {"kernel": kernels, **{k: v for k, v in plan.profile.matrix.items() if k != "kernel"}}
+    source = hashlib.sha256(plan.text.encode()).hexdigest()[:16]
+    derived = plan.profile.model_copy(update={
+        "kernel": "host", "matrix": matrix, "baseline": {"kernel": kernels[0]},
+        "derived": f"{note}; derived from {plan.path} (sha256 {source})"})
+    body = tomli_w.dumps(derived.model_dump(exclude_none=True, exclude_defaults=True))
+    return build(derived, body, plan.path)
