@@ -10,7 +10,7 @@ import pytest
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import baseline_for, load, parse, with_kernels
-from mmlab.experiment.schedule import schedule
+from mmlab.experiment.schedule import schedule, slots, williams
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
@@ -39,8 +39,40 @@ def test_schedule_is_interleaved_seeded_and_reproducible():
     assert order == schedule(arms, 5, seed=42)
     others = [schedule(arms, 5, seed=s) for s in range(1, 6)]
     assert any(o != order for o in others)
-    first_places = Counter(order[3 * r][1] for r in range(5))
-    assert len(first_places) > 1                                        # really shuffled
+    assert slots(order) == [0, 1, 2] * 5
+
+
+def test_williams_designs_balance_position_and_the_arm_before():
+    """Every treatment in every position equally often; every ordered pair of
+    treatments adjacent equally often (once for even k, twice for odd k)."""
+    for k in range(1, 10):
+        rows = williams(k)
+        assert len(rows) == (2 * k if k % 2 else k)
+        assert all(sorted(row) == list(range(k)) for row in rows)
+        assert len(set(Counter((row[i], i) for row in rows for i in range(k)).values())) == 1
+        after = Counter((row[i - 1], row[i]) for row in rows for i in range(1, k))
+        assert len(after) == k * (k - 1) and set(after.values()) <= {1 if k % 2 == 0 else 2}
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 6])
+def test_every_block_of_rounds_is_balanced_for_every_seed(k):
+    """In each block of rounds (k, or 2k for odd k) every arm is first equally
+    often and follows every other arm equally often, whatever the seed; the
+    first k rounds of an odd block balance the positions already.  A plan
+    extended look by look is the plan drawn whole."""
+    arms = [f"arm{i}" for i in range(k)]
+    size = 2 * k if k % 2 else k
+    for seed in range(100):
+        order = schedule(arms, 2 * size, seed)
+        rounds = [[name for r, name in order if r == rnd] for rnd in range(2 * size)]
+        for block in (rounds[:size], rounds[size:], rounds[:k]):
+            places = Counter((row[i], i) for row in block for i in range(k))
+            assert set(places.values()) == {len(block) // k}
+        after = Counter((row[i - 1], row[i]) for row in rounds[:size] for i in range(1, k))
+        assert len(after) == k * (k - 1) and len(set(after.values())) == 1
+        assert order == schedule(arms, size + 1, seed) + schedule(arms, 2 * size, seed,
+                                                                  start=size + 1)
+    assert len({tuple(schedule(arms, size, s)) for s in range(20)}) > 1    # seeds differ
 
 
 @pytest.mark.parametrize("path", sorted(EXPERIMENTS.glob("*.toml")), ids=lambda p: p.name)
@@ -105,6 +137,13 @@ def test_bad_profiles_name_file_line_and_key(change, message):
 def test_missing_profile_file_is_named(tmp_path):
     with pytest.raises(MmlabError, match="nope.toml: no such profile"):
         load(tmp_path / "nope.toml")
+
+
+def test_a_family_too_large_for_its_rounds_is_warned_of():
+    """5 rounds give p >= 2/252 unpaired; Holm over 8 tests needs p < 0.05/8."""
+    plan = load(EXPERIMENTS / "seed000-zero-pages-swapout.toml")
+    assert plan.tests() == 8
+    assert "Holm over its 8 tests needs one below 0.00625" in plan.warnings()[0]
 
 
 def test_three_samples_per_arm_can_never_be_significant():

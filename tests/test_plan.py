@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 from mmlab.experiment.plan import Plan, parse
+from mmlab.experiment.schedule import schedule, slots
 from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.store import Store, status_counts
@@ -74,3 +75,20 @@ def test_read_only_commands_run_no_mmwork(tmp_path):
         proc = subprocess.run([sys.executable, "-m", "mmlab.cli", *args, "--results", results],
                               capture_output=True, text=True, env=env)
         assert proc.returncode == 0, (args, proc.stderr)
+
+
+def test_each_trial_keeps_its_place_in_the_round_and_an_old_store_gets_it(tmp_path):
+    """The position within the round is stored with every trial; a store from
+    before that column is migrated when opened, matched-state controls
+    counted in their own rounds."""
+    store, exp_id, plan = _run(tmp_path, FakeTarget())
+    controls = [plan.arms[0].model_copy(update={"name": f"ctl{i}", "control_of": plan.arms[0].name,
+                                                "control": f"thp={i}"}) for i in (1, 2)]
+    store.add_arms(exp_id, plan, controls, schedule(["ctl1", "ctl2"], 5, 9))
+    placed = [(t.arm, t.round, t.slot) for t in store.trials(exp_id)]
+    assert [s for _, _, s in placed] == slots(plan.order) + [0, 1] * 5
+    assert {t.slot for t in store.measurements(exp_id).trials} == {0, 1, 2, 3}
+    store.db.execute("ALTER TABLE trials DROP COLUMN slot")          # as an older mmlab wrote it
+    store.close()
+    again = Store(tmp_path / "r", create=False)
+    assert [(t.arm, t.round, t.slot) for t in again.trials(exp_id)] == placed

@@ -78,13 +78,23 @@ class Plan(BaseModel):
         n = self.profile.rounds_at_most
         return min(1.0, 2 / 2 ** n, 2 / math.comb(2 * n, n))
 
+    def tests(self) -> int:
+        """The family each look corrects over: pairs x metrics (a profile of
+        one arm is run as a pair by `ab` and `narrow`)."""
+        pairs = sum(baseline_for(self, a) is not None for a in self.arms) or 1
+        return pairs * len(self.profile.metrics)
+
     def warnings(self) -> list[str]:
-        p = self.smallest_p()
-        if p >= self.profile.alpha:
-            n = self.profile.rounds_at_most
+        p, n, alpha = self.smallest_p(), self.profile.rounds_at_most, self.profile.alpha
+        never = "this profile can show 'no change' but never a significant regression or improvement"
+        if p >= alpha:
             return [f"{self.path}: with at most {n} rounds the smallest possible p is "
-                    f"{p:.3g} >= alpha {self.profile.alpha}: this profile can show 'no change' "
-                    "but never a significant regression or improvement (use 4 or more)"]
+                    f"{p:.3g} >= alpha {alpha}: {never} (use 4 or more)"]
+        m = self.tests()
+        if self.profile.correction == "holm" and p * m >= alpha:
+            return [f"{self.path}: with at most {n} rounds the smallest possible p is {p:.3g}, "
+                    f"and Holm over its {m} tests needs one below {alpha / m:.3g}: {never} "
+                    "(use more rounds, or fewer arms or metrics)"]
         return []
 
 

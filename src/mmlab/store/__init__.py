@@ -19,6 +19,7 @@ from typing import Any
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
+from mmlab.experiment.schedule import slots
 from mmlab.store import backend
 from mmlab.store.series import Series
 from mmlab.workloads.samples import Sample
@@ -49,6 +50,7 @@ CREATE TABLE IF NOT EXISTS trials (
     arm_id INTEGER NOT NULL REFERENCES arms(id),
     position INTEGER NOT NULL,          -- planned order, 0-based
     round INTEGER NOT NULL,
+    slot INTEGER,                       -- position within its round, 0-based
     order_seed INTEGER NOT NULL,
     status TEXT NOT NULL CHECK (status IN ('planned', 'running', 'done', 'failed')),
     target TEXT NOT NULL,
@@ -84,6 +86,7 @@ class Trial:
     arm: str
     position: int
     round: int
+    slot: int          # position within its round, 0-based
     status: str
     started: float | None
     ended: float | None
@@ -97,6 +100,7 @@ class TrialSamples:
     round: int | None
     position: int | None
     samples: tuple[Sample, ...]
+    slot: int | None = None          # position within its round
 
 
 @dataclass
@@ -141,8 +145,8 @@ class Measurements:
 
 
 def _trial(r: Mapping[str, Any]) -> Trial:
-    return Trial(r["id"], r["arm"], r["position"], r["round"], r["status"], r["started"],
-                 r["ended"], r["error"])
+    return Trial(r["id"], r["arm"], r["position"], r["round"], r["slot"], r["status"],
+                 r["started"], r["ended"], r["error"])
 
 
 def status_counts(trials: list[Trial]) -> dict[str, int]:
@@ -161,6 +165,26 @@ class Store:
         if "plan" not in self.db.columns("experiments"):
             raise MmlabError(f"{self.where}: written by an older mmlab that did not "
                              "store plans; use a new --results directory")
+        if "slot" not in self.db.columns("trials"):
+            self._add_slots()
+
+    def _add_slots(self) -> None:
+        """Migrate a store written before trials kept their position within
+        the round: add the column and fill it from the planned order.  The
+        rounds of matched-state controls are numbered like their arms' but
+        planned after them, so each is counted apart."""
+        with self.db.transaction():
+            self.db.add_column("trials", "slot INTEGER")
+            controls = {r["id"] for r in self.db.execute("SELECT id, spec FROM arms")
+                        if json.loads(r["spec"]).get("control_of")}
+            rows = self.db.execute("SELECT id, experiment_id, arm_id, round FROM trials "
+                                   "ORDER BY experiment_id, position").fetchall()
+            groups: dict[tuple, list[Mapping[str, Any]]] = {}
+            for r in rows:
+                groups.setdefault((r["experiment_id"], r["arm_id"] in controls), []).append(r)
+            self.db.executemany("UPDATE trials SET slot=? WHERE id=?", [
+                (slot, r["id"]) for group in groups.values()
+                for r, slot in zip(group, slots([(r["round"], "") for r in group]))])
 
     def close(self) -> None:
         self.db.close()
@@ -190,10 +214,11 @@ class Store:
         start = self.db.execute("SELECT COUNT(*) AS n FROM trials WHERE experiment_id=?",
                                 (exp_id,)).fetchone()["n"]
         self.db.executemany(
-            "INSERT INTO trials (experiment_id, arm_id, position, round, order_seed, status, "
-            "target) VALUES (?, ?, ?, ?, ?, 'planned', ?)",
-            [(exp_id, arm_ids[name], start + i, rnd, plan.profile.seed, plan.arm(name).target)
-             for i, (rnd, name) in enumerate(order)])
+            "INSERT INTO trials (experiment_id, arm_id, position, round, slot, order_seed, "
+            "status, target) VALUES (?, ?, ?, ?, ?, ?, 'planned', ?)",
+            [(exp_id, arm_ids[name], start + i, rnd, slot, plan.profile.seed,
+              plan.arm(name).target)
+             for i, ((rnd, name), slot) in enumerate(zip(order, slots(order)))])
 
     def extend(self, exp_id: int, plan: Plan, order: list[tuple[int, str]]) -> None:
         """Add rounds to a stored plan: `order` (round, arm) appended as planned
@@ -359,7 +384,7 @@ class Store:
         finished = [t for t in trials if t.status in ("done", "failed")]
         return Measurements(
             arms=arms,
-            trials=[TrialSamples(t.arm, t.round, t.position, tuple(grouped[t.id]))
+            trials=[TrialSamples(t.arm, t.round, t.position, tuple(grouped[t.id]), t.slot)
                     for t in trials if t.id in grouped],
             rounds=max((t.round for t in trials), default=-1) + 1,
             pending=sum(t.status in ("planned", "running") for t in trials),

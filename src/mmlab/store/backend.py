@@ -98,6 +98,12 @@ class SQLite:
     def columns(self, table: str) -> set[str]:
         return {r["name"] for r in self.conn.execute(f"PRAGMA table_info({table})")}
 
+    def add_column(self, table: str, column: str) -> None:
+        """Add a column (inside a transaction, which holds the write lock:
+        a second process that migrates at once finds it there)."""
+        if column.split()[0] not in self.columns(table):
+            self.conn.execute(f"ALTER TABLE {table} ADD COLUMN {column}")
+
     def set_next_id(self, table: str) -> None:
         """After rows inserted with explicit ids: SQLite continues from the largest."""
 
@@ -153,6 +159,9 @@ class Postgres:
     def columns(self, table: str) -> set[str]:
         return {r["column_name"] for r in self.conn.execute(
             "SELECT column_name FROM information_schema.columns WHERE table_name=%s", (table,))}
+
+    def add_column(self, table: str, column: str) -> None:
+        self.conn.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column}")
 
     def set_next_id(self, table: str) -> None:
         """After rows inserted with explicit ids, move the identity past them."""

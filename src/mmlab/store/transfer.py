@@ -21,7 +21,7 @@ COLUMNS = {
     "experiments": ("name", "workload", "profile_path", "profile_text", "profile_hash", "seed",
                     "created", "plan"),
     "arms": ("name", "position", "spec"),
-    "trials": ("position", "round", "order_seed", "status", "target", "started", "ended",
+    "trials": ("position", "round", "slot", "order_seed", "status", "target", "started", "ended",
                "environment", "error"),
 }
 
