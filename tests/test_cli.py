@@ -16,6 +16,7 @@ import pytest
 from .conftest import MMLAB, THP_PAIR, is_root, mmlab
 
 KSM_RUN = Path("/sys/kernel/mm/ksm/run")
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 
 def test_run_json_prints_only_samples():
@@ -76,7 +77,23 @@ def test_experiment_plan_shows_the_arms_and_runs_nothing(tmp_path, monkeypatch):
     assert proc.returncode == 0, proc.stderr
     assert "3 arms x 12 to 25 rounds, 36 trials planned" in proc.stdout
     assert "thp=nohugepage" in proc.stdout and "(baseline)" in proc.stdout
+    assert "verdicts: A/A 'no change' >= 90% and a +10% change found >= 95% up to 5.0% noise" \
+        in proc.stdout and proc.stderr == ""
     assert not (tmp_path / "mmlab-results").exists()
+    five = mmlab("experiment", "plan", str(EXPERIMENTS / "seed003-unmap-young-insns-7.3.toml"))
+    assert "5 rounds cannot reach a decision at 5% noise per trial, its tolerance: A/A 'no " \
+        "change' 3%" in five.stderr
+
+
+def test_selftest_simulates_one_profiles_shape():
+    """A 5-round guest profile: its table, the noise it decides up to, and
+    exit status 1 for the targets it misses."""
+    proc = mmlab("selftest", "verdicts", "--profile",
+                 str(EXPERIMENTS / "seed003-unmap-young-insns-7.3.toml"), "--experiments", "300")
+    assert proc.returncode == 1, proc.stderr
+    out = " ".join(proc.stdout.split())
+    assert "seed003-unmap-young-insns-7.3: 2 arms, 1 pairs x 2 metrics (2 tests), 5 rounds" in out
+    assert "reached up to 1.0% noise per trial" in out and "LN5: A/A no change 4" in out
 
 
 def test_workloads_json_lists_metrics_with_direction():

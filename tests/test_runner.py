@@ -21,6 +21,7 @@ from mmlab.experiment.plan import parse, with_limits
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import verdicts
 from mmlab.machine import knobs
+from mmlab.report import terminal
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TrialError
@@ -368,3 +369,37 @@ def test_failed_trials_pair_the_complete_rounds_or_fall_back_to_unpaired(tmp_pat
     judged = verdicts.judge(plan, store.measurements(exp_id))
     assert {(c.method, c.n, c.n_baseline) for c in judged.comparisons if c.arm == "B"} \
         == {("unpaired", 5, 7)}                                          # 5 complete: too few
+
+
+class Ordered(FakeTarget):
+    """Noise that follows the schedule: the first trial of every round `first`
+    times the others, and the trial run just after arm `after` `carry` times."""
+
+    def __init__(self, first: float = 1.0, after: str | None = None, carry: float = 1.0, **kw):
+        super().__init__(**kw)
+        self.first, self.after, self.carry = first, after, carry
+
+    def run_trial(self, arm, plan):
+        slot = len(self.trials) % len(plan.arms)
+        before = self.trials[-1] if slot else None
+        self.factors = {arm.name: (self.first if slot == 0 else 1.0)
+                        * (self.carry if before == self.after else 1.0)}
+        return super().run_trial(arm, plan)
+
+
+def test_order_effects_in_the_run_are_named_on_the_comparisons_they_touch(tmp_path):
+    """First in round 8 % slower: balanced by the schedule, so B and C stay "no
+    change" against A, and the effect is named on every comparison.  The trial
+    after C 8 % slower: named on C's comparisons only.  None without either."""
+    _, _, _, first, _ = adaptive_run(tmp_path / "first", Ordered(first=1.08, cv=0.01))
+    for c in first.judgement.comparisons:
+        assert c.verdict == "no change", c
+        (effect,) = c.order_effects
+        assert effect.kind == "first in round" and effect.low < 1.08 < effect.high
+    assert "order effects found (balanced by the schedule): first in round x1.0" in \
+        "\n".join(terminal.reasons(first.judgement.comparisons))
+    _, _, _, carry, _ = adaptive_run(tmp_path / "carry", Ordered(after="C", carry=1.08, cv=0.01))
+    named = {c.arm: [str(e) for e in c.order_effects] for c in carry.judgement.comparisons}
+    assert named["B"] == [] and all(e.startswith("after C x1.0") for e in named["C"])
+    _, _, _, plain, _ = adaptive_run(tmp_path / "plain", FakeTarget(cv=0.01))
+    assert all(c.order_effects == () for c in plain.judgement.comparisons)

@@ -43,10 +43,14 @@ def load(profile: Path, max_repetitions: int | None = None,
 @app.command("plan", epilog="Example: mmlab experiment plan experiments/pageout-thp-modes.toml")
 def plan_cmd(profile: Path = PROFILE, max_repetitions: int = MAX_REPS,
              budget: float = BUDGET) -> None:
-    """Expand PROFILE and show its arms, settings and schedule; runs nothing."""
+    """Expand PROFILE and show its arms, settings and schedule, and up to which
+    noise its rounds reach a verdict (simulated); runs nothing."""
+    from mmlab.report import selftest
     plan = load(profile, max_repetitions, budget)
     terminal.console().print(terminal.plan_table(plan))
-    for warning in plan.warnings():
+    info, warnings = selftest.decisions(plan)
+    typer.echo(info)
+    for warning in plan.warnings() + warnings:
         options.warn(warning)
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import typer
 
 from mmlab import workloads
 from mmlab.cli.options import JSON
+from mmlab.experiment import plan as experiment_plan
+from mmlab.judge.selftest import DEFAULTS, Shape
 from mmlab.machine import knobs
 from mmlab.report import selftest as selftest_report
 from mmlab.report import terminal
@@ -60,11 +63,17 @@ def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min
                                                       metavar="N",
                                                       help="simulated profiles per cell"),
                       seed: int = typer.Option(1, "--seed", metavar="N",
-                                               help="the simulation's random seed")) -> None:
-    """The verdicts' operating characteristics at the defaults, by simulation:
-    false alarms, "no change" in A/A runs, power and rounds used; exit status 1
-    when a target is missed.
+                                               help="the simulation's random seed"),
+                      profile: Path = typer.Option(None, "--profile", metavar="PROFILE",
+                                                   help="simulate this profile's shape: its "
+                                                        "arms, pairs, metrics, rounds, looks, "
+                                                        "criteria and schedule")) -> None:
+    """The verdicts' operating characteristics by simulation, at the defaults or
+    for one profile: false alarms, "no change" in A/A runs, changes inside the
+    tolerance called, power and rounds used, per test and per profile, under
+    noise that follows the schedule; exit status 1 when a target is missed.
 
-    Example: mmlab selftest verdicts --experiments 10000 --seed 1"""
-    if selftest_report.print_report(experiments, seed):
+    Example: mmlab selftest verdicts --profile experiments/pageout-thp-modes.toml"""
+    shape = Shape.of(experiment_plan.load(profile)) if profile else DEFAULTS
+    if selftest_report.print_report(experiments, seed, shape):
         raise typer.Exit(1)

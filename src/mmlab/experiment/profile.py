@@ -106,7 +106,7 @@ class Profile(BaseModel):
     metrics: list[str] = Field(min_length=1)
     baseline: str | dict[str, Scalar]
     tolerance: float = Field(default=0.05, gt=0, lt=1)
-    max_cv: float = Field(default=0.10, gt=0)
+    max_cv: float = Field(default=0.09, gt=0)   # judge.criteria.Criteria says why
     alpha: float = Field(default=0.05, gt=0, lt=1)       # false alarms, family and looks
     confidence: float = Field(default=0.90, gt=0.5, lt=1)  # the interval; "no change" test
     correction: Literal["holm", "none"] = "holm"

@@ -20,7 +20,6 @@ experiments at once.
 
 from __future__ import annotations
 
-import hashlib
 import math
 from dataclasses import asdict, dataclass
 from functools import lru_cache
@@ -69,17 +68,31 @@ def summarize(values: list[float]) -> Summary:
     return Summary(
         n=int(x.size), median=med, mean=mean, stdev=stdev,
         cv=stdev / abs(mean) if mean else float("nan"),
-        mad=mad, min=float(x.min()), max=float(x.max()),
-        rcv=1.4826 * mad / abs(med) if med else float("nan"))
+        mad=mad, min=float(x.min()), max=float(x.max()), rcv=float(robust_cv(x)))
+
+
+def robust_sd(x) -> np.ndarray:
+    """1.4826 MAD along the last axis: the sd for normal data, and one
+    disturbed trial barely moves it."""
+    x = np.asarray(x, dtype=float)
+    return 1.4826 * np.median(np.abs(x - np.median(x, axis=-1, keepdims=True)), axis=-1)
+
+
+def robust_cv(x) -> np.ndarray:
+    """robust_sd / |median| along the last axis; NaN where the median is 0."""
+    med = np.abs(np.median(x, axis=-1))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(med != 0, robust_sd(x) / med, np.nan)
+
+
+def paired_noise(d) -> np.ndarray:
+    """The noise paired log ratios `d` show, as the CV of one trial: their
+    robust sd over sqrt 2 (a ratio has two trials' noise).  The selftest's
+    noise levels are in the same unit, so `max_cv` reads against them."""
+    return robust_sd(d) / math.sqrt(2)
 
 
 # ---------------------------------------------------------------- criteria and looks
-
-
-def comparison_seed(seed: int, *names: str) -> int:
-    """A bootstrap seed of its own per comparison, derived from the profile's."""
-    h = hashlib.sha256("\0".join((str(seed), *names)).encode()).digest()
-    return int.from_bytes(h[:8], "little")
 
 
 # ---------------------------------------------------------------- vectorised inference
@@ -107,11 +120,15 @@ def _order_index(cdf: np.ndarray, level: float) -> int:
 
 @dataclass(frozen=True)
 class Paired:
-    """Per row: centre, interval and two-sided p of the log ratios, and
+    """Per row: centre, interval and two-sided p of the log ratios, the wider
+    or narrower interval whose ends are the one-sided bounds of the test that
+    the change exceeds the tolerance (`margin_low`, `margin_high`), and
     whether median/sign test was used (else Hodges-Lehmann/Wilcoxon)."""
     centre: np.ndarray
     low: np.ndarray
     high: np.ndarray
+    margin_low: np.ndarray
+    margin_high: np.ndarray
     p: np.ndarray
     sign: np.ndarray
     outliers: np.ndarray       # bool, per row and round
@@ -127,52 +144,58 @@ def modified_z(d: np.ndarray) -> np.ndarray:
     return np.where(mad > 0, z, 0.0)
 
 
-def hodges_lehmann(d: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Centre and `level` interval from the Walsh averages (d_i + d_j) / 2,
-    i <= j: their median, and the order statistics the signed-rank
-    distribution gives (Hollander & Wolfe, section 3.3)."""
+def _between(s: np.ndarray, cdf: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray]:
+    """The distribution-free `level` interval [s_(C), s_(M+1-C)] of sorted
+    rows `s`, C read off the statistic's `cdf`; infinite when too few."""
+    c = _order_index(cdf, level)
+    if c == 0:
+        inf = np.full(s.shape[:-1], np.inf)
+        return -inf, inf
+    return s[..., c - 1], s[..., s.shape[-1] - c]
+
+
+def hodges_lehmann(d: np.ndarray, *levels: float) -> tuple[np.ndarray, list]:
+    """Centre and an interval per level from the Walsh averages
+    (d_i + d_j) / 2, i <= j: their median, and the order statistics the
+    signed-rank distribution gives (Hollander & Wolfe, section 3.3)."""
     n = d.shape[-1]
     i, j = np.triu_indices(n)
     walsh = np.sort((d[..., i] + d[..., j]) / 2, axis=-1)
-    centre = np.median(walsh, axis=-1)
-    c = _order_index(_signed_rank_cdf(n), level)
-    if c == 0:
-        inf = np.full(centre.shape, np.inf)
-        return centre, -inf, inf
-    return centre, walsh[..., c - 1], walsh[..., walsh.shape[-1] - c]
+    cdf = _signed_rank_cdf(n)
+    return np.median(walsh, axis=-1), [_between(walsh, cdf, level) for level in levels]
 
 
-def median_sign(d: np.ndarray, level: float) -> tuple[np.ndarray, np.ndarray, np.ndarray,
-                                                       np.ndarray]:
-    """Median, order-statistic interval (binomial) and two-sided sign test p."""
+def median_sign(d: np.ndarray, *levels: float) -> tuple[np.ndarray, list, np.ndarray]:
+    """Median, an order-statistic interval (binomial) per level and the
+    two-sided sign test's p."""
     n = d.shape[-1]
     s = np.sort(d, axis=-1)
-    centre = np.median(d, axis=-1)
-    c = _order_index(stats.binom.cdf(np.arange(n + 1), n, 0.5), level)
-    if c == 0:
-        low, high = np.full(centre.shape, -np.inf), np.full(centre.shape, np.inf)
-    else:
-        low, high = s[..., c - 1], s[..., n - c]
+    cdf = stats.binom.cdf(np.arange(n + 1), n, 0.5)
     pos, nonzero = (d > 0).sum(-1), (d != 0).sum(-1)
     p = np.minimum(1.0, 2 * np.minimum(stats.binom.cdf(pos, nonzero, 0.5),
                                        stats.binom.sf(pos - 1, nonzero, 0.5)))
-    return centre, low, high, np.where(nonzero > 0, p, 1.0)
+    return (np.median(d, axis=-1), [_between(s, cdf, level) for level in levels],
+            np.where(nonzero > 0, p, 1.0))
 
 
-def paired(d: np.ndarray, level: float, outlier_z: float = 3.5) -> Paired:
-    """Paired inference on log ratios `d` (rows: comparisons, columns: rounds)."""
+def paired(d: np.ndarray, level: float, margin_level: float,
+           outlier_z: float = 3.5) -> Paired:
+    """Paired inference on log ratios `d` (rows: comparisons, columns:
+    rounds): the `level` interval, and the `margin_level` interval whose ends
+    are the one-sided (1 + margin_level) / 2 bounds of the margin test."""
     d = np.atleast_2d(np.asarray(d, dtype=float))
     outliers = modified_z(d) > outlier_z
-    centre, low, high = hodges_lehmann(d, level)
+    centre, ((low, high), (mlow, mhigh)) = hodges_lehmann(d, level, margin_level)
     with np.errstate(invalid="ignore"):
         p = np.atleast_1d(stats.wilcoxon(d, axis=-1).pvalue)
     p = np.where(np.isfinite(p), p, 1.0)          # every ratio exactly 1
     sign = outliers.sum(-1) >= SIGN_TEST_OUTLIERS
     if sign.any():
-        mc, ml, mh, mp = median_sign(d, level)
-        centre, low, high, p = (np.where(sign, b, a) for a, b in
-                                ((centre, mc), (low, ml), (high, mh), (p, mp)))
-    return Paired(centre, low, high, p, sign, outliers)
+        mc, ((ml, mh), (mml, mmh)), mp = median_sign(d, level, margin_level)
+        centre, low, high, mlow, mhigh, p = (
+            np.where(sign, b, a) for a, b in ((centre, mc), (low, ml), (high, mh),
+                                               (mlow, mml), (mhigh, mmh), (p, mp)))
+    return Paired(centre, low, high, mlow, mhigh, p, sign, outliers)
 
 
 def holm(p: np.ndarray) -> np.ndarray:
@@ -227,19 +250,26 @@ class Estimate:
     cv_baseline: float
     rcv: float
     rcv_baseline: float
-    noisy: str                 # "" or which arm is noisier than max_cv
+    noisy: str                 # "" or the noise above max_cv the verdict sees
     outliers: tuple[Outlier, ...]
     problem: str = ""          # why there is no estimate
+    margin_low: float = float("nan")    # one-sided bounds of the margin test
+    margin_high: float = float("nan")
 
     @property
-    def log(self) -> tuple[float, float, float]:
+    def log(self) -> tuple[float, ...]:
+        """The ratio, the interval and the margin test's bounds as log ratios."""
         return tuple(math.log(x) if x > 0 else float("nan")
-                     for x in (self.ratio, self.ci_low, self.ci_high))
+                     for x in (self.ratio, self.ci_low, self.ci_high, self.margin_low,
+                               self.margin_high))
 
 
-def estimate(arm: str, baseline: str, a: Series, b: Series, criteria: Criteria, look: int,
-             seed: int = 1) -> Estimate:
-    """Centre, interval (at this look's confidence) and p of arm / baseline."""
+def estimate(arm: str, baseline: str, a: Series, b: Series, criteria: Criteria,
+             look: int) -> Estimate:
+    """Centre, interval (at this look's confidence) and p of arm / baseline,
+    and whether the noise the verdict sees is above `max_cv`: paired, the
+    spread of the rounds' log ratios (a drift shared by the round cancels);
+    unpaired, each arm's own."""
     sa, sb = summarize(a.values), summarize(b.values)
     level = criteria.confidence_at(look)
     nan = float("nan")
@@ -247,9 +277,10 @@ def estimate(arm: str, baseline: str, a: Series, b: Series, criteria: Criteria, 
                                                                     (baseline, sb.rcv))
                       if np.isfinite(cv) and cv > criteria.max_cv)
 
-    def make(method, n, nb, ratio, lo, hi, p, outliers=(), problem=""):
+    def make(method, n, nb, ratio, lo, hi, p, outliers=(), problem="", margin=(nan, nan),
+             noisy=noisy):
         return Estimate(method, n, nb, sa.median, sb.median, ratio, lo, hi, p, level, sa.cv,
-                        sb.cv, sa.rcv, sb.rcv, noisy, tuple(outliers), problem)
+                        sb.cv, sa.rcv, sb.rcv, noisy, tuple(outliers), problem, *margin)
 
     if sa.n < MIN_SAMPLES or sb.n < MIN_SAMPLES:
         return make("", sa.n, sb.n, nan, nan, nan, nan,
@@ -259,22 +290,27 @@ def estimate(arm: str, baseline: str, a: Series, b: Series, criteria: Criteria, 
     ra, rb = a.by_round(), b.by_round()
     common = sorted(ra.keys() & rb.keys())
     positive = min(a.values) > 0 and min(b.values) > 0     # log ratios exist
+    margin = criteria.margin_at(look)
     if len(common) >= MIN_PAIRS and positive:
         d = np.log([ra[r][0] / rb[r][0] for r in common])
-        res = paired(d, level, criteria.outlier_z)
+        res = paired(d, level, margin, criteria.outlier_z)
         named = [_culprit(r, arm, baseline, ra[r], rb[r], sa.median, sb.median)
                  for r, out in zip(common, res.outliers[0]) if out]
+        ratio, lo, hi, mlo, mhi = (math.exp(float(x[0])) for x in (
+            res.centre, res.low, res.high, res.margin_low, res.margin_high))
+        noise = float(paired_noise(d))
         return make("paired-sign" if res.sign[0] else "paired-wilcoxon", len(common),
-                    len(common), *(math.exp(float(x[0])) for x in (res.centre, res.low,
-                                                                   res.high)),
-                    float(res.p[0]), named)
+                    len(common), ratio, lo, hi, float(res.p[0]), named, margin=(mlo, mhi),
+                    noisy=f"paired noise {noise:.1%} per trial" if noise > criteria.max_cv
+                    else "")
     x, y = np.asarray(a.values), np.asarray(b.values)
-    lo, hi = _bootstrap_ci(x, y, level, seed, criteria.resamples)
+    (lo, hi), (mlo, mhi) = bootstrap_ratio(x, y, (level, margin))
     p = float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     named = [Outlier(None, name, None, v / med)
              for name, vals, med in ((arm, x, sa.median), (baseline, y, sb.median))
              for v, z in zip(vals, modified_z(vals)) if z > criteria.outlier_z and med]
-    return make("unpaired", sa.n, sb.n, sa.median / sb.median, lo, hi, p, named)
+    return make("unpaired", sa.n, sb.n, sa.median / sb.median, float(lo[0]), float(hi[0]), p,
+                named, margin=(float(mlo[0]), float(mhi[0])))
 
 
 def _culprit(rnd: int, arm: str, baseline: str, a: tuple[float, int | None],
@@ -286,21 +322,51 @@ def _culprit(rnd: int, arm: str, baseline: str, a: tuple[float, int | None],
     return Outlier(rnd, baseline, b[1], fb)
 
 
-def _ratio_of_medians(x, y, axis=-1):
-    return np.median(x, axis=axis) / np.median(y, axis=axis)
+@lru_cache(maxsize=None)
+def median_law(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The exact bootstrap distribution of the median of n values: a
+    resample's median is (x_(i) + x_(j)) / 2 of the sorted sample with
+    probability w, over 0-based index pairs (i, j); i = j for odd n (Maritz &
+    Jarrett 1978).  K_i, the draws at or below x_(i), is Binomial(n, i/n);
+    for even n the two middle order statistics come from the multinomial
+    counts below, at, between and above x_(i) and x_(j)."""
+    if n % 2:
+        k = np.arange(n + 1)
+        cdf = stats.binom.sf((n - 1) // 2, n, k / n)       # P(at least (n+1)/2 draws <= x_(k))
+        return np.arange(n), np.arange(n), np.diff(cdf)
+    m, f = n // 2, math.factorial
+    pairs, w = [], []
+    for i in range(1, n + 1):
+        below, above = (i - 1) / n, (n - i) / n
+        pairs.append((i, i))
+        w.append(sum(f(n) / (f(a) * f(b) * f(n - a - b)) * below ** a * (1 / n) ** b
+                     * above ** (n - a - b) for a in range(m) for b in range(m + 1 - a, n - a + 1)))
+        for j in range(i + 1, n + 1):
+            pairs.append((i, j))
+            w.append(sum(f(n) / (f(a) * f(m - a) * f(c) * f(m - c)) * below ** a
+                         * (1 / n) ** (m - a + c) * ((n - j) / n) ** (m - c)
+                         for a in range(m) for c in range(1, m + 1)))
+    i, j = np.array(pairs).T - 1
+    return i, j, np.array(w)
 
 
-def _bootstrap_ci(x: np.ndarray, y: np.ndarray, level: float, seed: int,
-                  resamples: int) -> tuple[float, float]:
-    """Percentile bootstrap CI of median(arm)/median(base), arms resampled
-    independently (Efron & Tibshirani 1993, ch. 13)."""
-    if np.all(x == x[0]) and np.all(y == y[0]):
-        r = float(x[0] / y[0])
-        return r, r
+def bootstrap_ratio(x, y, levels: tuple[float, ...]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Percentile bootstrap intervals of median(x) / median(y) at each of
+    `levels`, per row, the arms resampled independently (Efron & Tibshirani
+    1993, ch. 13), computed exactly: the ideal bootstrap that resampling
+    approaches, so no resampling seed and no Monte Carlo error, and fast
+    enough for the selftest to run it on every simulated experiment."""
+    x, y = (np.sort(np.atleast_2d(np.asarray(v, dtype=float)), axis=-1) for v in (x, y))
+    (ia, ja, wa), (ib, jb, wb) = median_law(x.shape[-1]), median_law(y.shape[-1])
+    ma, mb = (x[..., ia] + x[..., ja]) / 2, (y[..., ib] + y[..., jb]) / 2
     with np.errstate(divide="ignore", invalid="ignore"):
-        res = stats.bootstrap((x, y), _ratio_of_medians, n_resamples=resamples,
-                              confidence_level=level, method="percentile", vectorized=True,
-                              paired=False, rng=np.random.default_rng(seed))
-    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+        ratio = (ma[..., :, None] / mb[..., None, :]).reshape(len(x), -1)
+    order = np.argsort(ratio, axis=-1)
+    ratio = np.take_along_axis(ratio, order, -1)
+    cdf = np.cumsum(np.outer(wa, wb).ravel()[order], axis=-1)
 
+    def quantile(q: float) -> np.ndarray:          # the smallest ratio with G(r) >= q
+        at = np.minimum((cdf < q - 1e-12).sum(-1), ratio.shape[-1] - 1)
+        return np.take_along_axis(ratio, at[:, None], -1)[:, 0]
 
+    return [(quantile((1 - level) / 2), quantile((1 + level) / 2)) for level in levels]

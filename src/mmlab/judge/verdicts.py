@@ -6,7 +6,8 @@ each look every (metric, pair) is estimated on the rounds so far, the family's
 p-values are corrected together (Holm), and a comparison's verdict is the
 first decisive one (no change, regression, improvement); one that is never
 decisive is unreliable, with the reason the rounds stopped.  The same-state
-audit can overrule any verdict with `not comparable`.  The judgement also
+audit can overrule any verdict with `not comparable`; order effects found in
+the run (order.py) are named on the comparisons they touch.  The judgement also
 says whether more rounds should be run, and how many: the adaptive runner
 asks it after every look, so a run and a later report agree.
 """
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mmlab.experiment.plan import Arm, Plan, baseline_for
-from mmlab.judge import audit, comparison, controls, criteria, stats
+from mmlab.judge import audit, comparison, controls, criteria, order, stats
 from mmlab.judge.criteria import Verdict
 from mmlab.store import Measurements
 from mmlab.workloads.samples import Sample
@@ -98,8 +99,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
     decided: set[tuple[str, str, str]] = set()
     for look, rounds in _looks_reached(crit, measured):
         ests = {key: stats.estimate(key[1], key[2], series[(key[0], key[1])].upto(rounds),
-                                    series[(key[0], key[2])].upto(rounds), crit, look,
-                                    stats.comparison_seed(profile.seed, *key))
+                                    series[(key[0], key[2])].upto(rounds), crit, look)
                 for key in keys if key not in decided}
         # The family of this look: the tests still open (a decided comparison
         # claims nothing new), not overruled by the audit.
@@ -125,6 +125,11 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
         out.append(c)
     next_rounds, stopped = _next_step(plan, crit, measured, out)
     out = [c if c.stopped else replace(c, stopped=stopped) for c in out]
+    found = order.effects(measured.trials, [a.name for a in plan.arms if a.control_of is None],
+                          metrics or profile.metrics)
+    out = [replace(c, order_effects=tuple(e for e in found if e.metric == c.metric
+                                          and e.arm in (None, c.arm, c.baseline)))
+           for c in out]
     return Judgement(out, findings, arm_findings, crit, measured.rounds, next_rounds, stopped,
                      controls.matched(plan, out))
 

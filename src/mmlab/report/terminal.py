@@ -164,8 +164,9 @@ def reasons(comparisons: list[Comparison],
             matched: dict[tuple[str, str, str], list[tuple[str, Comparison]]] | None = None
             ) -> list[str]:
     """Per comparison: why its verdict, how it was reached (method, CI level,
-    correction, rounds and why they stopped), the outlier trials it kept, and
-    for a pair in different page states its matched-state controls."""
+    correction, rounds and why they stopped), the outlier trials it kept, the
+    order effects found in the run, and for a pair in different page states
+    its matched-state controls."""
     out = []
     for c in comparisons:
         level = "" if missing(c.confidence) or f"{c.confidence:.1%} CI" in c.reason \
@@ -175,6 +176,9 @@ def reasons(comparisons: list[Comparison],
                    + (f" [{how}]" if how else ""))
         if c.outliers:
             out.append("  outliers (kept): " + "; ".join(map(str, c.outliers)))
+        if c.order_effects:
+            out.append("  order effects found (balanced by the schedule): "
+                       + "; ".join(map(str, c.order_effects)))
         for label, ctrl in (matched or {}).get((c.metric, c.arm, c.baseline), []):
             out.append("  different page state; " + matched_state(label, ctrl))
     return out

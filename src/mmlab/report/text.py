@@ -64,7 +64,7 @@ def _table(base: str, arm: str, rows: list[tuple[fmt.Contrast, Comparison]]) -> 
 
 def details(d: ReportData) -> list[str]:
     """How each verdict was reached: method, rounds, corrected p, why the rounds
-    stopped, a noisy pair, and the outlier trials kept."""
+    stopped, a noisy pair, the outlier trials kept and the order effects found."""
     out = ["", "  how each verdict was reached:"]
     for c in d.judgement.comparisons:
         p_adj = "" if fmt.missing(c.p_adjusted) or not c.correction else \
@@ -75,6 +75,9 @@ def details(d: ReportData) -> list[str]:
                      + (f"; noisy ({c.noisy})" if c.noisy else ""))
         if c.outliers:
             out += _wrap("outliers kept: " + "; ".join(map(str, c.outliers)), "      ")
+        if c.order_effects:
+            out += _wrap("order effects found (balanced by the schedule): "
+                         + "; ".join(map(str, c.order_effects)), "      ")
     return out
 
 

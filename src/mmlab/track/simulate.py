@@ -113,7 +113,7 @@ def one_series(case: Case, releases: int, rng: np.random.Generator,
     truth = _truth(case, releases)
     d = (truth[:, None] + case.noise(rng, (releases, CELL_ROUNDS))
          - case.noise(rng, (releases, CELL_ROUNDS)))
-    cell = stats.paired(d, CELL.confidence_at(0))
+    cell = stats.paired(d, CELL.confidence_at(0), CELL.margin_at(0))
     labels = [str(i) for i in range(releases)]
     tests: dict[changepoints.Test, tuple[str, Comparison]] = {}
     made: dict[tuple[str, str], int] = {}
