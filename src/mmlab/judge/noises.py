@@ -4,8 +4,9 @@ simulated experiment ran (`Layout`), so a trend, the first place in a round,
 the state the previous trial left and autocorrelation in run order reach the
 verdicts as they would reach the runner's.
 
-Four models are the defaults' published table (LN2, LN5, MIX, DRIFT); the
-others are the disturbances a machine adds: each on 2 % trial noise, so that
+Four models are those of the first selftest (LN2, LN5, MIX, DRIFT); the
+others are the disturbances a machine adds, each on 2 % trial noise (5 % for
+AR1, whose correlation removes most of it from a round's ratios), so that
 what a row shows is the disturbance, not the noise under it.
 """
 
@@ -148,7 +149,6 @@ NOISES = (Noise("LN2", "lognormal, CV 2%", _own(0.02)),
           Noise("T3", "Student t, 3 df, scale 2%", _student),
           Noise("BIMODAL", "2%, two modes 10% apart", _bimodal),
           Noise("UNEQUAL", "2%, one arm 20x the variance", _unequal))
-PUBLISHED = NOISES[:4]          # the defaults' table since the first selftest
 
 
 def lognormal(cv: float) -> Noise:

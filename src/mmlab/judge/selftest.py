@@ -27,6 +27,7 @@ from scipy import stats as sps
 from mmlab.judge import order, stats
 from mmlab.judge.criteria import HIGHER, LOWER, NO_CHANGE, UNDECIDED, Criteria, outcomes
 from mmlab.judge.noises import NOISES, Layout, Noise, lognormal
+from mmlab.judge.verdicts import pairs
 
 CHUNK = 2000                  # experiments judged at once (memory)
 
@@ -48,7 +49,6 @@ class Shape:
         """A plan's shape (experiment.plan.Plan; pairs as verdicts.pairs makes
         them).  A profile of one arm is run as two (`mmlab ab` and `narrow`
         add a kernel axis of two), the second against the first."""
-        from mmlab.judge.verdicts import pairs
         index = {a.name: i for i, a in enumerate(plan.arms)}
         found = tuple((index[p.arm.name], index[p.baseline.name]) for p in pairs(plan))
         return cls(plan.profile.name, max(2, len(plan.arms)), found or ((1, 0),),
