@@ -23,7 +23,7 @@ MMLAB := $(VENV)/bin/mmlab
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
 	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
 	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \
-	openjdk-17-jdk-headless nodejs
+	openjdk-17-jdk-headless nodejs zstd
 
 .PHONY: setup system venv build demo test test-slow bench bench-fleet clean
 

@@ -19,7 +19,7 @@ from mmlab.attribution.guest import Instrumentation
 from mmlab.errors import MmlabError
 from mmlab.kernels import images, specs
 from mmlab.machine.knobs import HostSettings
-from mmlab.targets import boot, initramfs, qemu
+from mmlab.targets import boot, initramfs, qemu, snapshot
 from mmlab.workloads.mmwork import TrialFailed
 
 from .conftest import MMLAB, mmlab, run_profile
@@ -358,3 +358,66 @@ def test_kernels_available_lists_both_packagings(k73):
     assert ("7.3", "generic") in rows
     one = mmlab("kernels", "available", "7.3", "--json")
     assert {e["series"] for e in json.loads(one.stdout)} == {"7.3"}
+
+
+def test_a_restored_guest_measures_with_the_state_a_booted_one_has(k612):
+    """The first trial saves a booted guest, later ones restore it (no new
+    snapshot); booted and restored samples carry the same state, labelled
+    with how their guest started."""
+    wl, settings = workloads.get("pageout-refault"), HostSettings(thp="always")
+    booted = qemu.run(boot.Guest(k612, memory_mb=288, timeout_s=120, start="boot"), wl,
+                      TINY, 1, 0, settings)[0]
+    guest = boot.Guest(k612, memory_mb=288, timeout_s=120)
+    first = qemu.run(guest, wl, TINY, 1, 0, settings)[0]
+    root = snapshot.snapshot_root(boot.initramfs_cache())
+    made = {d.name for d in root.iterdir()}
+    second = qemu.run(guest, wl, TINY, 1, 0, settings)[0]
+    assert {d.name for d in root.iterdir()} == made       # restored, not saved again
+    assert booted.state["guest_start"] == "booted"
+    assert first.state["guest_start"] == second.state["guest_start"] == "restored"
+    assert set(booted.state) == set(second.state)
+    for s in (booted, first, second):
+        assert s.state["thp_enabled"] == "always" and s.state["kernel"] == k612.version
+        assert s.metrics["cycle_ns_per_page"] > 0
+    assert second.state["boot_s"] < booted.state["boot_s"]
+
+
+def test_a_restored_guest_gets_its_script_byte_for_byte(k612):
+    """The trial goes down the serial port after the restore: quotes, dollars,
+    backslashes, UTF-8 and a line longer than the tty's buffer arrive intact."""
+    guest = boot.Guest(k612, memory_mb=288, timeout_s=60)
+    accel, _ = boot.accelerator(k612, boot.initramfs_cache())
+    snap = snapshot.ensure(guest, accel, boot.initramfs_cache(), None, ())
+    odd = "it's \"$HOME\" \\n \u00e9\u00df\u4e2d " + "x" * 6000
+    got = snapshot.restore(guest, snap, f"cat <<'EOF'\n{odd}\nEOF\n", accel, None)
+    assert got.start == "restored" and got.frames["stdout"].decode() == odd + "\n"
+
+
+def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch):
+    """No zstd for QEMU's migration: the snapshot cannot be saved, so the
+    trial boots, its samples say so, and the reason is said."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / boot.QEMU).symlink_to(shutil.which(boot.QEMU))
+    monkeypatch.setenv("PATH", str(bindir))
+    said = []
+    guest = boot.Guest(k612, memory_mb=304, timeout_s=120)
+    (s,) = qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
+                    say=said.append)
+    assert s.state["guest_start"] == "booted"
+    assert said and "booting every trial" in said[0] and "could not be saved" in said[0]
+
+
+def test_host_arms_refuse_guest_start():
+    from mmlab.experiment.plan import parse
+    with pytest.raises(MmlabError, match=r"guest_start: 'boot': only a guest starts"):
+        parse("""
+name = "x"
+workload = "pageout-refault"
+repetitions = 3
+metrics = ["advise_ns_per_page"]
+baseline = "a"
+[[arms]]
+name = "a"
+set = { guest_start = "boot" }
+""")

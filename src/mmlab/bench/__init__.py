@@ -8,7 +8,9 @@
    and (agreement.py) mmlab beside the reporter's tools: pageout-refault
    against a single-file reproducer of its loop, and `mmlab run exec --
    stress-ng` against stress-ng run directly, on the host and in a guest.
-3. The verdicts' operating characteristics at the defaults, by simulation
+3. A guest trial booted against the same trial restored from a saved boot
+   (guest_start.py), interleaved, as a ratio.
+4. The verdicts' operating characteristics at the defaults, by simulation
    (`mmlab selftest verdicts`), and the verdicts of two real profiles, the
    A/A check and the THP modes, run while a noisy neighbour (a process
    burning a CPU, on and off every few seconds) shares the machine.
@@ -32,7 +34,7 @@ import tomli_w
 from rich.table import Table
 
 from mmlab import workloads
-from mmlab.bench import agreement, census
+from mmlab.bench import agreement, census, guest_start
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
 from mmlab.judge import criteria, verdicts
@@ -215,9 +217,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mmlab.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
-                                           "agreement", "census"], default="all")
+                                           "agreement", "census", "guests"], default="all")
     parser.add_argument("--guest", default="debian:6.12",
-                        help="agreement: the guest kernel for stress-ng ('none': host only)")
+                        help="the guest kernel for stress-ng's agreement and the guests part "
+                             "('none': host only)")
     parser.add_argument("--pairs", type=int, default=10,
                         help="agreement: interleaved pairs (pageout; half as many for stress-ng)")
     parser.add_argument("--experiments", type=int, default=2000,
@@ -252,6 +255,8 @@ def main(argv: list[str] | None = None) -> None:
             out.print(agreement.table(found))
         if args.part in ("all", "census"):
             out.print(census.table())
+        if args.part in ("all", "guests") and args.guest != "none":
+            out.print(guest_start.table(args.guest))
         if args.part in ("all", "selftest"):
             selftest_report.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):

@@ -40,6 +40,7 @@ class Arm(BaseModel):
     kernel: str = "host"
     memory_mb: int = 1024
     numa_nodes: int = 1                # guests: NUMA nodes (QEMU -numa)
+    guest_start: str = "snapshot"      # guests: restored from a saved boot, or booted
     control_of: str | None = None      # a matched-state control of this arm (controls.py)
     control: str | None = None         # the state it forces, e.g. "thp=nohugepage"
 
@@ -216,6 +217,9 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
     if kernel == "host" and axes.numa_nodes not in (None, 1):
         raise fail(loc + ("numa_nodes",), f"{axes.numa_nodes!r}: NUMA nodes are made for guests "
                    "(QEMU -numa); the host has the nodes it has")
+    if kernel == "host" and axes.guest_start is not None:
+        raise fail(loc + ("guest_start",), f"{axes.guest_start!r}: only a guest starts from a "
+                   "snapshot or a boot")
     memory_mb = axes.memory_mb or profile.memory_mb
     nodes = axes.numa_nodes or 1
     if memory_mb < nodes * MIN_NODE_MB:
@@ -225,7 +229,8 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
                                   ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
                                   damon=axes.damon)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
-               kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes)
+               kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes,
+               guest_start=axes.guest_start or "snapshot")
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:

@@ -148,6 +148,7 @@ class SettingAxes(BaseModel):
     kernel: KernelName | None = None
     memory_mb: Annotated[StrictInt, Field(ge=128)] | None = None
     numa_nodes: Annotated[StrictInt, Field(ge=1, le=8)] | None = None   # guests only
+    guest_start: Literal["snapshot", "boot"] | None = None   # guests only: restored or booted
     damon: Literal["off"] | None = None   # every DAMON actor stopped (knobs.DamonActors)
     ksm: dict[str, StrictInt] = {}
     sysctl: dict[str, Scalar] = {}

@@ -51,6 +51,7 @@ class Guest:
     extra_cmdline: str = ""
     timeout_s: float = 600
     numa_nodes: int = 1
+    start: str = "snapshot"   # "snapshot": restored from a saved boot (snapshot.py); "boot"
 
 
 class BootFailed(TrialFailed):
@@ -86,6 +87,8 @@ class BootResult:
     console: str
     seconds: float
     plugin_output: str = ""   # what the instruction-counting plugin wrote (insns.py)
+    start: str = "booted"     # or "restored" from a snapshot of a booted guest
+    why_booted: str = ""      # why a guest meant to be restored was booted
 
 
 def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
@@ -105,8 +108,10 @@ def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
     return args
 
 
-def _qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: Path,
-               disk: Path | None = None) -> list[str]:
+def qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: list[str],
+              disk: Path | None = None) -> list[str]:
+    """The guest's QEMU command line; `results` are the arguments giving it
+    its second serial port (a file, or a socket for a restored guest)."""
     accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
                   else ["-accel", "tcg,thread=multi", "-cpu", "max"])
     disk_args = ["-drive", f"file={disk},format=raw,if=virtio,cache=writeback"] if disk else []
@@ -116,7 +121,7 @@ def _qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: P
             "-kernel", str(guest.kernel.image),
             "-initrd", str(initrd), "-append", f"{CMDLINE} {guest.extra_cmdline}".strip(),
             "-display", "none", "-nodefaults", "-no-reboot", *disk_args,
-            "-serial", f"file:{console}", "-serial", f"file:{results}"]
+            "-serial", f"file:{console}", *results]
 
 
 def _frames(text: str) -> dict[str, bytes]:
@@ -131,73 +136,112 @@ def _frames(text: str) -> dict[str, bytes]:
     return out
 
 
-def _tail(console: str) -> str:
+def tail(console: str) -> str:
+    """The console's last lines, on one line, for an error message."""
     lines = [ln for ln in console.splitlines() if ln.strip()]
     return " | ".join(lines[-CONSOLE_TAIL:])
 
 
-def boot_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None,
-          archives: tuple[Path, ...] = (), plugin: Path | None = None,
-          plugin_args: tuple[str, ...] = ()) -> BootResult:
-    """One boot running `script`; `archives` are further initramfs parts
-    (an exec workload's program and libraries); `plugin` is mmlab's TCG
-    plugin (qemu_plugin.py), loaded to count instructions, with
-    `plugin_args` besides its output file."""
-    with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
-        tmpd = Path(tmp)
-        extra = [initramfs.modules_archive(guest.kernel)] if needs_modules(guest.kernel, swap) \
-            else []
-        extra += archives
-        initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd",
-                                        extra)
-        console, results = tmpd / "console.log", tmpd / "results.log"
-        disk = None
-        if swap and swap.startswith("file:"):
-            disk = tmpd / "swap.img"
-            with open(disk, "wb") as f:          # sparse: blocks appear as the guest swaps
-                f.truncate(parse_size(swap.split(":", 1)[1]))
-        counts = tmpd / "insns.jsonl"
-        argv = _qemu_argv(guest, initrd, accel, console, results, disk) + \
-            (["-plugin", ",".join((str(plugin), f"out={counts}", *plugin_args))] if plugin else [])
-        t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            _, err = proc.communicate(timeout=guest.timeout_s)
-            hung = False
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            _, err = proc.communicate()
-            hung = True
-        except BaseException:
-            proc.kill()
-            proc.wait()
-            raise
-        seconds = time.monotonic() - t0
-        text = console.read_text(errors="replace") if console.exists() else ""
-        res = results.read_text(errors="replace") if results.exists() else ""
-        counted = counts.read_text() if counts.exists() else ""
+def trial_parts(guest: Guest, swap: str | None, archives: tuple[Path, ...]) -> list[Path]:
+    """The initramfs parts after the base: the kernel's modules when the
+    swap needs them, then `archives` (an exec workload's program)."""
+    mods = [initramfs.modules_archive(guest.kernel)] if needs_modules(guest.kernel, swap) else []
+    return mods + list(archives)
+
+
+def swap_disk(tmpd: Path, swap: str | None) -> Path | None:
+    """A sparse file of the swap's size for a `file:` swap: blocks appear
+    only as the guest swaps."""
+    if not swap or not swap.startswith("file:"):
+        return None
+    disk = tmpd / "swap.img"
+    with open(disk, "wb") as f:
+        f.truncate(parse_size(swap.split(":", 1)[1]))
+    return disk
+
+
+def plugin_args(plugin: Path | None, counts: Path, args: tuple[str, ...]) -> list[str]:
+    """QEMU's -plugin for mmlab's instruction-counting plugin, if any."""
+    return ["-plugin", ",".join((str(plugin), f"out={counts}", *args))] if plugin else []
+
+
+@dataclass
+class QemuExit:
+    """How a QEMU process ended."""
+    returncode: int | None
+    stderr: str
+    hung: bool
+    seconds: float
+
+
+def wait_qemu(proc: subprocess.Popen, timeout_s: float, t0: float) -> QemuExit:
+    """Wait for QEMU to exit; kill it after `timeout_s` (hung) or on any
+    interruption, so no guest outlives its trial."""
+    try:
+        _, err = proc.communicate(timeout=max(0.1, timeout_s - (time.monotonic() - t0)))
+        hung = False
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+        hung = True
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return QemuExit(proc.returncode, err or "", hung, time.monotonic() - t0)
+
+
+def result(guest: Guest, console: str, results: str, ended: QemuExit,
+           counted: str = "") -> BootResult:
+    """The trial's result from what the guest wrote, or the failure that
+    stopped it: a panic or oops (BootFailed if before the trial began), a
+    hang, a QEMU error, an incomplete result, an OOM-killed workload."""
     for what, pattern in FAILURE_PATTERNS:
-        m = pattern.search(text)
+        m = pattern.search(console)
         if m and what != "OOM kill":
-            failed = TrialFailed if STARTED in text else BootFailed
+            failed = TrialFailed if STARTED in console else BootFailed
             raise failed(f"{what} in the guest ({guest.kernel.name}): {m.group(0).strip()}; "
-                              f"console: {_tail(text)}")
-    if hung:
+                         f"console: {tail(console)}")
+    if ended.hung:
         raise TrialFailed(f"guest hung: no result from {guest.kernel.name} after "
-                          f"{guest.timeout_s:g} s; console: {_tail(text)}")
-    if proc.returncode and "MMLAB-DONE" not in res:
-        raise TrialFailed(f"qemu exited {proc.returncode}: "
-                          f"{(err.strip().splitlines() or ['?'])[-1]}")
-    frames = _frames(res)
-    if "MMLAB-DONE" not in res or set(frames) != {"rc", "stdout", "stderr"}:
+                          f"{guest.timeout_s:g} s; console: {tail(console)}")
+    if ended.returncode and "MMLAB-DONE" not in results:
+        raise TrialFailed(f"qemu exited {ended.returncode}: "
+                          f"{(ended.stderr.strip().splitlines() or ['?'])[-1]}")
+    frames = _frames(results)
+    if "MMLAB-DONE" not in results or set(frames) != {"rc", "stdout", "stderr"}:
         raise TrialFailed(f"guest {guest.kernel.name} stopped without a complete result; "
-                          f"console: {_tail(text)}")
-    oom = FAILURE_PATTERNS[2][1].search(text)
+                          f"console: {tail(console)}")
+    oom = FAILURE_PATTERNS[2][1].search(console)
     rc = int(frames["rc"].strip() or b"-1")
     if rc and oom:
         raise TrialFailed(f"workload killed by the OOM killer in the guest: "
                           f"{oom.group(0).strip()}")
-    return BootResult(frames, text, seconds, counted)
+    return BootResult(frames, console, ended.seconds, counted)
+
+
+def read_text(path: Path) -> str:
+    return path.read_text(errors="replace") if path.exists() else ""
+
+
+def boot_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | None = None,
+              archives: tuple[Path, ...] = (), plugin: Path | None = None,
+              plugin_extra: tuple[str, ...] = ()) -> BootResult:
+    """One boot running `script`; `archives` are further initramfs parts
+    (an exec workload's program and libraries); `plugin` is mmlab's TCG
+    plugin (qemu_plugin.py), loaded to count instructions, with
+    `plugin_extra` besides its output file."""
+    with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
+        tmpd = Path(tmp)
+        initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd",
+                                        trial_parts(guest, swap, archives))
+        console, results, counts = tmpd / "console.log", tmpd / "results.log", tmpd / "insns.jsonl"
+        argv = qemu_argv(guest, initrd, accel, console, ["-serial", f"file:{results}"],
+                         swap_disk(tmpd, swap)) + plugin_args(plugin, counts, plugin_extra)
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        ended = wait_qemu(proc, guest.timeout_s, t0)
+        return result(guest, read_text(console), read_text(results), ended, read_text(counts))
 
 
 def needs_modules(kernel: images.Kernel, swap: str | None) -> bool:
@@ -216,16 +260,18 @@ def needs_modules(kernel: images.Kernel, swap: str | None) -> bool:
 
 
 def boot_retrying(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
-                   archives: tuple[Path, ...], plugin: Path | None,
-                   plugin_args: tuple[str, ...] = ()) -> tuple[BootResult, int]:
+                  archives: tuple[Path, ...], plugin: Path | None,
+                  plugin_extra: tuple[str, ...] = ()) -> tuple[BootResult, int]:
     """A boot and how many retries it took: tried again when the kernel
     failed before the trial began, the last failure raised."""
     for retry in range(BOOT_RETRIES):
         try:
-            return boot_once(guest, script, accel, cache, swap, archives, plugin, plugin_args), retry
+            return boot_once(guest, script, accel, cache, swap, archives, plugin,
+                             plugin_extra), retry
         except BootFailed:
             continue
-    return boot_once(guest, script, accel, cache, swap, archives, plugin, plugin_args), BOOT_RETRIES
+    return boot_once(guest, script, accel, cache, swap, archives, plugin,
+                     plugin_extra), BOOT_RETRIES
 
 
 def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),

@@ -24,8 +24,9 @@ from mmlab.workloads.build import mmwork_path
 
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 
-# /init: mount what the workloads read, run /trial.sh, and frame its stdout,
-# stderr and exit status on ttyS1 with a SHA-256 each, then power off.
+# /init: mount what the workloads read, run /trial.sh (or, when there is none,
+# wait for it on ttyS1), and frame its stdout, stderr and exit status on
+# ttyS1 with a SHA-256 each, then power off.
 INIT = r"""#!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin /var/tmp
 /bin/busybox --install -s
@@ -35,6 +36,12 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+if [ ! -e /trial.sh ]; then
+    # A guest booted to be saved (snapshot.py): every copy restored from it
+    # reads its own trial here, a line with the size, then that much base64.
+    echo "MMLAB-READY" > /dev/ttyS1
+    { read -r size; head -c "$size" | base64 -d > /trial.sh; } < /dev/ttyS1
+fi
 echo "mmlab-guest: running trial" > /dev/ttyS0
 sh /trial.sh > /tmp/stdout 2> /tmp/stderr
 echo $? > /tmp/rc
@@ -151,9 +158,11 @@ def files_archive(paths: list[Path], cache: Path) -> Path:
     return out
 
 
-def trial_initrd(base: Path, script: str, dest: Path, extra: list[Path] | None = None) -> Path:
+def trial_initrd(base: Path, script: str | None, dest: Path,
+                 extra: list[Path] | None = None) -> Path:
     """base archive (+ extra archives, such as a kernel's modules) + a last
-    gzip'd archive holding /trial.sh, in one file.
+    gzip'd archive holding /trial.sh, in one file; with no `script`, the
+    guest's /init waits for its trial on ttyS1 (a guest to be saved).
 
     The kernel starts each further archive at a 4-byte boundary after zero
     padding, so each part is padded before the next is appended."""
@@ -161,5 +170,7 @@ def trial_initrd(base: Path, script: str, dest: Path, extra: list[Path] | None =
     for part in [base, *(extra or [])]:
         data += part.read_bytes()
         data += b"\0" * (-len(data) % 4)
-    dest.write_bytes(data + gzip.compress(cpio({"trial.sh": (0o100755, script.encode())})))
+    if script is not None:
+        data += gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}))
+    dest.write_bytes(data)
     return dest

@@ -28,7 +28,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
-from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, probe
+from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, probe, snapshot
 from mmlab.targets.boot import (
     CMDLINE,
     BootResult,
@@ -101,8 +101,11 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
 
 def run(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
         warmups: int | None, settings: HostSettings, cache: Path | None = None,
-        instrument: Instrumentation | None = None, plugin: Path | None = None) -> list[Sample]:
-    """Boot `guest`, run one trial in it, and return its samples, labelled.
+        instrument: Instrumentation | None = None, plugin: Path | None = None,
+        say: Callable[[str], None] | None = None) -> list[Sample]:
+    """Start `guest` (restored or booted), run one trial in it, and return
+    its samples, labelled; `say` hears why a guest meant to be restored
+    had to boot.
 
     With `instrument`, the trial runs traced and every sample says so
     (state `instrumented` = 1) and carries the trace figures in `counts`
@@ -114,8 +117,10 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
     accel, why = accelerator(guest.kernel, cache)
     plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
-    boot, retry = boot_retrying(guest, script, accel, cache, settings.swap,
-                                 _programs(workload, params, cache), plugin)
+    boot, retry = start(guest, script, accel, cache, settings.swap,
+                        _programs(workload, params, cache), plugin)
+    if boot.why_booted and say:
+        say(f"{guest.kernel.name}: booting every trial: {boot.why_booted}")
     got, stderr = _samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
@@ -131,8 +136,28 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
                         "guest_vcpus": float(guest.vcpus),
                         "guest_memory_mb": float(guest.memory_mb),
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
-                        "boot_s": round(boot.seconds, 3), "boot_retries": float(retry)})
+                        "boot_s": round(boot.seconds, 3), "boot_retries": float(retry),
+                        "guest_start": boot.start})
     return got
+
+
+def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
+          archives: tuple[Path, ...], plugin: Path | None,
+          plugin_extra: tuple[str, ...] = ()) -> tuple[BootResult, int]:
+    """The trial's guest, run to the end, and how many boot retries it took:
+    restored from its snapshot (made on first use) when the guest starts
+    that way, booted otherwise, or when no snapshot can be made (the
+    result's `start` says which; `why_booted` says why)."""
+    if guest.start == "snapshot":
+        try:
+            snap = snapshot.ensure(guest, accel, cache, swap, archives)
+        except snapshot.SnapshotUnavailable as exc:
+            boot, retry = boot_retrying(guest, script, accel, cache, swap, archives, plugin,
+                                        plugin_extra)
+            boot.why_booted = str(exc)
+            return boot, retry
+        return snapshot.restore(guest, snap, script, accel, swap, plugin, plugin_extra), 0
+    return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 
 def _programs(workload: Workload, params: dict[str, object], cache: Path) -> tuple[Path, ...]:
@@ -174,8 +199,8 @@ def count_functions(guest: Guest, workload: Workload, params: dict[str, object],
     symbols = kernel_symbols(guest, cache)
     script = trial_script(workload, insns.counting_params(params), samples, warmups, settings,
                           kernel=guest.kernel, after=functions.SCRIPT_AFTER)
-    boot, _ = boot_retrying(guest, script, accel, cache, settings.swap,
-                             _programs(workload, params, cache), plugin, ("blocks=on",))
+    boot, _ = start(guest, script, accel, cache, settings.swap,
+                    _programs(workload, params, cache), plugin, ("blocks=on",))
     got, stderr = _samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)
@@ -223,6 +248,13 @@ class QemuTarget(LocalTarget):
         self.kernel_name = kernel
         self.say = say
         self._kernel: images.Kernel | MmlabError | None = None
+        self._said: set[str] = set()
+
+    def _once(self, line: str) -> None:
+        """Say `line` the first time only: a reason that holds for every trial."""
+        if line not in self._said:
+            self._said.add(line)
+            self.say(line)
 
     def kernel(self) -> images.Kernel:
         if self._kernel is None:
@@ -254,7 +286,7 @@ class QemuTarget(LocalTarget):
     def guest(self, arm: Arm, plan: Plan) -> Guest:
         return Guest(self.kernel(), vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
                      extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s,
-                     numa_nodes=getattr(arm, "numa_nodes", 1) or 1)
+                     numa_nodes=getattr(arm, "numa_nodes", 1) or 1, start=arm.guest_start)
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         guest = self.guest(arm, plan)
@@ -262,7 +294,7 @@ class QemuTarget(LocalTarget):
         env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
         try:
             samples = run(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
-                          plan.profile.warmups, arm.settings)
+                          plan.profile.warmups, arm.settings, say=self._once)
             if insns.wanted(plan.workload, plan.profile.metrics):
                 insns.add_counts(samples, plan.workload,
                                  lambda: self._counting_pass(guest, accel, arm, plan))
@@ -281,7 +313,7 @@ class QemuTarget(LocalTarget):
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
         return run(guest, plan.workload, insns.counting_params(arm.params),
                    plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
-                   plugin=plugin)
+                   plugin=plugin, say=self._once)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One instrumented boot of GUEST_TRACE_SAMPLES samples: calls of the

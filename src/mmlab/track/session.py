@@ -136,7 +136,9 @@ Spread = Callable[[list[cells.Work], cells.OnCell], list[int]]   # cells run els
 def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         progress: Progress = lambda what, i, n: None, t: Thresholds = Thresholds(),
         measure: bool = True, spread: Spread | None = None) -> Result:
-    """Measure what is missing, then find and confirm the changes; with
+    """Measure what is missing and confirm the changes, series by series
+    (across releases first, then each branch), so a run stopped among a
+    branch's cells has already confirmed the series before it; with
     `measure` False only what is stored is read (a report): candidates
     without a stored confirmation stay candidates.  `progress` hears each
     cell as it starts; `spread` runs the cells instead of `pool` (a fleet:
@@ -144,20 +146,36 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
     cells.check_owner(store, suite)
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
-    measured: list[int] = []
-    if measure:
-        def on_cell(c: cells.Cell, i: int, n: int) -> str:
-            what = f"cell {i + 1}/{n}: {c.profile} on {c.release.name} ({c.release.version})"
-            progress(what, i, n)
-            return what
-        work = cells.pending(store, suite, cells.planned(suite, found_lines, ref))
-        measured = (spread(work, on_cell) if spread and work else
-                    cells.measure(store, work, pool, resolver.prepare, on_cell))
-    found = cells.series(store, suite, found_lines, ref)
+    work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
     conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare)
-    changes = [ch for s in found for ch in _changes(suite, s, conf, t)]
+    measured: list[int] = []
+    found: list[cells.Series] = []
+    changes: list[Change] = []
+    for line in found_lines:
+        mine = {c.ident for _, c in cells.planned(suite, [line], ref)}
+        todo = [w for w in work if w[1].ident in mine]
+        work = [w for w in work if w[1].ident not in mine]
+        measured += _measure(store, todo, pool, resolver, progress, spread, len(measured),
+                             len(measured) + len(todo) + len(work))
+        line_series = cells.series(store, suite, [line], ref)
+        found += line_series
+        changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
     return Result(ref, found_lines, measured, conf.ran, found,
                   changepoints.family(changes, conf.tests(), t))
+
+
+def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
+             progress: Progress, spread: Spread | None, done: int, total: int) -> list[int]:
+    """Measure one series' missing cells, numbered within the whole run."""
+    if not todo:
+        return []
+
+    def on_cell(c: cells.Cell, i: int, n: int) -> str:
+        what = f"cell {done + i + 1}/{total}: {c.profile} on {c.release.name} ({c.release.version})"
+        progress(what, done + i, total)
+        return what
+    return spread(todo, on_cell) if spread else cells.measure(store, todo, pool,
+                                                               resolver.prepare, on_cell)
 
 
 def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:

@@ -1,0 +1,282 @@
+"""A booted guest, saved once and restored for every trial.
+
+Booting a Debian kernel under TCG costs about 4 s, most of a guest trial.
+So each (kernel, guest shape, initramfs) is booted once with no trial in its
+initramfs: /init says MMLAB-READY on ttyS1 and waits there for a trial.  The
+guest is then saved with QEMU's migration to a zstd-compressed file (QMP
+`migrate` to `exec:`), and every trial starts a QEMU that loads that file
+(`-incoming`), waits until the guest runs again, and sends its /trial.sh
+down ttyS1 over a socket.  The guest reads it, runs it, and frames its
+results back on the same port; the checks are boot.py's.
+
+Every restored trial starts from the same memory, page cache and free
+lists, so trials are at least as alike as booted ones; whether they measure
+the same is an experiment (experiments/aa-guest-snapshot.toml), not an
+assumption.  The script is sent only once the guest runs: bytes that reach
+the serial port while the state is still loading are lost.
+
+QMP is spoken through qemu.qmp, the QEMU project's own client library.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from qemu.qmp import QMPClient
+from qemu.qmp.error import QMPError
+
+from mmlab.errors import MmlabError
+from mmlab.targets import initramfs
+from mmlab.targets.boot import (
+    BootFailed,
+    BootResult,
+    Guest,
+    QemuExit,
+    plugin_args,
+    qemu_argv,
+    qemu_version,
+    read_text,
+    result,
+    swap_disk,
+    tail,
+    trial_parts,
+    wait_qemu,
+)
+from mmlab.workloads.mmwork import TrialFailed
+
+READY = "MMLAB-READY"
+KEPT = 24            # snapshots kept; the least recently used go first (about 40 MB each)
+SAVE_TIMEOUT_S = 120
+
+
+class SnapshotUnavailable(MmlabError):
+    """No snapshot could be made: trials boot instead, and say so."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A saved guest: the initramfs it booted from and its migrated state."""
+    dir: Path
+
+    @property
+    def initrd(self) -> Path:
+        return self.dir / "initrd"
+
+    @property
+    def state(self) -> Path:
+        return self.dir / "state.zst"
+
+
+def snapshot_root(cache: Path) -> Path:
+    return cache.parent / "snapshots"
+
+
+def _key(guest: Guest, accel: str, disk: int, parts: list[Path]) -> str:
+    """Everything the saved state depends on: QEMU, the accelerator, the
+    guest's shape, the kernel image and every initramfs part's bytes."""
+    image = guest.kernel.image.stat()
+    h = hashlib.sha256(json.dumps([
+        qemu_version(), accel, guest.vcpus, guest.memory_mb, guest.numa_nodes,
+        guest.extra_cmdline, disk, str(guest.kernel.image), image.st_size, image.st_mtime_ns,
+    ]).encode())
+    for part in parts:
+        h.update(hashlib.sha256(part.read_bytes()).digest())
+    return h.hexdigest()[:20]
+
+
+def _disk_size(swap: str | None) -> int:
+    with tempfile.TemporaryDirectory(prefix="mmlab-disk-") as tmp:
+        disk = swap_disk(Path(tmp), swap)
+        return disk.stat().st_size if disk else 0
+
+
+def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
+           archives: tuple[Path, ...]) -> Snapshot:
+    """The snapshot for this guest, made now (one boot and a save, under a
+    lock so that parallel trials make it once) if it is not kept yet."""
+    parts = [initramfs.base_archive(cache), *trial_parts(guest, swap, archives)]
+    snap = Snapshot(snapshot_root(cache) / _key(guest, accel, _disk_size(swap), parts))
+    snap.dir.mkdir(parents=True, exist_ok=True)
+    with open(snap.dir / "lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not snap.state.exists():
+            initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
+            _save(guest, accel, snap, swap)
+            _prune(snap.dir.parent)
+    os.utime(snap.state)
+    return snap
+
+
+def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
+    """Boot the waiting guest, and once it says READY, migrate it to the
+    snapshot's file and quit."""
+    with tempfile.TemporaryDirectory(prefix="mmlab-save-") as tmp:
+        tmpd = Path(tmp)
+        console, results, qmp = tmpd / "console.log", tmpd / "results.log", tmpd / "qmp.sock"
+        argv = qemu_argv(guest, snap.initrd, accel, console, ["-serial", f"file:{results}"],
+                         swap_disk(tmpd, swap)) + ["-qmp", f"unix:{qmp},server=on,wait=off"]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            while READY not in read_text(results):
+                if proc.poll() is not None or time.monotonic() - t0 > SAVE_TIMEOUT_S:
+                    raise BootFailed(f"{guest.kernel.name} did not reach /init to be saved; "
+                                     f"console: {tail(read_text(console))}")
+                time.sleep(0.05)
+            partial = snap.state.with_suffix(".partial")
+            # The file is renamed by the writer once zstd is done: QEMU
+            # reports "completed" when its side of the pipe is written.
+            uri = (f"exec:zstd -1 -q -c > {shlex.quote(str(partial))} && "
+                   f"mv {shlex.quote(str(partial))} {shlex.quote(str(snap.state))}")
+            asyncio.run(_migrate(qmp, uri))
+            proc.terminate()            # the saved guest stays paused: its QEMU is done
+            ended = wait_qemu(proc, SAVE_TIMEOUT_S, t0)
+        except (QMPError, OSError, EOFError, TrialFailed, SnapshotUnavailable) as exc:
+            proc.kill()
+            proc.wait()
+            raise SnapshotUnavailable(f"{guest.kernel.name} could not be saved: "
+                                      f"{exc or type(exc).__name__}") from exc
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+    while not snap.state.exists():
+        if ended.hung or time.monotonic() - t0 > SAVE_TIMEOUT_S:
+            raise SnapshotUnavailable(f"{guest.kernel.name} could not be saved: "
+                                      "no state written")
+        time.sleep(0.02)
+
+
+async def _migrate(qmp_socket: Path, uri: str) -> None:
+    """QMP: migrate the running guest to `uri` and wait for the end."""
+    qmp = QMPClient("mmlab")
+    await qmp.connect(str(qmp_socket))
+    try:
+        await qmp.execute("migrate", {"uri": uri})
+        while (info := await qmp.execute("query-migrate")).get("status") not in (
+                "completed", "failed", "cancelled"):
+            await asyncio.sleep(0.02)
+    finally:
+        await qmp.disconnect()
+    if info.get("status") != "completed":
+        raise SnapshotUnavailable(f"migration {info.get('status')}: "
+                                  f"{info.get('error-desc', 'QEMU gave no reason')}")
+
+
+def _prune(root: Path) -> None:
+    """Keep the KEPT most recently used snapshots."""
+    kept = sorted((d for d in root.iterdir() if (d / "state.zst").exists()),
+                  key=lambda d: (d / "state.zst").stat().st_mtime, reverse=True)
+    for old in kept[KEPT:]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def restore(guest: Guest, snap: Snapshot, script: str, accel: str, swap: str | None,
+            plugin: Path | None = None, plugin_extra: tuple[str, ...] = ()) -> BootResult:
+    """One trial in a guest restored from `snap`: QEMU loads the state,
+    the script goes down ttyS1 once the guest runs, and the results come
+    back on the same socket until QEMU exits."""
+    with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
+        tmpd = Path(tmp)
+        console, sock, qmp, counts = (tmpd / n for n in ("console.log", "results.sock",
+                                                          "qmp.sock", "insns.jsonl"))
+        results = ["-chardev", f"socket,id=results,path={sock},server=on,wait=off",
+                   "-serial", "chardev:results"]
+        argv = qemu_argv(guest, snap.initrd, accel, console, results, swap_disk(tmpd, swap)) + \
+            plugin_args(plugin, counts, plugin_extra) + \
+            ["-qmp", f"unix:{qmp},server=on,wait=off",
+             "-incoming", f"exec:zstd -d -q -c {shlex.quote(str(snap.state))}"]
+        t0 = time.monotonic()
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            got = _converse(proc, sock, qmp, script, t0 + guest.timeout_s)
+        except BaseException:
+            proc.kill()
+            proc.wait()
+            raise
+        ended = wait_qemu(proc, guest.timeout_s, t0)
+        if got is None:
+            ended = QemuExit(ended.returncode, ended.stderr, True, ended.seconds)
+        res = result(guest, read_text(console), got or "", ended, read_text(counts))
+    res.start = "restored"
+    return res
+
+
+def _converse(proc: subprocess.Popen, sock: Path, qmp: Path, script: str,
+              deadline: float) -> str | None:
+    """Connect to the guest's ttyS1, wait until it runs, send the script,
+    and read until QEMU closes the port; None if the deadline passed."""
+    conn = _connect(proc, sock, deadline)
+    with conn:
+        asyncio.run(_until_running(proc, qmp, deadline))
+        conn.sendall(_encoded(script))
+        chunks = []
+        while (left := deadline - time.monotonic()) > 0:
+            conn.settimeout(left)
+            try:
+                data = conn.recv(1 << 16)
+            except TimeoutError:
+                return None
+            if not data:
+                return b"".join(chunks).decode(errors="replace")
+            chunks.append(data)
+    return None
+
+
+def _encoded(script: str) -> bytes:
+    """The script as /init reads it: its base64 size on a line, then the base64."""
+    data = base64.encodebytes(script.encode())
+    return f"{len(data)}\n".encode() + data
+
+
+def _connect(proc: subprocess.Popen, path: Path, deadline: float) -> socket.socket:
+    """A connection to QEMU's socket at `path`, retried while QEMU starts."""
+    while True:
+        conn = socket.socket(socket.AF_UNIX)
+        try:
+            conn.connect(str(path))
+            return conn
+        except (FileNotFoundError, ConnectionRefusedError):
+            conn.close()
+            _still_starting(proc, deadline)
+            time.sleep(0.005)
+
+
+def _still_starting(proc: subprocess.Popen, deadline: float) -> None:
+    if proc.poll() is not None:
+        err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+        raise TrialFailed(f"qemu exited {proc.returncode} while restoring: "
+                          f"{err[-1] if err else '?'}")
+    if time.monotonic() > deadline:
+        raise TrialFailed("the restored guest never started")
+
+
+async def _until_running(proc: subprocess.Popen, qmp_socket: Path, deadline: float) -> None:
+    """QMP: wait until the loaded guest runs again."""
+    client = QMPClient("mmlab")
+    while True:
+        try:
+            await client.connect(str(qmp_socket))
+            break
+        except (OSError, QMPError):
+            _still_starting(proc, deadline)
+            await asyncio.sleep(0.005)
+    try:
+        while not (await client.execute("query-status")).get("running"):
+            _still_starting(proc, deadline)
+            await asyncio.sleep(0.005)
+    finally:
+        await client.disconnect()
