@@ -3,6 +3,7 @@ test session leaves THP, KSM and swap exactly as it found them."""
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import shutil
@@ -128,3 +129,23 @@ def samples_of(*args: str) -> list[dict]:
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     return [json.loads(line) for line in lines]
+
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def check_golden(name: str, got: str) -> None:
+    """Compare `got` with tests/golden/NAME, or write it there when
+    MMLAB_UPDATE_GOLDEN=1 (an intended change of a rendered output)."""
+    path = GOLDEN / name
+    if os.environ.get("MMLAB_UPDATE_GOLDEN") == "1":
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(got)
+        return
+    want = path.read_text() if path.exists() else ""
+    if got != want:
+        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
+                                            f"tests/golden/{name}", "rendered now"))
+        pytest.fail(f"tests/golden/{name} differs from what renders now; if the change is "
+                    "intended, regenerate it with MMLAB_UPDATE_GOLDEN=1\n" + diff,
+                    pytrace=False)

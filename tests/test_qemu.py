@@ -309,10 +309,14 @@ set = { swap = "zram:32M", numa_nodes = 2 }
         assert s.state["swap_total_kb"] == 0 and s.state["guest_numa_nodes"] == 1
 
 
-def test_host_arms_refuse_numa_nodes(tmp_path):
+@pytest.mark.parametrize("setting, wanted", [
+    ("numa_nodes = 2", r"numa_nodes: 2: NUMA nodes are made for guests"),
+    ('guest_start = "boot"', r"guest_start: 'boot': only a guest starts"),
+])
+def test_host_arms_refuse_guest_settings(setting, wanted):
     from mmlab.experiment.plan import parse
-    with pytest.raises(MmlabError, match=r"numa_nodes: 2: NUMA nodes are made for guests"):
-        parse("""
+    with pytest.raises(MmlabError, match=wanted):
+        parse(f"""
 name = "x"
 workload = "pageout-refault"
 repetitions = 3
@@ -320,7 +324,7 @@ metrics = ["advise_ns_per_page"]
 baseline = "a"
 [[arms]]
 name = "a"
-set = { numa_nodes = 2 }
+set = {{ {setting} }}
 """)
 
 
@@ -407,17 +411,3 @@ def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch)
     assert s.state["guest_start"] == "booted"
     assert said and "booting every trial" in said[0] and "could not be saved" in said[0]
 
-
-def test_host_arms_refuse_guest_start():
-    from mmlab.experiment.plan import parse
-    with pytest.raises(MmlabError, match=r"guest_start: 'boot': only a guest starts"):
-        parse("""
-name = "x"
-workload = "pageout-refault"
-repetitions = 3
-metrics = ["advise_ns_per_page"]
-baseline = "a"
-[[arms]]
-name = "a"
-set = { guest_start = "boot" }
-""")

@@ -15,10 +15,8 @@ and read the diff of tests/golden/ before committing it.
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
-import os
 import re
 import subprocess
 import tomllib
@@ -40,7 +38,7 @@ from mmlab.workloads import Metric, Param, Workload, registry
 from mmlab.workloads.build import WORKLOAD_SRC
 from mmlab.workloads.samples import Sample
 
-from .conftest import mmlab, run_profile
+from .conftest import check_golden, mmlab, run_profile
 
 # Four rounds of two comparisons: only tests without the family correction
 # can call them (Holm would need p < 0.025, four rounds give 0.029 at best).
@@ -196,7 +194,6 @@ def test_a_report_of_an_ab_run_that_never_started_names_the_patch(tmp_path):
 
 # ---------------------------------------------------------------- golden files
 
-GOLDEN = Path(__file__).parent / "golden"
 
 GOLDEN_PROFILE = """\
 # golden fixture: written by tests/test_report.py, never run
@@ -331,22 +328,6 @@ def golden(tmp_path) -> data.ReportData:
 def normalised_html(page: str) -> str:
     """PNG bytes depend on matplotlib and its fonts: only their place is compared."""
     return re.sub(r"data:image/png;base64,[A-Za-z0-9+/=]+", "data:image/png;base64,PNG", page)
-
-
-def check_golden(name: str, got: str) -> None:
-    """Compare with tests/golden/NAME, or write it when MMLAB_UPDATE_GOLDEN=1."""
-    path = GOLDEN / name
-    if os.environ.get("MMLAB_UPDATE_GOLDEN") == "1":
-        path.parent.mkdir(exist_ok=True)
-        path.write_text(got)
-        return
-    want = path.read_text() if path.exists() else ""
-    if got != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
-                                            f"tests/golden/{name}", "rendered now"))
-        pytest.fail(f"the report differs from tests/golden/{name}; if the change is intended, "
-                    "regenerate with MMLAB_UPDATE_GOLDEN=1 .venv/bin/python -m pytest -q "
-                    f"tests/test_report.py -k golden\n{diff}", pytrace=False)
 
 
 def test_golden_text_report(golden):

@@ -8,8 +8,6 @@ operating characteristics with a fixed seed."""
 
 from __future__ import annotations
 
-import difflib
-import os
 import re
 import subprocess
 import xml.etree.ElementTree as ET
@@ -25,11 +23,10 @@ from mmlab.targets import TargetPool
 from mmlab.track import changepoints, dashboard, evidence, releases, session, simulate, suite
 from mmlab.track.releases import Release
 
-from .conftest import mmlab
+from .conftest import check_golden, mmlab
 from .fake_target import FakeTarget
 
 ROOT = Path(__file__).resolve().parents[1]
-GOLDEN = Path(__file__).parent / "golden"
 PROFILE = """
 name = "pageout"
 workload = "pageout-refault"
@@ -237,20 +234,6 @@ def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
     assert shot.stat().st_size > 20_000
 
 
-def check_golden(name: str, got: str) -> None:
-    """Compare with tests/golden/NAME, or write it when MMLAB_UPDATE_GOLDEN=1."""
-    path = GOLDEN / name
-    if os.environ.get("MMLAB_UPDATE_GOLDEN") == "1":
-        path.write_text(got)
-        return
-    want = path.read_text() if path.exists() else ""
-    if got != want:
-        diff = "".join(difflib.unified_diff(want.splitlines(True), got.splitlines(True),
-                                            f"tests/golden/{name}", "rendered now"))
-        pytest.fail(f"the summary differs from tests/golden/{name}; if intended, regenerate "
-                    f"with MMLAB_UPDATE_GOLDEN=1\n{diff}", pytrace=False)
-
-
 @pytest.mark.parametrize("text, wanted", [
     (SUITE.replace('path = "p.toml"', 'path = "missing.toml"'), "missing.toml"),
     (SUITE.replace('kernels = ["local:a", "local:b", "local:c", "local:d", "local:e"]',
@@ -266,7 +249,7 @@ def check_golden(name: str, got: str) -> None:
 def test_bad_suites_are_one_line_before_anything_is_measured(tmp_path, text, wanted):
     path = write_suite(tmp_path, text)
     with pytest.raises(MmlabError, match=wanted):
-        releases.Catalog().check(suite.load(path))
+        releases.check(releases.Catalog(), suite.load(path))
     proc = mmlab("track", "run", str(path), "--results", str(tmp_path / "r"))
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not (tmp_path / "r").exists()

@@ -46,7 +46,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
         catalog.Apt().refresh(force=True)
     found = suite.load(suite_path)
     resolver = releases.Catalog()
-    resolver.check(found)
+    releases.check(resolver, found)
     out = terminal.console()
     store = Store(results)
     pool = TargetPool(allow_host_changes, terminal.plain(out))

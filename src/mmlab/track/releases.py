@@ -42,18 +42,19 @@ class Resolver(Protocol):
 
     def branch(self, series: str) -> list[Release]: ...
 
-    def check(self, suite: Suite) -> None:
-        """Every kernel and branch of the suite resolves, before anything is
-        stored or measured; one line naming the suite otherwise."""
-        try:
-            for name in dict.fromkeys([*suite.kernels, suite.reference]):
-                self.exact(name)
-            for b in suite.branches:
-                self.branch(b)
-        except MmlabError as exc:
-            raise MmlabError(f"{suite.path}: {exc}") from exc
-
     def prepare(self, release: Release) -> None: ...
+
+
+def check(resolver: Resolver, suite: Suite) -> None:
+    """Every kernel and branch of the suite resolves, before anything is
+    stored or measured; one line naming the suite otherwise."""
+    try:
+        for name in dict.fromkeys([*suite.kernels, suite.reference]):
+            resolver.exact(name)
+        for b in suite.branches:
+            resolver.branch(b)
+    except MmlabError as exc:
+        raise MmlabError(f"{suite.path}: {exc}") from exc
 
 
 @dataclass(frozen=True)
@@ -142,17 +143,6 @@ class Catalog:
                              f"{', '.join(catalog.series_available(self.apt, flavour))})")
         suffix = "" if flavour == "cloud" else f"-{flavour}"
         return [self.exact(f"debian:{u}{suffix}", u) for u in found]
-
-    def check(self, suite: Suite) -> None:
-        """Every kernel and branch of the suite resolves, before anything is
-        stored or measured; one line naming the suite otherwise."""
-        try:
-            for name in dict.fromkeys([*suite.kernels, suite.reference]):
-                self.exact(name)
-            for b in suite.branches:
-                self.branch(b)
-        except MmlabError as exc:
-            raise MmlabError(f"{suite.path}: {exc}") from exc
 
     def prepare(self, release: Release) -> None:
         """The cached image of `release` is the package the cell is keyed by:
