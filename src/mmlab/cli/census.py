@@ -24,8 +24,8 @@ INTERVAL = typer.Option(0.5, "--interval", min=0.01, metavar="SECONDS",
 KERNEL = typer.Option("host", "--kernel", metavar="KERNEL",
                       help="CMD or RECIPE: run it in a QEMU guest on this kernel "
                            "(debian:6.12, debian:7.3)")
-MEMORY = typer.Option(None, "--memory", min=256, metavar="MiB",
-                      help="with --kernel: the guest's memory (default: the recipe's, or 1024)")
+MEMORY = typer.Option(None, "--memory-mb", min=256, metavar="N",
+                      help="with --kernel: guest memory in MiB (default: the recipe's, or 1024)")
 
 
 def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
@@ -53,7 +53,7 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
         raise MmlabError("mmlab census: --kernel goes with -- CMD ARGS or --recipe RECIPE "
                          "(a guest runs the command)")
     if memory_mb is not None and kernel == "host":
-        raise MmlabError("mmlab census: --memory goes with --kernel (it sizes the guest)")
+        raise MmlabError("mmlab census: --memory-mb goes with --kernel (it sizes the guest)")
     out = terminal.console()
     if pid or every:
         found = take.take(pid or None, top)
