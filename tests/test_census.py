@@ -14,6 +14,7 @@ import pytest
 
 from mmlab.census import command, guest, iterator, recipe, take
 from mmlab.errors import MmlabError
+from mmlab.machine.knobs import HostSettings
 
 from .conftest import MMLAB, is_root
 
@@ -223,6 +224,53 @@ ready = ["true"]
 
 # ---------------------------------------------------------------- in a guest
 
+@pytest.mark.parametrize("name, why", [
+    ("jvm-g1", "its JDK tree"),
+    ("ksm-jvm", "its JDK tree"),
+    ("postgres-pgbench", "refuses to run as root"),
+])
+def test_a_recipe_that_cannot_travel_is_one_line(name, why):
+    path = ROOT / "experiments" / "census" / f"{name}.toml"
+    with pytest.raises(MmlabError, match=f"{name}.toml: cannot run in a guest: .*{why}"):
+        recipe.run(path, kernel="debian:6.12")
+    done = mmlab_census("--recipe", str(path), "--kernel", "debian:6.12")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "cannot run in a guest" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_recipe_with_services_cannot_travel(tmp_path):
+    path = tmp_path / "served.toml"
+    path.write_text('description = "x"\ncommand = ["true"]\n'
+                    '[[services]]\ncommand = ["sleep", "300"]\n')
+    with pytest.raises(MmlabError, match="served.toml: cannot run in a guest: its services"):
+        recipe.run(path, kernel="debian:7.3")
+
+
+def test_the_files_a_command_names_travel_with_it(tmp_path):
+    script = tmp_path / "work" / "jit.js"
+    script.parent.mkdir()
+    script.write_text("1\n")
+    argv, files = guest.travelling(["cat", "-n", str(script), "30"], tmp_path / "cache")
+    assert argv[1] == "-n" and argv[3] == "30"
+    cat, kept = Path(argv[0]), Path(argv[2])
+    assert cat.name == "cat" and cat.is_relative_to(tmp_path / "cache")
+    assert kept.read_text() == "1\n" and kept.is_relative_to(tmp_path / "cache")
+    assert {cat, kept} <= set(files) and any(f.name.startswith("libc.so") for f in files)
+
+
+def test_a_guest_writes_the_settings_and_reports_ksm():
+    text = guest.script(["/p"], Path("/m"), 0.5, HostSettings(ksm={"run": 1}))
+    assert text.index("echo 1 > /sys/kernel/mm/ksm/run") < text.index("/p > /tmp/cmd.out")
+    out = "\n".join([f"{guest.MARK} pid 7", f"{guest.MARK} sample 1.0",
+                     "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p", f"{guest.MARK} ksm 1 42",
+                     f"{guest.MARK} sample 1.5", "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p",
+                     f"{guest.MARK} ksm 0 0", f"{guest.MARK} exit 0",
+                     f"{guest.MARK} words done=1"])
+    ran = guest.parse(out, ["p"], 1, 2.0, "debian:6.12")
+    assert [s.ksm_pages_sharing for s in ran.samples] == [42, None]
+    assert ran.output == "done=1" and ran.peak.processes[0].largest_group == 1
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
 def test_the_guest_census_sees_exactly_n_vmas(k612, tmp_path):
@@ -232,3 +280,25 @@ def test_the_guest_census_sees_exactly_n_vmas(k612, tmp_path):
     assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
     (first, *_) = ran.peak.processes
     assert (first.comm, first.largest_group, first.groups[0].anon_vmas) == ("splitter", 1001, 1)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
+def test_a_recipe_runs_in_a_guest_with_its_settings_there(k612, tmp_path):
+    """The prepare step runs here, the dynamically linked program travels,
+    the recipe's KSM setting is written in the guest and not on the host."""
+    host_ksm = Path("/sys/kernel/mm/ksm/run").read_text()
+    path = tmp_path / "r.toml"
+    path.write_text(f"""description = "splitter in a guest, ksmd running there"
+prepare = [["cc", "-O2", "-o", "{{work}}/splitter", "{SPLITTER}"]]
+command = ["{{work}}/splitter", "301", "guard", "2"]
+[settings]
+ksm = {{ run = 1 }}
+[guest]
+memory_mb = 512
+""")
+    ran = recipe.run(path, top=1, kernel="debian:6.12")
+    assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
+    assert ran.peak.processes[0].largest_group == 301
+    assert all(s.ksm_pages_sharing is not None for s in ran.samples)
+    assert Path("/sys/kernel/mm/ksm/run").read_text() == host_ksm

@@ -12,11 +12,14 @@ import signal
 import subprocess
 import tempfile
 import time
+from pathlib import Path
 
 from mmlab.census import groups, iterator, take
 from mmlab.census.iterator import Vma
 from mmlab.census.records import Census, CommandCensus, Sample
 from mmlab.errors import MmlabError
+
+KSM = "/sys/kernel/mm/ksm"
 
 
 def tree(vmas: list[Vma], roots: set[int]) -> set[int]:
@@ -49,26 +52,41 @@ class Watch:
     def sample(self) -> None:
         """One census here, now."""
         t0 = time.perf_counter()
-        self.add(time.monotonic() - self.t0, iterator.read(), t0)
+        self.add(time.monotonic() - self.t0, iterator.read(), t0, ksm_sharing())
 
-    def add(self, at_s: float, everyone: list[Vma], t0: float) -> None:
+    def add(self, at_s: float, everyone: list[Vma], t0: float,
+            ksm: int | None = None) -> None:
         """The sample of `everyone`'s VMAs (every process's, read at
-        `at_s`, the reading started at perf_counter `t0`)."""
+        `at_s`, the reading started at perf_counter `t0`); `ksm`: the pages
+        KSM shared then, if ksmd ran."""
         pids = tree(everyone, self.roots)
         vmas = [v for v in everyone if v.tgid in pids]
         largest = max(groups.root_sizes(vmas).values(), default=0)
         self.samples.append(Sample(at_s=at_s, processes=len({v.tgid for v in vmas}),
-                                   vmas=len(vmas), largest_group=largest))
+                                   vmas=len(vmas), largest_group=largest,
+                                   ksm_pages_sharing=ksm))
         if vmas and largest > self.peak_largest:
             self.peak = take.of(everyone, pids, self.top, t0, strict=False,
                                 patterns=self.patterns)
             self.peak_at_s, self.peak_largest = at_s, largest
 
-    def result(self, argv: list[str], code: int, seconds: float) -> CommandCensus:
+    def result(self, argv: list[str], code: int, seconds: float,
+               output: str = "") -> CommandCensus:
         if self.peak is None:
             raise MmlabError(f"{' '.join(argv)}: exited before the first census could see it")
-        return CommandCensus(command=argv, exit_code=code, seconds=seconds,
+        return CommandCensus(command=argv, exit_code=code, seconds=seconds, output=output,
                              samples=self.samples, peak_at_s=self.peak_at_s, peak=self.peak)
+
+
+def ksm_sharing() -> int | None:
+    """The pages KSM shares on this machine (pages_sharing), or None when
+    ksmd is not running: a KSM recipe's samples show that merging happened."""
+    try:
+        if Path(KSM, "run").read_text().strip() != "1":
+            return None
+        return int(Path(KSM, "pages_sharing").read_text())
+    except (OSError, ValueError):
+        return None
 
 
 def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
@@ -90,7 +108,8 @@ def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] =
             stop(child)
         if code:
             raise MmlabError(f"{' '.join(argv)}: exited with status {code}: {_last_words(log)}")
-    return watch.result(argv, code, time.monotonic() - watch.t0)
+        output = _last_words(log)
+    return watch.result(argv, code, time.monotonic() - watch.t0, output)
 
 
 def _follow(child: subprocess.Popen, watch: Watch, interval_s: float,

@@ -4,10 +4,16 @@ The static mmcensus travels in the initramfs like mmwork, and the command
 with the shared libraries it loads like an exec workload's program
 (initramfs.files_archive at the same absolute paths): no Python, bpftrace or
 drgn is needed in the guest, only its kernel's BTF, which Debian's kernels
-carry.  The guest samples the command's tree with mmcensus every interval
-until it exits and prints the samples; the host groups them as it groups
-its own.  The guest's smaps stays in the guest, so its groups have no
-pattern.
+carry.  So does every file the command names (a script, a second program
+such as the one ksm_exec runs), each from a content-addressed copy, since
+the guest mounts a fresh /tmp over the initramfs's and a recipe's programs
+are built in a temporary folder.  Global settings a recipe asks for (KSM)
+are written inside the guest before the command starts: the guest is its
+own machine, so the host's settings are never touched.
+
+The guest samples the command's tree with mmcensus every interval until it
+exits and prints the samples; the host groups them as it groups its own.
+The guest's smaps stays in the guest, so its groups have no pattern.
 """
 
 from __future__ import annotations
@@ -22,48 +28,91 @@ from mmlab.census import command, iterator
 from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
 from mmlab.kernels import images
+from mmlab.machine.knobs import DamonActors, HostSettings
 from mmlab.targets import initramfs
 from mmlab.targets.boot import Guest, initramfs_cache, run_script
 from mmlab.workloads.build import built
 from mmlab.workloads.execwork import shared_libraries
 
 MARK = "MMLAB-CENSUS"
+KSM = "/sys/kernel/mm/ksm"
 
 
-def script(argv: list[str], mmcensus: Path, interval_s: float) -> str:
-    """The guest's /trial.sh: start the command, census every interval while
-    its address space exists, then its exit status and last words."""
+def script(argv: list[str], mmcensus: Path, interval_s: float,
+           settings: HostSettings = HostSettings()) -> str:
+    """The guest's /trial.sh: write the settings, start the command, census
+    every interval while its address space exists (with KSM's shared pages
+    when ksmd runs), then its exit status and last words."""
+    lines = []
+    for knob, value in settings.fixed_files():
+        path = shlex.quote(knob.path)
+        lines += [f"[ -w {path} ] || {{ echo '{knob.path}: not on this kernel' >&2; exit 92; }}",
+                  f"echo {shlex.quote(value)} > {path}"]
+    if settings.damon == "off":
+        lines += DamonActors.shell_off()
     return "\n".join([
+        *lines,
         f"{shlex.join(argv)} > /tmp/cmd.out 2>&1 &",
         "pid=$!",
         f'echo "{MARK} pid $pid"',
         "while grep -q . /proc/$pid/maps 2>/dev/null; do",
         f'  echo "{MARK} sample $(cut -d" " -f1 /proc/uptime)"',
         f"  {mmcensus} || exit 90",
+        f'  [ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"',
         f"  sleep {interval_s:g}",
         "done",
         "wait $pid",
         f'echo "{MARK} exit $?"',
-        f'echo "{MARK} words $(tail -3 /tmp/cmd.out | tr "\\n" " ")"',
+        f'echo "{MARK} words $(tail -3 /tmp/cmd.out | tr "\\n" "|" | sed "s/|$//; s/|/ | /g")"',
     ]) + "\n"
 
 
 def run(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
-        memory_mb: int = 1024, vcpus: int = 1) -> CommandCensus:
-    """Boot `kernel` (debian:6.12, ...), run `argv` there and return its
-    census at the peak, as command.run does on the host."""
+        memory_mb: int = 1024, vcpus: int = 1, settings: HostSettings = HostSettings(),
+        timeout_s: float = 600) -> CommandCensus:
+    """Boot `kernel` (debian:6.12, ...), write `settings` there, run `argv`
+    there and return its census at the peak, as command.run does on the
+    host.  `memory_mb` must hold the initramfs (the program and its
+    libraries, unpacked) besides what the program maps."""
+    if settings.swap is not None:
+        raise MmlabError(f"swap = {settings.swap}: a census guest has no swap device "
+                         "(run it with mmlab run --kernel)")
+    mmcensus = built("mmcensus")
+    cache = initramfs_cache()
+    guest_argv, packed = travelling(argv, cache)
+    guest = Guest(images.get(kernel), vcpus=vcpus, memory_mb=memory_mb, timeout_s=timeout_s)
+    t0 = time.monotonic()
+    out = run_script(guest, script(guest_argv, mmcensus, interval_s, settings),
+                     (initramfs.files_archive([mmcensus, *packed], cache),), cache)
+    return parse(out, argv, top, time.monotonic() - t0, f"{kernel} ({guest.kernel.version})")
+
+
+def travelling(argv: list[str], cache: Path) -> tuple[list[str], list[Path]]:
+    """The command as the guest runs it, and the files it needs there: the
+    program (found on PATH), every argument naming a file (a script, the
+    program ksm_exec runs), each as a copy kept by content, and the shared
+    libraries of each ELF among them, at their host paths.  Other
+    arguments pass unchanged."""
     found = shutil.which(argv[0])
     if found is None:
         raise MmlabError(f"{argv[0]}: no such program to carry into the guest")
-    mmcensus = built("mmcensus")
-    cache = initramfs_cache()
-    program = _kept(Path(found), cache)
-    packed = [mmcensus, program, *shared_libraries(program)]
-    guest = Guest(images.get(kernel), vcpus=vcpus, memory_mb=memory_mb)
-    t0 = time.monotonic()
-    out = run_script(guest, script([str(program), *argv[1:]], mmcensus, interval_s),
-                     (initramfs.files_archive(packed, cache),), cache)
-    return parse(out, argv, top, time.monotonic() - t0, f"{kernel} ({guest.kernel.version})")
+    out, files = [], []
+    for i, arg in enumerate(argv):
+        path = Path(found if i == 0 else arg)
+        if i and not path.is_file():
+            out.append(arg)
+            continue
+        kept = _kept(path, cache)
+        out.append(str(kept))
+        files.append(kept)
+        if _is_elf(kept):
+            files += [lib for lib in shared_libraries(kept) if lib not in files]
+    return out, files
+
+
+def _is_elf(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
 
 
 def _kept(program: Path, cache: Path) -> Path:
@@ -80,7 +129,7 @@ def _kept(program: Path, cache: Path) -> Path:
 def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> CommandCensus:
     """The guest's samples, grouped; its peak as in command.Watch."""
     pid, code, words = 0, None, ""
-    samples: list[tuple[float, list[str]]] = []
+    samples: list[tuple[float, list[str], int | None]] = []
     for line in out.splitlines():
         if not line.startswith(MARK):
             if samples:
@@ -90,7 +139,10 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
         if what == "pid":
             pid = int(value)
         elif what == "sample":
-            samples.append((float(value), []))
+            samples.append((float(value), [], None))
+        elif what == "ksm" and samples:
+            run, sharing = value.split()
+            samples[-1] = (*samples[-1][:2], int(sharing) if run == "1" else None)
         elif what == "words":
             words = value.strip()
         else:
@@ -102,8 +154,8 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
                          f"{words or '(no output)'}")
     watch = command.Watch({pid}, top, patterns=False)
     start = samples[0][0] if samples else 0.0
-    for at, lines in samples:
-        watch.add(at - start, iterator.parse("\n".join(lines)), time.perf_counter())
-    found = watch.result(argv, code, seconds)
+    for at, lines, ksm in samples:
+        watch.add(at - start, iterator.parse("\n".join(lines)), time.perf_counter(), ksm)
+    found = watch.result(argv, code, seconds, words or "(no output)")
     found.peak.kernel = kernel
     return found

@@ -10,12 +10,25 @@ so that one command reproduces its census.
     command = ["pgbench", "-c", "8", "-T", "30", "-p", "{port}"]   # sampled
     [settings]                                         # global settings (KSM)
     ksm = { run = 1 }
+    [guest]                                            # with --kernel
+    memory_mb = 2048
+    host_only = "why the program cannot run in a guest"
 
 {here} is the recipe's folder (its program sources), {work} a private
 folder removed afterwards, {port} a free loopback port.  The command and the
 services' process trees are sampled; the services are killed at the end.
 The whole recipe holds mmlab's machine lock: it loads the machine, and any
 [settings] are journaled and restored however it ends.
+
+With a kernel (run(..., kernel="debian:6.12")) the prepare and setup steps
+still run here (a compiler is not carried into a guest), and the command runs in a
+guest of that kernel (guest.py), with the files it names and the libraries
+they load; [settings] are written inside the guest, so they need no
+--allow-host-changes.  A program that loads more than ldd names (a JVM
+reads its JDK tree at run time) cannot travel: its recipe says why in
+`host_only`.  Services cannot travel either: a database needs its users and
+data folder, which an initramfs does not have.  Either is refused in one
+line before anything runs.
 """
 
 from __future__ import annotations
@@ -31,7 +44,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from mmlab.census import command
+from mmlab.census import command, guest
 from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
 from mmlab.machine import knobs, proc
@@ -45,6 +58,15 @@ class Service(BaseModel):
     ready_timeout_s: float = 60
 
 
+class InGuest(BaseModel):
+    """How the recipe runs in a guest.  memory_mb holds the initramfs (the
+    program and its libraries, unpacked in guest memory) besides the
+    program's own memory; host_only says why the program cannot travel."""
+    model_config = ConfigDict(extra="forbid")
+    memory_mb: int = Field(1024, ge=256)
+    host_only: str | None = None
+
+
 class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
     description: str
@@ -55,6 +77,7 @@ class Recipe(BaseModel):
     interval_s: float = Field(0.5, gt=0)
     timeout_s: float = Field(900, gt=0)
     settings: HostSettings = HostSettings()
+    guest: InGuest = InGuest()
 
 
 def load(path: Path) -> Recipe:
@@ -70,13 +93,36 @@ def load(path: Path) -> Recipe:
         raise MmlabError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
 
 
-def run(path: Path, top: int = 5, allowed: bool = False) -> CommandCensus:
-    """Run the recipe at `path` and return its command's census."""
+def travels(path: Path, recipe: Recipe) -> None:
+    """Refuse, in one line, a recipe whose program cannot run in a guest."""
+    why = recipe.guest.host_only
+    if why is None and recipe.services:
+        why = ("its services need their users and data folder, which a guest's initramfs "
+               "does not have")
+    if why is None and recipe.settings.swap is not None:
+        why = "a census guest has no swap device"
+    if why:
+        raise MmlabError(f"{path}: cannot run in a guest: {why}")
+
+
+def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
+        memory_mb: int | None = None) -> CommandCensus:
+    """Run the recipe at `path` and return its command's census: here, or
+    with `kernel` in a guest of it (`memory_mb`: the guest's memory, the
+    recipe's by default)."""
     recipe = load(path)
+    if kernel != "host":
+        travels(path, recipe)
     work = Path(tempfile.mkdtemp(prefix="mmlab-census-"))
     work.chmod(0o755)       # a service may run as another user (postgres refuses root)
     names = {"here": str(path.resolve().parent), "work": str(work), "port": str(_free_port())}
     try:
+        if kernel != "host":
+            for argv in recipe.prepare + recipe.setup:
+                _step(_fill(argv, names))
+            return guest.run(kernel, _fill(recipe.command, names), recipe.interval_s, top,
+                             memory_mb=memory_mb or recipe.guest.memory_mb,
+                             settings=recipe.settings, timeout_s=recipe.timeout_s)
         with knobs.Journal().session() as journal, ExitStack() as services:
             knobs.apply(recipe.settings, journal, allowed)
             for argv in recipe.prepare:

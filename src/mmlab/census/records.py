@@ -64,19 +64,25 @@ class Census(BaseModel):
 
 class Sample(BaseModel):
     """A command's process tree at one moment while it ran; largest_group
-    counts a root's VMAs over all the tree's processes."""
+    counts a root's VMAs over all the tree's processes.  ksm_pages_sharing:
+    the machine's KSM pages_sharing then (in a guest, the command's alone),
+    None when ksmd was not running."""
     at_s: float
     processes: int
     vmas: int
     largest_group: int
+    ksm_pages_sharing: int | None = None
 
 
 class CommandCensus(BaseModel):
     """A command sampled while it ran; `peak` is the census of the first
-    sample whose largest group (over its processes) was largest."""
+    sample whose largest group (over its processes) was largest.  `output`:
+    the last lines it printed (a program's own figures, such as how much
+    work it did: a guest's emulated CPU does far less in the same time)."""
     command: list[str]
     exit_code: int
     seconds: float
+    output: str = ""
     samples: list[Sample]
     peak_at_s: float
     peak: Census

@@ -22,13 +22,16 @@ TOP = typer.Option(5, "--top", min=1, metavar="N",
 INTERVAL = typer.Option(0.5, "--interval", min=0.01, metavar="SECONDS",
                         help="CMD: seconds between samples")
 KERNEL = typer.Option("host", "--kernel", metavar="KERNEL",
-                      help="CMD: run it in a QEMU guest on this kernel (debian:6.12, debian:7.3)")
+                      help="CMD or RECIPE: run it in a QEMU guest on this kernel "
+                           "(debian:6.12, debian:7.3)")
+MEMORY = typer.Option(None, "--memory-mb", min=256, metavar="N",
+                      help="with --kernel: guest memory in MiB (default: the recipe's, or 1024)")
 
 
 def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
            recipe_path: Path = RECIPE, top: int = TOP, interval_s: float = INTERVAL,
-           kernel: str = KERNEL, allow_host_changes: bool = ALLOW,
-           as_json: bool = JSON) -> None:
+           kernel: str = KERNEL, memory_mb: int | None = MEMORY,
+           allow_host_changes: bool = ALLOW, as_json: bool = JSON) -> None:
     """Count the VMAs sharing each anon_vma, grouped by root anon_vma, largest
     first: of PIDs, of every process, or of a command sampled while it runs
     and reported at its peak.  Read from the kernel with a BPF task_vma
@@ -40,13 +43,17 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
       mmlab census --all --top 10
       mmlab census -- java -XX:+UseZGC -Xmx512m -jar app.jar
       mmlab census --kernel debian:6.12 -- ./splitter 1001 guard 2
-      mmlab census --recipe experiments/census/jvm-g1.toml --json"""
+      mmlab census --recipe experiments/census/jvm-g1.toml --json
+      mmlab census --recipe experiments/census/node-jit.toml --kernel debian:7.3"""
     chosen = [bool(cmd), bool(pid), every, recipe_path is not None]
     if sum(chosen) != 1:
         raise MmlabError("mmlab census: give one of --pid PID, --all, --recipe RECIPE or "
                          "-- CMD ARGS")
-    if kernel != "host" and not cmd:
-        raise MmlabError("mmlab census: --kernel goes with -- CMD ARGS (a guest runs the command)")
+    if kernel != "host" and not (cmd or recipe_path):
+        raise MmlabError("mmlab census: --kernel goes with -- CMD ARGS or --recipe RECIPE "
+                         "(a guest runs the command)")
+    if memory_mb is not None and kernel == "host":
+        raise MmlabError("mmlab census: --memory-mb goes with --kernel (it sizes the guest)")
     out = terminal.console()
     if pid or every:
         found = take.take(pid or None, top)
@@ -56,9 +63,9 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
             render.print_census(out, found)
         return
     if recipe_path:
-        ran = recipe.run(recipe_path, top, allow_host_changes)
+        ran = recipe.run(recipe_path, top, allow_host_changes, kernel, memory_mb)
     elif kernel != "host":
-        ran = guest.run(kernel, cmd, interval_s, top)
+        ran = guest.run(kernel, cmd, interval_s, top, memory_mb=memory_mb or 1024)
     else:
         ran = command.run(cmd, interval_s, top)
     if as_json:
