@@ -220,20 +220,24 @@ def _converse(proc: subprocess.Popen, sock: Path, qmp: Path, script: str,
     """Connect to the guest's ttyS1, wait until it runs, send the script,
     and read until QEMU closes the port; None if the deadline passed."""
     conn = _connect(proc, sock, deadline)
+    chunks: list[bytes] = []
     with conn:
         asyncio.run(_until_running(proc, qmp, deadline))
-        conn.sendall(_encoded(script))
-        chunks = []
-        while (left := deadline - time.monotonic()) > 0:
-            conn.settimeout(left)
-            try:
+        try:
+            conn.sendall(_encoded(script))
+            while (left := deadline - time.monotonic()) > 0:
+                conn.settimeout(left)
                 data = conn.recv(1 << 16)
-            except TimeoutError:
+                if not data:
+                    break
+                chunks.append(data)
+            else:
                 return None
-            if not data:
-                return b"".join(chunks).decode(errors="replace")
-            chunks.append(data)
-    return None
+        except TimeoutError:
+            return None
+        except OSError:     # QEMU went away (a reset): what arrived is judged as it is
+            pass
+    return b"".join(chunks).decode(errors="replace")
 
 
 def _encoded(script: str) -> bytes:
