@@ -12,6 +12,7 @@ a kernel that dies before /init starts the trial is tried again.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import re
@@ -149,14 +150,22 @@ def trial_parts(guest: Guest, swap: str | None, archives: tuple[Path, ...]) -> l
     return mods + list(archives)
 
 
+def swap_disk_size(swap: str | None) -> int:
+    """Bytes of the virtio disk a `file:` swap gives the guest (0: no disk)."""
+    if not swap or not swap.startswith("file:"):
+        return 0
+    return parse_size(swap.split(":", 1)[1])
+
+
 def swap_disk(tmpd: Path, swap: str | None) -> Path | None:
     """A sparse file of the swap's size for a `file:` swap: blocks appear
     only as the guest swaps."""
-    if not swap or not swap.startswith("file:"):
+    size = swap_disk_size(swap)
+    if not size:
         return None
     disk = tmpd / "swap.img"
     with open(disk, "wb") as f:
-        f.truncate(parse_size(swap.split(":", 1)[1]))
+        f.truncate(size)
     return disk
 
 
@@ -288,7 +297,10 @@ def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),
     return boot.frames["stdout"].decode(errors="replace")
 
 
+@functools.cache
 def qemu_version() -> str:
+    """QEMU's version line, asked once per process: every trial's environment
+    and snapshot key name it."""
     proc = subprocess.run([QEMU, "--version"], capture_output=True, text=True)
     return proc.stdout.splitlines()[0] if proc.returncode == 0 else "not installed"
 

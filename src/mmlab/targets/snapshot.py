@@ -51,6 +51,7 @@ from mmlab.targets.boot import (
     read_text,
     result,
     swap_disk,
+    swap_disk_size,
     tail,
     trial_parts,
     wait_qemu,
@@ -86,21 +87,15 @@ def snapshot_root(cache: Path) -> Path:
 
 def _key(guest: Guest, accel: str, disk: int, parts: list[Path]) -> str:
     """Everything the saved state depends on: QEMU, the accelerator, the
-    guest's shape, the kernel image and every initramfs part's bytes."""
-    image = guest.kernel.image.stat()
-    h = hashlib.sha256(json.dumps([
+    guest's shape, the kernel image and the initramfs parts, each file by
+    path, size and modification time (the base and program archives are
+    named by their content already), so keying a trial reads no file."""
+    files = [guest.kernel.image, *parts]
+    stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
+    return hashlib.sha256(json.dumps([
         qemu_version(), accel, guest.vcpus, guest.memory_mb, guest.numa_nodes,
-        guest.extra_cmdline, disk, str(guest.kernel.image), image.st_size, image.st_mtime_ns,
-    ]).encode())
-    for part in parts:
-        h.update(hashlib.sha256(part.read_bytes()).digest())
-    return h.hexdigest()[:20]
-
-
-def _disk_size(swap: str | None) -> int:
-    with tempfile.TemporaryDirectory(prefix="mmlab-disk-") as tmp:
-        disk = swap_disk(Path(tmp), swap)
-        return disk.stat().st_size if disk else 0
+        guest.extra_cmdline, disk, stats,
+    ]).encode()).hexdigest()[:20]
 
 
 def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
@@ -108,7 +103,7 @@ def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
     """The snapshot for this guest, made now (one boot and a save, under a
     lock so that parallel trials make it once) if it is not kept yet."""
     parts = [initramfs.base_archive(cache), *trial_parts(guest, swap, archives)]
-    snap = Snapshot(snapshot_root(cache) / _key(guest, accel, _disk_size(swap), parts))
+    snap = Snapshot(snapshot_root(cache) / _key(guest, accel, swap_disk_size(swap), parts))
     snap.dir.mkdir(parents=True, exist_ok=True)
     with open(snap.dir / "lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
