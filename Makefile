@@ -19,7 +19,9 @@ MMLAB := $(VENV)/bin/mmlab
 # so it also runs in a guest's initramfs (bpftrace 0.17, Debian 12's, cannot
 # be used: it refuses iter probes where tracefs's function list is not
 # readable, as on this lab's host; see docs/census.md); openjdk-17-jdk-headless
-# (javac), nodejs and postgresql for the census recipes of real programs.
+# (javac), nodejs and postgresql for the census recipes of real programs, which
+# a guest runs from this machine's root through QEMU's own virtiofsd (in
+# qemu-system-common, which qemu-system-x86 pulls in).
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
 	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
 	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \

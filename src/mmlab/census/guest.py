@@ -11,6 +11,11 @@ are built in a temporary folder.  Global settings a recipe asks for (KSM)
 are written inside the guest before the command starts: the guest is its
 own machine, so the host's settings are never touched.
 
+A program that cannot travel that way (a JVM reads its whole JDK tree, a
+database needs its users and data folder) runs instead in a chroot of this
+machine's root, mounted read-only in the guest (HostRoot, hostroot.py),
+after its recipe's steps have run there too.
+
 The guest samples the command's tree with mmcensus every interval until it
 exits and prints the samples; the host groups them as it groups its own.
 The guest's smaps stays in the guest, so its groups have no pattern.
@@ -22,6 +27,7 @@ import hashlib
 import shlex
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmlab.census import command, iterator
@@ -29,7 +35,7 @@ from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
 from mmlab.kernels import images
 from mmlab.machine.knobs import DamonActors, HostSettings
-from mmlab.targets import initramfs
+from mmlab.targets import hostroot, initramfs
 from mmlab.targets.boot import Guest, initramfs_cache, run_script
 from mmlab.workloads.build import built
 from mmlab.workloads.execwork import shared_libraries
@@ -38,11 +44,26 @@ MARK = "MMLAB-CENSUS"
 KSM = "/sys/kernel/mm/ksm"
 
 
+@dataclass(frozen=True)
+class HostRoot:
+    """A command run in a chroot of the host's root (hostroot.py) rather
+    than carried in the initramfs: `here` is the host folder seen at
+    hostroot.HERE, `steps` a shell script run there first (a recipe's
+    prepare, services and setup), whose services' PIDs it appends to
+    SERVICES so that their trees are sampled with the command's."""
+    here: Path
+    steps: str = ""
+
+
+SERVICES = "/tmp/mmlab-services"      # in the chroot
+
+
 def script(argv: list[str], mmcensus: Path, interval_s: float,
-           settings: HostSettings = HostSettings()) -> str:
-    """The guest's /trial.sh: write the settings, start the command, census
-    every interval while its address space exists (with KSM's shared pages
-    when ksmd runs), then its exit status and last words."""
+           settings: HostSettings = HostSettings(), root: HostRoot | None = None) -> str:
+    """The guest's /trial.sh: write the settings (and with `root`, mount the
+    host's root and run its steps in a chroot of it), start the command,
+    census every interval until it exits (with KSM's shared
+    pages when ksmd runs), then its exit status and last words."""
     lines = []
     for knob, value in settings.fixed_files():
         path = shlex.quote(knob.path)
@@ -50,12 +71,24 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
                   f"echo {shlex.quote(value)} > {path}"]
     if settings.damon == "off":
         lines += DamonActors.shell_off()
+    start = shlex.join(argv)
+    if root is not None:
+        lines += [f"MMLAB_HERE={shlex.quote(str(root.here))}", hostroot.MOUNT,
+                  f"cat > {hostroot.MOUNTED}/tmp/mmlab-steps.sh <<'MMLAB-STEPS'",
+                  root.steps, "MMLAB-STEPS",
+                  f"touch {hostroot.MOUNTED}{SERVICES}",
+                  f"chroot {hostroot.MOUNTED} /bin/sh /tmp/mmlab-steps.sh > /tmp/steps.out 2>&1 "
+                  f'|| {{ echo "{MARK} failed $(tail -3 /tmp/steps.out | tr "\\n" " ")"; exit 0; }}',
+                  f"for p in $(cat {hostroot.MOUNTED}{SERVICES}); do echo \"{MARK} also $p\"; done"]
+        start = f"chroot {hostroot.MOUNTED} {start}"
     return "\n".join([
         *lines,
-        f"{shlex.join(argv)} > /tmp/cmd.out 2>&1 &",
+        f"{start} > /tmp/cmd.out 2>&1 &",
         "pid=$!",
         f'echo "{MARK} pid $pid"',
-        "while grep -q . /proc/$pid/maps 2>/dev/null; do",
+        # until it exits: a zombie has no maps, but neither has a process
+        # in the middle of its exec (the chroot's), so ask for its state
+        "while grep -q '^State:[^Z]*$' /proc/$pid/status 2>/dev/null; do",
         f'  echo "{MARK} sample $(cut -d" " -f1 /proc/uptime)"',
         f"  {mmcensus} || exit 90",
         f'  [ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"',
@@ -69,20 +102,28 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
 
 def run(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
         memory_mb: int = 1024, vcpus: int = 1, settings: HostSettings = HostSettings(),
-        timeout_s: float = 600) -> CommandCensus:
+        timeout_s: float = 600, root: HostRoot | None = None) -> CommandCensus:
     """Boot `kernel` (debian:6.12, ...), write `settings` there, run `argv`
     there and return its census at the peak, as command.run does on the
-    host.  `memory_mb` must hold the initramfs (the program and its
-    libraries, unpacked) besides what the program maps."""
+    host.  Without `root` the command travels in the initramfs, and
+    `memory_mb` must hold it (the program and its libraries, unpacked)
+    besides what the program maps; with it, the command runs in a chroot of
+    the host's root after `root.steps`."""
     if settings.swap is not None:
         raise MmlabError(f"swap = {settings.swap}: a census guest has no swap device "
                          "(run it with mmlab run --kernel)")
-    mmcensus = built("mmcensus")
     cache = initramfs_cache()
-    guest_argv, packed = travelling(argv, cache)
-    guest = Guest(images.get(kernel), vcpus=vcpus, memory_mb=memory_mb, timeout_s=timeout_s)
+    mmcensus = _kept(built("mmcensus"), cache)    # the build folder may be under /tmp
+    image = images.get(kernel)
+    if root is None:
+        guest_argv, packed = travelling(argv, cache)
+    else:
+        hostroot.check(image)
+        guest_argv, packed = argv, []
+    guest = Guest(image, vcpus=vcpus, memory_mb=memory_mb, timeout_s=timeout_s,
+                  host_root=root is not None)
     t0 = time.monotonic()
-    out = run_script(guest, script(guest_argv, mmcensus, interval_s, settings),
+    out = run_script(guest, script(guest_argv, mmcensus, interval_s, settings, root),
                      (initramfs.files_archive([mmcensus, *packed], cache),), cache)
     return parse(out, argv, top, time.monotonic() - t0, f"{kernel} ({guest.kernel.version})")
 
@@ -128,7 +169,7 @@ def _kept(program: Path, cache: Path) -> Path:
 
 def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> CommandCensus:
     """The guest's samples, grouped; its peak as in command.Watch."""
-    pid, code, words = 0, None, ""
+    pid, code, words, also = 0, None, "", set()
     samples: list[tuple[float, list[str], int | None]] = []
     for line in out.splitlines():
         if not line.startswith(MARK):
@@ -138,6 +179,11 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
         _, what, value = line.split(" ", 2)
         if what == "pid":
             pid = int(value)
+        elif what == "also":
+            also.add(int(value))
+        elif what == "failed":
+            raise MmlabError(f"{' '.join(argv)}: a step before it failed in the guest: "
+                             f"{value.strip() or '(no output)'}")
         elif what == "sample":
             samples.append((float(value), [], None))
         elif what == "ksm" and samples:
@@ -152,7 +198,7 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
     if code:
         raise MmlabError(f"{' '.join(argv)}: exited with status {code} in the guest: "
                          f"{words or '(no output)'}")
-    watch = command.Watch({pid}, top, patterns=False)
+    watch = command.Watch({pid, *also}, top, patterns=False)
     start = samples[0][0] if samples else 0.0
     for at, lines, ksm in samples:
         watch.add(at - start, iterator.parse("\n".join(lines)), time.perf_counter(), ksm)

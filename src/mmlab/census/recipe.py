@@ -12,7 +12,7 @@ so that one command reproduces its census.
     ksm = { run = 1 }
     [guest]                                            # with --kernel
     memory_mb = 2048
-    host_only = "why the program cannot run in a guest"
+    root = "host"                                      # run it from the host's root
 
 {here} is the recipe's folder (its program sources), {work} a private
 folder removed afterwards, {port} a free loopback port.  The command and the
@@ -20,19 +20,23 @@ services' process trees are sampled; the services are killed at the end.
 The whole recipe holds mmlab's machine lock: it loads the machine, and any
 [settings] are journaled and restored however it ends.
 
-With a kernel (run(..., kernel="debian:6.12")) the prepare and setup steps
-still run here (a compiler is not carried into a guest), and the command runs in a
-guest of that kernel (guest.py), with the files it names and the libraries
-they load; [settings] are written inside the guest, so they need no
---allow-host-changes.  A program that loads more than ldd names (a JVM
-reads its JDK tree at run time) cannot travel: its recipe says why in
-`host_only`.  Services cannot travel either: a database needs its users and
-data folder, which an initramfs does not have.  Either is refused in one
-line before anything runs.
+With a kernel (run(..., kernel="debian:6.12")) the command runs in a guest
+of that kernel (guest.py) and [settings] are written inside the guest, so
+they need no --allow-host-changes.  By default the prepare and setup steps
+still run here (a compiler is not carried into a guest) and the command
+travels in the initramfs with the files it names and the libraries they
+load.  A program that loads more than ldd names (a JVM reads its JDK tree
+at run time) or that has services (a database needs its users and data
+folder) says `root = "host"`: then every step runs in the guest, in a
+chroot of this machine's root mounted read-only (hostroot.py), with {work}
+on the guest's own tmpfs.  Services without it are refused in one line
+before anything runs.
 """
 
 from __future__ import annotations
 
+import math
+import shlex
 import shutil
 import socket
 import subprocess
@@ -41,6 +45,7 @@ import time
 import tomllib
 from contextlib import ExitStack
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -49,6 +54,9 @@ from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
 from mmlab.machine import knobs, proc
 from mmlab.machine.knobs import HostSettings
+from mmlab.targets import hostroot
+
+READY_POLL_S = 0.5   # a guest's service readiness poll
 
 
 class Service(BaseModel):
@@ -59,12 +67,13 @@ class Service(BaseModel):
 
 
 class InGuest(BaseModel):
-    """How the recipe runs in a guest.  memory_mb holds the initramfs (the
-    program and its libraries, unpacked in guest memory) besides the
-    program's own memory; host_only says why the program cannot travel."""
+    """How the recipe runs in a guest: memory_mb holds what the guest keeps
+    in its memory (an initramfs with the program and its libraries, or the
+    host root's files it reads) besides the program's own memory; `root`
+    says where the program comes from (the initramfs, or the host's root)."""
     model_config = ConfigDict(extra="forbid")
     memory_mb: int = Field(1024, ge=256)
-    host_only: str | None = None
+    root: Literal["initramfs", "host"] = "initramfs"
 
 
 class Recipe(BaseModel):
@@ -95,11 +104,11 @@ def load(path: Path) -> Recipe:
 
 def travels(path: Path, recipe: Recipe) -> None:
     """Refuse, in one line, a recipe whose program cannot run in a guest."""
-    why = recipe.guest.host_only
-    if why is None and recipe.services:
+    why = None
+    if recipe.services and recipe.guest.root != "host":
         why = ("its services need their users and data folder, which a guest's initramfs "
-               "does not have")
-    if why is None and recipe.settings.swap is not None:
+               'does not have: give it [guest] root = "host"')
+    if recipe.settings.swap is not None:
         why = "a census guest has no swap device"
     if why:
         raise MmlabError(f"{path}: cannot run in a guest: {why}")
@@ -113,6 +122,8 @@ def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
     recipe = load(path)
     if kernel != "host":
         travels(path, recipe)
+    if kernel != "host" and recipe.guest.root == "host":
+        return _in_host_root(path, recipe, top, kernel, memory_mb)
     work = Path(tempfile.mkdtemp(prefix="mmlab-census-"))
     work.chmod(0o755)       # a service may run as another user (postgres refuses root)
     names = {"here": str(path.resolve().parent), "work": str(work), "port": str(_free_port())}
@@ -134,6 +145,45 @@ def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
                                timeout_s=recipe.timeout_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _in_host_root(path: Path, recipe: Recipe, top: int, kernel: str,
+                  memory_mb: int | None) -> CommandCensus:
+    """Every step and the command in a guest, in a chroot of this machine's
+    root, {work} on the guest's tmpfs."""
+    names = {"here": hostroot.HERE, "work": hostroot.WORK, "port": str(_free_port())}
+    return guest.run(kernel, _fill(recipe.command, names), recipe.interval_s, top,
+                     memory_mb=memory_mb or recipe.guest.memory_mb, settings=recipe.settings,
+                     timeout_s=recipe.timeout_s,
+                     root=guest.HostRoot(path.resolve().parent, guest_steps(recipe, names)))
+
+
+def guest_steps(recipe: Recipe, names: dict[str, str]) -> str:
+    """The recipe's prepare, services and setup as one shell script for the
+    guest: a failing step names itself on stderr and stops it; each service
+    starts in the background, its PID in guest.SERVICES, and is polled
+    until ready (the recipe's whole timeout: an emulated guest is slow)."""
+    def step(argv: list[str]) -> str:
+        shown = shlex.quote(" ".join(argv[:3]))
+        return (f"{shlex.join(argv)} || {{ echo \"step failed (status $?): \"{shown} >&2; "
+                "exit 1; }")
+    lines = [step(_fill(a, names)) for a in recipe.prepare]
+    polls = math.ceil(recipe.timeout_s / READY_POLL_S)
+    for i, service in enumerate(recipe.services):
+        argv = _fill(service.command, names)
+        shown = shlex.quote(" ".join(argv[:3]))
+        lines += [f"{shlex.join(argv)} < /dev/null > /tmp/mmlab-service-{i}.log 2>&1 &",
+                  "svc=$!", f"echo $svc >> {guest.SERVICES}"]
+        if service.ready:
+            lines += ["n=0",
+                      f"until {shlex.join(_fill(service.ready, names))} > /dev/null 2>&1; do",
+                      f"  kill -0 $svc 2>/dev/null || {{ echo {shown}\": exited before it "
+                      f"was ready: $(tail -1 /tmp/mmlab-service-{i}.log)\" >&2; exit 1; }}",
+                      f"  n=$((n+1)); [ $n -lt {polls} ] || {{ echo {shown}\": not ready\" >&2; "
+                      "exit 1; }",
+                      f"  sleep {READY_POLL_S:g}", "done"]
+    lines += [step(_fill(a, names)) for a in recipe.setup]
+    return "\n".join(lines)
 
 
 def _fill(argv: list[str], names: dict[str, str]) -> list[str]:

@@ -19,6 +19,7 @@ import re
 import subprocess
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from mmlab.errors import MmlabError
 from mmlab.kernels import images
 from mmlab.machine import paths
 from mmlab.machine.knobs import parse_size
-from mmlab.targets import initramfs
+from mmlab.targets import hostroot, initramfs
 from mmlab.workloads.mmwork import TrialFailed
 
 QEMU = "qemu-system-x86_64"
@@ -53,6 +54,7 @@ class Guest:
     timeout_s: float = 600
     numa_nodes: int = 1
     start: str = "snapshot"   # "snapshot": restored from a saved boot (snapshot.py); "boot"
+    host_root: bool = False   # this machine's / mounted read-only at /host (hostroot.py)
 
 
 class BootFailed(TrialFailed):
@@ -240,13 +242,16 @@ def boot_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | No
     (an exec workload's program and libraries); `plugin` is mmlab's TCG
     plugin (qemu_plugin.py), loaded to count instructions, with
     `plugin_extra` besides its output file."""
-    with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp, ExitStack() as stack:
         tmpd = Path(tmp)
         initrd = initramfs.trial_initrd(initramfs.base_archive(cache), script, tmpd / "initrd",
                                         trial_parts(guest, swap, archives))
         console, results, counts = tmpd / "console.log", tmpd / "results.log", tmpd / "insns.jsonl"
         argv = qemu_argv(guest, initrd, accel, console, ["-serial", f"file:{results}"],
                          swap_disk(tmpd, swap)) + plugin_args(plugin, counts, plugin_extra)
+        if guest.host_root:
+            argv += hostroot.qemu_args(stack.enter_context(hostroot.served(tmpd)),
+                                       guest.memory_mb)
         t0 = time.monotonic()
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         ended = wait_qemu(proc, guest.timeout_s, t0)
