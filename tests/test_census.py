@@ -350,3 +350,27 @@ memory_mb = 512
     assert ran.peak.processes[0].largest_group == 301
     assert all(s.ksm_pages_sharing is not None for s in ran.samples)
     assert Path("/sys/kernel/mm/ksm/run").read_text() == host_ksm
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None, reason="needs QEMU")
+def test_a_recipe_runs_whole_in_a_guest_from_the_host_root(k612, tmp_path):
+    """With root = "host" the compiler, the service and the command all run
+    in the guest (in a chroot of this machine's root), {work} is the guest's
+    own, and the service's tree is sampled with the command's."""
+    path = tmp_path / "r.toml"
+    path.write_text(f"""description = "splitter built in the guest, a service beside it"
+prepare = [["cc", "-O2", "-o", "{{work}}/splitter", "{SPLITTER}"]]
+command = ["{{work}}/splitter", "101", "guard", "3"]
+[[services]]
+command = ["sleep", "300"]
+ready = ["test", "-x", "{{work}}/splitter"]
+[guest]
+memory_mb = 1024
+root = "host"
+""")
+    ran = recipe.run(path, top=2, kernel="debian:6.12")
+    assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
+    assert ran.peak.processes[0].largest_group == 101
+    assert max(s.processes for s in ran.samples) == 2
+    assert subprocess.run(["pgrep", "-f", "^sleep 300$"], check=False).returncode == 1

@@ -104,7 +104,8 @@ def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
     first = session.run(store, found, pool, Local())
-    assert len(first.measured) == 4                  # b..e against a
+    assert len(first.measured) == 2                  # b..e against a, in blocks of two
+    assert [len(store.plan(e).arms) for e in first.measured] == [3, 3]
     assert len(first.confirmations) >= 1
     confirmed = {(c.metric, c.before, c.after, c.outcome) for c in first.changes if c.confirmed}
     assert confirmed == {(m, "local:b", "local:c", "regression") for m in found.profiles[0].metrics}
@@ -161,7 +162,7 @@ def test_a_branch_is_a_series_of_its_own(tmp_path, monkeypatch):
     local = Local(branches={"debian:6.12": ["local:b", "local:b2", "local:c"]})
     result = session.run(Store(tmp_path / "r"), found, fake_pool()[0], local)
     assert {s.kind for s in result.series} == {"across", "6.12.y"}
-    assert len(result.measured) == 5                 # b, c, d, e and the branch's b2, once each
+    assert len(result.measured) == 3                 # b, c, d, e, then the branch's b2 alone
     branch = [c for c in result.changes if c.kind == "6.12.y" and c.confirmed]
     assert {(c.before, c.after) for c in branch} == {("local:b2", "local:c")}
 
@@ -181,11 +182,11 @@ def test_an_interrupted_run_resumes_without_measuring_twice(tmp_path):
         session.run(store, found, pool, Local())
     fake.run_trial = run_trial
     done = sum(t.status == "done" for r in store.experiments() for t in store.trials(r["id"]))
-    assert done == 15                                # cell 1 (12 trials) and 3 of cell 2
+    assert done == 15                                # 15 of block 1's 18 (a, b, c x 6)
     resumed = session.run(store, found, pool, Local())
-    assert len(resumed.measured) == 3                # cell 2 finished, cells 3 and 4
+    assert len(resumed.measured) == 2                # block 1 finished, block 2 (d, e)
     confirming = sum(len(store.trials(e)) for e in resumed.confirmations)
-    assert len(fake.trials) == 4 * 12 + confirming   # no trial ran twice
+    assert len(fake.trials) == 2 * 18 + confirming   # no trial ran twice
 
 
 def normalised(text: str) -> str:
@@ -373,3 +374,21 @@ def test_a_release_whose_trials_failed_is_left_out_of_its_series(tmp_path):
     assert labels == ["local:a", "local:b", "local:c", "local:e"]
     assert {(c.before, c.after) for c in result.changes if c.confirmed} == {("local:b",
                                                                              "local:c")}
+
+
+def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path):
+    """Blocks of 5, 2 or 1 releases: with the reference, 6, 3 or 2 arms, whole
+    Williams squares in 6 rounds; each release's ratio is its own arm's."""
+    from mmlab.track import cells
+    assert [cells.block_sizes(n) for n in (21, 4, 3, 1)] == [[5, 5, 5, 5, 1], [2, 2], [2, 1], [1]]
+    text = SUITE.replace('"local:e"]', '"local:e", "local:f", "local:g", "local:h"]')
+    found = suite.load(write_suite(tmp_path, text))
+    store = Store(tmp_path / "r")
+    result = session.run(store, found, fake_pool()[0], Local())
+    assert [len(store.plan(e).arms) for e in result.measured] == [6, 3]   # b..f, then g, h
+    (key, *_) = cells.keys(store)
+    assert [n for n, _ in key.releases] == ["local:b", "local:c", "local:d", "local:e", "local:f"]
+    advise = next(s for s in result.series if s.metric == "advise_ns_per_page")
+    ratios = {p.release.name: round(p.ratio, 1) for p in advise.points}
+    assert ratios == {"local:a": 1.0, "local:b": 1.0, "local:c": 1.3, "local:d": 1.3,
+                      "local:e": 1.3, "local:f": 1.0, "local:g": 1.0, "local:h": 1.0}

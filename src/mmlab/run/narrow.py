@@ -121,9 +121,16 @@ def pair_experiment(store: Store, plan: Plan, ref: str, kernel: str, note: str,
     """The profile on `ref` (the baseline) and `kernel`, interleaved and
     stored as an experiment of its own whose `derived` key starts with
     `note`, run with adaptive looks and the audit's controls: each step of
-    a search, and each cell and confirmation of the release tracker.
-    `what` is said, with the experiment's ID, before the first trial."""
-    derived = with_kernels(plan, [ref, kernel], note)
+    a search, and each confirmation of the release tracker.  `what` is
+    said, with the experiment's ID, before the first trial."""
+    return kernels_experiment(store, plan, [ref, kernel], note, pool, what)
+
+
+def kernels_experiment(store: Store, plan: Plan, kernels: list[str], note: str,
+                       pool: TargetPool, what: str) -> tuple[int, runner.RunResult]:
+    """pair_experiment with more kernels, each against the first: a block
+    of the release tracker's cells."""
+    derived = with_kernels(plan, kernels, note)
     exp_id = store.create_experiment(derived)
     pool.say(f"{what} (experiment {exp_id})")
     return exp_id, runner.run(store, exp_id, derived, pool)

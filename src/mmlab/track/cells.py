@@ -1,11 +1,18 @@
 """Cells: one profile on one release, measured against the suite's
-reference in one two-kernel experiment (narrow.pair_experiment:
-interleaved, paired by round, audited), so every stored figure is a ratio
-measured side by side and machine drift between cells measured days apart
-cancels.
+reference, interleaved and paired by round and audited, so every stored
+figure is a ratio measured side by side and machine drift between cells
+measured days apart cancels.
+
+Cells of one profile are measured in blocks: one experiment of up to
+BLOCK releases and the reference, every arm once per round, each release's
+ratio paired with the reference trial of its round.  A block of five
+releases runs six trials a round where five pairs would run ten, and six
+arms over CELL_ROUNDS = 6 rounds are one whole Williams square (schedule.py):
+block sizes are 5, 2 or 1, so every block's schedule is balanced.  A block
+of one is the two-kernel experiment narrow.pair_experiment runs.
 
 A cell is keyed by the exact package versions of its release and of the
-reference, and by the profile's settings, so a new point release is a new
+reference, and by the profile's settings (a block's key lists its releases), so a new point release is a new
 cell, a changed profile is measured again, and a second run with nothing
 new measures nothing.  The key travels in the experiment's derived profile
 (`derived`), so the store alone says which cells exist; an interrupted cell
@@ -35,8 +42,9 @@ from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 
 CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (simulate.py)
-KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<name>\S+) "
-                 r"(?P<version>\S+) vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
+BLOCK = 5            # releases per experiment at most: with the reference, CELL_ROUNDS arms
+KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<releases>.+?) "
+                 r"vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
 OWNER = re.compile(r"^track(?:-confirm)? (?P<suite>\S+) ")
 
 
@@ -50,14 +58,44 @@ class Cell:
 
     @property
     def key(self) -> str:
-        return (f"track {self.suite} {self.profile} {self.digest} {self.release.name} "
-                f"{self.release.version} vs {self.reference.name} {self.reference.version}")
+        return block_key([self])
 
     @property
     def ident(self) -> tuple[str, str, str, str, str]:
         """What makes two cells the same measurement (labels aside)."""
         return (self.profile, self.release.name, self.release.version, self.reference.name,
                 self.reference.version)
+
+
+def block_key(block: list[Cell]) -> str:
+    """The stored key of cells of one profile measured in one experiment."""
+    c = block[0]
+    measured = " + ".join(f"{x.release.name} {x.release.version}" for x in block)
+    return (f"track {c.suite} {c.profile} {c.digest} {measured} "
+            f"vs {c.reference.name} {c.reference.version}")
+
+
+@dataclass(frozen=True)
+class Key:
+    """A stored cell experiment's key, read back."""
+    experiment: int
+    suite: str
+    profile: str
+    digest: str
+    releases: list[tuple[str, str]]     # (name, package version) of each release measured
+    reference: tuple[str, str]
+
+
+def keys(store: Store) -> list[Key]:
+    """The key of every cell experiment in the store, oldest first."""
+    out = []
+    for exp_id, text in derived(store):
+        m = KEY.match(text)
+        if m:
+            measured = [tuple(r.split(" ", 1)) for r in m["releases"].split(" + ")]
+            out.append(Key(exp_id, m["suite"], m["profile"], m["digest"], measured,
+                           (m["ref"], m["refversion"])))
+    return out
 
 
 def profile_digest(tracked: Tracked) -> str:
@@ -92,19 +130,19 @@ def stored(store: Store, suite: Suite) -> dict[tuple[str, str, str, str, str], i
     profile has now), the newest experiment of each."""
     digests = {t.name: profile_digest(t) for t in suite.profiles}
     found = {}
-    for exp_id, key in derived(store):
-        m = KEY.match(key)
-        if m and m["suite"] == suite.name and digests.get(m["profile"]) == m["digest"]:
-            found[(m["profile"], m["name"], m["version"], m["ref"], m["refversion"])] = exp_id
+    for k in keys(store):
+        if k.suite == suite.name and digests.get(k.profile) == k.digest:
+            for name, version in k.releases:
+                found[(k.profile, name, version, *k.reference)] = k.experiment
     return found
 
 
 def remembered(store: Store, suite: Suite, ref: Release) -> list[Release]:
     """The releases the suite's cells against `ref` measured (the catalog
     may have dropped some since: releases.lines keeps them)."""
-    return [Release(m["name"], m["version"], m["name"]) for _, key in derived(store)
-            if (m := KEY.match(key)) and m["suite"] == suite.name
-            and (m["ref"], m["refversion"]) == (ref.name, ref.version)]
+    return [Release(name, version, name) for k in keys(store)
+            if k.suite == suite.name and k.reference == (ref.name, ref.version)
+            for name, version in k.releases]
 
 
 def reference(store: Store, suite: Suite, resolver: Resolver) -> Release:
@@ -112,8 +150,7 @@ def reference(store: Store, suite: Suite, resolver: Resolver) -> Release:
     a series the point release the stored cells were measured against (the
     newest now when none is stored)."""
     label = suite.kernels[suite.reference_slot].removeprefix("debian:")
-    pinned = [(m["ref"], m["refversion"]) for _, key in derived(store)
-              if (m := KEY.match(key)) and m["suite"] == suite.name]
+    pinned = [k.reference for k in keys(store) if k.suite == suite.name]
     if pinned and _pins(suite.reference) and \
             _series(pinned[-1][0]) == _series(suite.reference):
         return Release(pinned[-1][0], pinned[-1][1], label)
@@ -167,7 +204,7 @@ def unfinished(store: Store, exp_id: int) -> bool:
 
 
 Work = tuple[Tracked, Cell, "int | None"]   # a cell to measure, and its unfinished experiment
-OnCell = Callable[[Cell, int, int], str]    # (cell, index, total) -> what is said of it
+OnCell = Callable[[list[Cell], int, int], str]   # (cells, index of the first, total) -> what is said
 
 
 def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> list[Work]:
@@ -180,16 +217,23 @@ def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> lis
 
 def measure(store: Store, work: list[Work], pool: TargetPool,
             prepare: Callable[[Release], None], on_cell: OnCell) -> list[int]:
-    """Measure the cells of `work` here, one after another; returns their
+    """Measure the cells of `work` here, block after block; returns their
     experiments."""
     ran = []
-    for i, (tracked, cell, exp_id) in enumerate(work):
-        what = on_cell(cell, i, len(work))
-        prepare(cell.release)
-        prepare(cell.reference)
+    done = 0
+    for block, exp_id in blocks(work):
+        tracked = block[0][0]
+        measured = [cell for _, cell, _ in block]
+        what = on_cell(measured, done, len(work))
+        done += len(block)
+        prepare(measured[0].reference)
+        for cell in measured:
+            prepare(cell.release)
         if exp_id is None:
-            exp_id, _ = narrow.pair_experiment(store, cell_plan(tracked), cell.reference.name,
-                                               cell.release.name, cell.key, pool, what)
+            exp_id, _ = narrow.kernels_experiment(
+                store, cell_plan(tracked), [measured[0].reference.name,
+                                            *(c.release.name for c in measured)],
+                block_key(measured), pool, what)
         else:
             pool.say(f"{what}: resumed (experiment {exp_id})")
             runner.run(store, exp_id, store.plan(exp_id), pool)
@@ -197,12 +241,46 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
     return ran
 
 
-def main(plan: Plan, comparisons: list[Comparison], metric: str) -> Comparison | None:
-    """The comparison of a two-kernel experiment's own pair on `metric`
-    (second kernel against the first), not of a matched-state control's."""
+def blocks(work: list[Work]) -> list[tuple[list[Work], int | None]]:
+    """`work` as experiments: an unfinished one once, with every cell it
+    holds; new cells of one profile in blocks of block_sizes, in order."""
+    out: list[tuple[list[Work], int | None]] = []
+    resumed: dict[int, list[Work]] = {}
+    new: dict[str, list[Work]] = {}
+    for w in work:
+        if w[2] is not None:
+            if w[2] not in resumed:
+                resumed[w[2]] = []
+                out.append((resumed[w[2]], w[2]))
+            resumed[w[2]].append(w)
+        else:
+            new.setdefault(w[0].name, []).append(w)
+    for mine in new.values():
+        start = 0
+        for size in block_sizes(len(mine)):
+            out.append((mine[start:start + size], None))
+            start += size
+    return out
+
+
+def block_sizes(n: int) -> list[int]:
+    """n releases in blocks of BLOCK, 2 or 1, so that every block's arms
+    (its releases and the reference) make whole Williams squares in
+    CELL_ROUNDS rounds: 21 -> 5, 5, 5, 5, 1; 4 -> 2, 2."""
+    sizes = [BLOCK] * (n // BLOCK)
+    rest = n % BLOCK
+    return sizes + [2] * (rest // 2) + [1] * (rest % 2)
+
+
+def main(plan: Plan, comparisons: list[Comparison], metric: str,
+         kernel: str | None = None) -> Comparison | None:
+    """The comparison on `metric` of `kernel`'s arm against the first
+    kernel (in a two-kernel experiment, the second against the first), not
+    of a matched-state control's."""
     controls = {a.name for a in plan.arms if a.control_of}
+    mine = {a.name for a in plan.arms if a.kernel == kernel} if kernel else None
     return next((c for c in comparisons if c.metric == metric and c.arm not in controls
-                 and c.baseline not in controls), None)
+                 and c.baseline not in controls and (mine is None or c.arm in mine)), None)
 
 
 @dataclass(frozen=True)
@@ -253,7 +331,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release) -> list[
                         plan = store.plan(exp_id)
                         judged[exp_id] = plan, verdicts.judge(
                             plan, store.measurements(exp_id)).comparisons
-                    c = main(*judged[exp_id], metric)
+                    c = main(*judged[exp_id], metric, r.name)
                     if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
                         points.append(Point(r, c, exp_id))
                 out.append(Series(tracked.name, metric, line.kind, points))

@@ -40,7 +40,7 @@ CONFIRM = re.compile(r"^track-confirm (?P<suite>\S+) (?P<profile>\S+) (?P<digest
 class Result:
     reference: Release
     lines: list[Line]
-    measured: list[int]             # cells measured (or finished) now
+    measured: list[int]             # experiments of the cells measured (or finished) now
     confirmations: list[int]        # confirmation experiments run now
     series: list[cells.Series]
     changes: list[Change]
@@ -170,8 +170,11 @@ def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: R
     if not todo:
         return []
 
-    def on_cell(c: cells.Cell, i: int, n: int) -> str:
-        what = f"cell {done + i + 1}/{total}: {c.profile} on {c.release.name} ({c.release.version})"
+    def on_cell(block: list[cells.Cell], i: int, n: int) -> str:
+        first, last = done + i + 1, done + i + len(block)
+        numbers = f"cell {first}" if first == last else f"cells {first}-{last}"
+        what = (f"{numbers}/{total}: {block[0].profile} on "
+                f"{', '.join(f'{c.release.name} ({c.release.version})' for c in block)}")
         progress(what, done + i, total)
         return what
     return spread(todo, on_cell) if spread else cells.measure(store, todo, pool,

@@ -30,7 +30,7 @@ def measure(store: Store, machines: list[str], run: RunBatch, work: list[Work],
         ids = []
         for i, ((tracked, cell, exp_id), machine) in enumerate(
                 zip(work[start:start + len(machines)], machines)):
-            on_cell(cell, start + i, len(work))
+            on_cell([cell], start + i, len(work))
             if exp_id is None:
                 plan = with_kernels(cells.cell_plan(tracked), [
                     cell.reference.name, cell.release.name], cell.key)
