@@ -392,3 +392,14 @@ def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path
     ratios = {p.release.name: round(p.ratio, 1) for p in advise.points}
     assert ratios == {"local:a": 1.0, "local:b": 1.0, "local:c": 1.3, "local:d": 1.3,
                       "local:e": 1.3, "local:f": 1.0, "local:g": 1.0, "local:h": 1.0}
+
+
+def test_every_trial_of_cells_and_confirmations_is_announced(tmp_path):
+    """track run's second progress bar: each trial here, as it starts."""
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, fake = fake_pool()
+    heard = []
+    session.run(store, found, pool, Local(), on_trial=lambda t, i, n: heard.append((t.arm, i, n)))
+    assert len(heard) == len(fake.trials) > 0
+    assert all(0 <= i < n for _, i, n in heard)

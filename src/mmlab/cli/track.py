@@ -56,11 +56,17 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
         spreading = partial(spread.measure, store, names, batch)
     with options.progress() as bar:
         task = bar.add_task("cells", total=None)
+        trials = bar.add_task("trials", total=None)
         pool.say = terminal.plain(bar.console)
 
         def progress(what: str, i: int, n: int) -> None:
             bar.update(task, completed=i, total=n, description=what)
-        result = session.run(store, found, pool, resolver, progress, spread=spreading)
+
+        def on_trial(trial, i: int, n: int) -> None:
+            bar.update(trials, completed=i, total=n,
+                       description=f"trial {i + 1}/{n}: {trial.arm}")
+        result = session.run(store, found, pool, resolver, progress, spread=spreading,
+                             on_trial=on_trial)
     if not result.measured and not result.confirmations:
         confirmed = sum(c.confirmed for c in result.changes)
         out.print(f"nothing new: every cell of {found.name} is stored "

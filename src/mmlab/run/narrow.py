@@ -117,23 +117,26 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 
 
 def pair_experiment(store: Store, plan: Plan, ref: str, kernel: str, note: str,
-                    pool: TargetPool, what: str) -> tuple[int, runner.RunResult]:
+                    pool: TargetPool, what: str,
+                    on_trial: runner.OnTrial | None = None) -> tuple[int, runner.RunResult]:
     """The profile on `ref` (the baseline) and `kernel`, interleaved and
     stored as an experiment of its own whose `derived` key starts with
     `note`, run with adaptive looks and the audit's controls: each step of
     a search, and each confirmation of the release tracker.  `what` is
-    said, with the experiment's ID, before the first trial."""
-    return kernels_experiment(store, plan, [ref, kernel], note, pool, what)
+    said, with the experiment's ID, before the first trial; `on_trial`
+    hears each trial as it starts (runner.run)."""
+    return kernels_experiment(store, plan, [ref, kernel], note, pool, what, on_trial)
 
 
 def kernels_experiment(store: Store, plan: Plan, kernels: list[str], note: str,
-                       pool: TargetPool, what: str) -> tuple[int, runner.RunResult]:
+                       pool: TargetPool, what: str,
+                       on_trial: runner.OnTrial | None = None) -> tuple[int, runner.RunResult]:
     """pair_experiment with more kernels, each against the first: a block
     of the release tracker's cells."""
     derived = with_kernels(plan, kernels, note)
     exp_id = store.create_experiment(derived)
     pool.say(f"{what} (experiment {exp_id})")
-    return exp_id, runner.run(store, exp_id, derived, pool)
+    return exp_id, runner.run(store, exp_id, derived, pool, on_trial)
 
 
 def experiment_step(store: Store, plan: Plan, ref: str, kernel: str, metric: str,

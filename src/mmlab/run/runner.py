@@ -54,8 +54,11 @@ class RunResult:
         return len([a for a in self.plan.arms if a.control_of])
 
 
+OnTrial = Callable[[Trial, int, int], None]     # (trial, index, total) as it starts
+
+
 def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
-        on_trial: Callable[[Trial, int, int], None] | None = None,
+        on_trial: OnTrial | None = None,
         on_look: Callable[[verdicts.Judgement], None] | None = None,
         with_controls: bool = True) -> RunResult:
     """Run every planned trial of `exp_id`, then judge; while a judged pair is
@@ -97,7 +100,7 @@ def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         added += judged.next_rounds - measured.rounds
 
 
-def _announcer(on_trial: Callable[[Trial, int, int], None] | None, first: int,
+def _announcer(on_trial: OnTrial | None, first: int,
                total: int) -> Callable[[Trial], None]:
     """on_trial(trial, index, total) with the index counted on from `first`."""
     index = itertools.count(first)

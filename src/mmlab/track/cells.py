@@ -216,9 +216,10 @@ def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> lis
 
 
 def measure(store: Store, work: list[Work], pool: TargetPool,
-            prepare: Callable[[Release], None], on_cell: OnCell) -> list[int]:
+            prepare: Callable[[Release], None], on_cell: OnCell,
+            on_trial: runner.OnTrial | None = None) -> list[int]:
     """Measure the cells of `work` here, block after block; returns their
-    experiments."""
+    experiments.  `on_trial` hears each trial as it starts."""
     ran = []
     done = 0
     for block, exp_id in blocks(work):
@@ -233,10 +234,10 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
             exp_id, _ = narrow.kernels_experiment(
                 store, cell_plan(tracked), [measured[0].reference.name,
                                             *(c.release.name for c in measured)],
-                block_key(measured), pool, what)
+                block_key(measured), pool, what, on_trial)
         else:
             pool.say(f"{what}: resumed (experiment {exp_id})")
-            runner.run(store, exp_id, store.plan(exp_id), pool)
+            runner.run(store, exp_id, store.plan(exp_id), pool, on_trial)
         ran.append(exp_id)
     return ran
 

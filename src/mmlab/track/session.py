@@ -59,9 +59,9 @@ class Confirmations:
     missing (or unfinished) if measuring, judged once each."""
 
     def __init__(self, store: Store, suite: Suite, pool: TargetPool, run: str, measure: bool,
-                 prepare: Callable[[Release], None]):
+                 prepare: Callable[[Release], None], on_trial: runner.OnTrial | None = None):
         self.store, self.suite, self.pool, self.run = store, suite, pool, run
-        self.measure, self.prepare = measure, prepare
+        self.measure, self.prepare, self.on_trial = measure, prepare, on_trial
         self.found: dict[tuple[str, ...], Stored] = {}
         for exp_id, key in cells.derived(store):
             m = CONFIRM.match(key)
@@ -84,14 +84,15 @@ class Confirmations:
         what = f"confirming {tracked.name}: {after.name} against {before.name}"
         if have:
             self.pool.say(f"{what}: resumed (experiment {have.experiment})")
-            runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool)
+            runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool,
+                       self.on_trial)
             self.judged.pop(have.experiment, None)
         else:
             note = (f"track-confirm {self.suite.name} {' '.join(key)} run={self.run} "
                     f"{before.name} {before.version} {after.name} {after.version}")
             exp_id, _ = narrow.pair_experiment(
                 self.store, cells.cell_plan(tracked, CONFIRM_ROUNDS, CONFIRM_MAX_ROUNDS, "none"),
-                before.name, after.name, note, self.pool, what)
+                before.name, after.name, note, self.pool, what, self.on_trial)
             have = self.found[key] = Stored(exp_id, self.run, (before, after))
             self.ran.append(exp_id)
             self._attribute(tracked, exp_id)
@@ -135,19 +136,22 @@ Spread = Callable[[list[cells.Work], cells.OnCell], list[int]]   # cells run els
 
 def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         progress: Progress = lambda what, i, n: None, t: Thresholds = Thresholds(),
-        measure: bool = True, spread: Spread | None = None) -> Result:
+        measure: bool = True, spread: Spread | None = None,
+        on_trial: runner.OnTrial | None = None) -> Result:
     """Measure what is missing and confirm the changes, series by series
     (across releases first, then each branch), so a run stopped among a
     branch's cells has already confirmed the series before it; with
     `measure` False only what is stored is read (a report): candidates
     without a stored confirmation stay candidates.  `progress` hears each
-    cell as it starts; `spread` runs the cells instead of `pool` (a fleet:
+    cell as it starts and `on_trial` each trial here (of a cell or a
+    confirmation); `spread` runs the cells instead of `pool` (a fleet:
     spread.measure)."""
     cells.check_owner(store, suite)
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
     work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
-    conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare)
+    conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare,
+                         on_trial)
     measured: list[int] = []
     found: list[cells.Series] = []
     changes: list[Change] = []
@@ -156,7 +160,7 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         todo = [w for w in work if w[1].ident in mine]
         work = [w for w in work if w[1].ident not in mine]
         measured += _measure(store, todo, pool, resolver, progress, spread, len(measured),
-                             len(measured) + len(todo) + len(work))
+                             len(measured) + len(todo) + len(work), on_trial)
         line_series = cells.series(store, suite, [line], ref)
         found += line_series
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
@@ -165,7 +169,8 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
 
 
 def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
-             progress: Progress, spread: Spread | None, done: int, total: int) -> list[int]:
+             progress: Progress, spread: Spread | None, done: int, total: int,
+             on_trial: runner.OnTrial | None) -> list[int]:
     """Measure one series' missing cells, numbered within the whole run."""
     if not todo:
         return []
@@ -178,7 +183,7 @@ def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: R
         progress(what, done + i, total)
         return what
     return spread(todo, on_cell) if spread else cells.measure(store, todo, pool,
-                                                               resolver.prepare, on_cell)
+                                                               resolver.prepare, on_cell, on_trial)
 
 
 def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:
