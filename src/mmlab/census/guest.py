@@ -62,8 +62,8 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
            settings: HostSettings = HostSettings(), root: HostRoot | None = None) -> str:
     """The guest's /trial.sh: write the settings (and with `root`, mount the
     host's root and run its steps in a chroot of it), start the command,
-    census every interval until it exits (with KSM's shared
-    pages when ksmd runs), then its exit status and last words."""
+    census every interval until it exits (with KSM's shared pages when
+    ksmd runs), then its exit status and last words."""
     lines = []
     for knob, value in settings.fixed_files():
         path = shlex.quote(knob.path)
@@ -73,13 +73,7 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         lines += DamonActors.shell_off()
     start = shlex.join(argv)
     if root is not None:
-        lines += [f"MMLAB_HERE={shlex.quote(str(root.here))}", hostroot.MOUNT,
-                  f"cat > {hostroot.MOUNTED}/tmp/mmlab-steps.sh <<'MMLAB-STEPS'",
-                  root.steps, "MMLAB-STEPS",
-                  f"touch {hostroot.MOUNTED}{SERVICES}",
-                  f"chroot {hostroot.MOUNTED} /bin/sh /tmp/mmlab-steps.sh > /tmp/steps.out 2>&1 "
-                  f'|| {{ echo "{MARK} failed $(tail -3 /tmp/steps.out | tr "\\n" " ")"; exit 0; }}',
-                  f"for p in $(cat {hostroot.MOUNTED}{SERVICES}); do echo \"{MARK} also $p\"; done"]
+        lines += _in_host_root(root)
         start = f"chroot {hostroot.MOUNTED} {start}"
     return "\n".join([
         *lines,
@@ -98,6 +92,18 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         f'echo "{MARK} exit $?"',
         f'echo "{MARK} words $(tail -3 /tmp/cmd.out | tr "\\n" "|" | sed "s/|$//; s/|/ | /g")"',
     ]) + "\n"
+
+
+def _in_host_root(root: HostRoot) -> list[str]:
+    """Mount the host's root, run the steps in a chroot of it (a failing
+    one is reported and ends the census), and name the services' PIDs."""
+    return [f"MMLAB_HERE={shlex.quote(str(root.here))}", hostroot.MOUNT,
+            f"cat > {hostroot.MOUNTED}/tmp/mmlab-steps.sh <<'MMLAB-STEPS'",
+            root.steps, "MMLAB-STEPS",
+            f"touch {hostroot.MOUNTED}{SERVICES}",
+            f"chroot {hostroot.MOUNTED} /bin/sh /tmp/mmlab-steps.sh > /tmp/steps.out 2>&1 "
+            f'|| {{ echo "{MARK} failed $(tail -3 /tmp/steps.out | tr "\\n" " ")"; exit 0; }}',
+            f"for p in $(cat {hostroot.MOUNTED}{SERVICES}); do echo \"{MARK} also $p\"; done"]
 
 
 def run(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
