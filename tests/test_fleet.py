@@ -314,3 +314,56 @@ def test_two_workers_run_a_profile_survive_a_killed_worker_and_resume(servers, t
     status = mmlab("fleet", "status", "--results", url)
     assert status.returncode == 0, status.stderr
     assert status.stdout.count("answers") == 2 and "does not answer" not in status.stdout
+
+
+TRACKED = """\
+name = "tracked"
+workload = "pageout-refault"
+repetitions = 6
+memory_mb = 256
+metrics = ["advise_ns_per_page"]
+baseline = { kernel = "local:ta" }
+[params]
+mapping-kb = 1024
+[matrix]
+kernel = ["local:ta"]
+"""
+TRACK_SUITE = """\
+name = "fleet-track"
+reference = "local:ta"
+kernels = ["local:ta", "local:tb", "local:tc"]
+metrics = ["advise_ns_per_page"]
+[[profile]]
+path = "tracked.toml"
+"""
+
+
+@pytest.mark.slow
+def test_track_run_spreads_its_cells_over_two_real_workers(servers, tmp_path, workers, k612,
+                                                           monkeypatch):
+    """`track run --machines a,b`: one cell per machine at a time, each
+    cell's guest trials run by that machine's worker, stored in the fleet's
+    store; a second run measures nothing."""
+    from mmlab.kernels import images
+    cache = tmp_path / "home" / "kernels"
+    monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(cache))     # the workers' too
+    for name in ("ta", "tb", "tc"):
+        images.add_local(Path(k612.image), Path(k612.dir) / "config", name, cache)
+    url, broker = fresh_db(servers, "track"), servers[1].url
+    workers += [start_worker(n, url, broker, tmp_path) for n in ("a", "b")]
+    wait_until("both workers answer",
+               lambda: answering(url, engine.app(broker), ["a", "b"]), every=0.5)
+    (tmp_path / "tracked.toml").write_text(TRACKED)
+    (tmp_path / "suite.toml").write_text(TRACK_SUITE)
+    first = mmlab("track", "run", str(tmp_path / "suite.toml"), "--results", url,
+                  "--machines", "a,b", timeout=900)
+    assert first.returncode == 0, first.stderr
+    store = Store(url)
+    cells = [r["id"] for r in store.experiments()
+             if store.plan(r["id"]).profile.derived.startswith("track fleet-track")]
+    assert sorted(store.plan(e).machine for e in cells) == ["a", "b"]
+    for exp_id in cells:
+        assert [t.status for t in store.trials(exp_id)] == ["done"] * 12
+    again = mmlab("track", "run", str(tmp_path / "suite.toml"), "--results", url,
+                  "--machines", "a,b", timeout=120)
+    assert again.returncode == 0 and "nothing new" in again.stdout, again.stderr

@@ -386,6 +386,7 @@ def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path
     store = Store(tmp_path / "r")
     result = session.run(store, found, fake_pool()[0], Local())
     assert [len(store.plan(e).arms) for e in result.measured] == [6, 3]   # b..f, then g, h
+    assert result.cells == 7
     (key, *_) = cells.keys(store)
     assert [n for n, _ in key.releases] == ["local:b", "local:c", "local:d", "local:e", "local:f"]
     advise = next(s for s in result.series if s.metric == "advise_ns_per_page")

@@ -5,6 +5,7 @@ of these commands runs."""
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
@@ -65,8 +66,10 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
         def on_trial(trial, i: int, n: int) -> None:
             bar.update(trials, completed=i, total=n,
                        description=f"trial {i + 1}/{n}: {trial.arm}")
+        started = time.monotonic()
         result = session.run(store, found, pool, resolver, progress, spread=spreading,
                              on_trial=on_trial)
+    took = time.monotonic() - started
     if not result.measured and not result.confirmations:
         confirmed = sum(c.confirmed for c in result.changes)
         out.print(f"nothing new: every cell of {found.name} is stored "
@@ -75,6 +78,9 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
         return
     shown = [evidence.gather(store, found, c, results) for c in result.changes]
     typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
+    out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
+              f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
+              "confirmation(s)")
 
 
 @app.command("report")

@@ -166,8 +166,8 @@ def text(suite: Suite, result: Result, evidence: list[Evidence], only_new: bool 
     or state change (with `only_new`, those whose confirmation ran now),
     one entry per release pair, then the other candidates in a line each."""
     ref = result.reference
-    now = (f"{len(result.measured)} cell(s) and {len(result.confirmations)} confirmation(s) "
-           "measured now; " if only_new else "")
+    now = (f"{result.cells} cell(s) in {len(result.measured)} experiment(s) and "
+           f"{len(result.confirmations)} confirmation(s) measured now; " if only_new else "")
     releases = len({p.release for s in result.series for p in s.points})
     lines = [f"mmlab track {suite.name}: {now}{len(result.series)} series over {releases} "
              f"releases, against {ref.name} ({ref.version})", ""]

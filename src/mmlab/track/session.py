@@ -41,6 +41,7 @@ class Result:
     reference: Release
     lines: list[Line]
     measured: list[int]             # experiments of the cells measured (or finished) now
+    cells: int                      # cells measured (or finished) now
     confirmations: list[int]        # confirmation experiments run now
     series: list[cells.Series]
     changes: list[Change]
@@ -153,18 +154,20 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
     conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare,
                          on_trial)
     measured: list[int] = []
+    counted = 0
     found: list[cells.Series] = []
     changes: list[Change] = []
     for line in found_lines:
         mine = {c.ident for _, c in cells.planned(suite, [line], ref)}
         todo = [w for w in work if w[1].ident in mine]
         work = [w for w in work if w[1].ident not in mine]
-        measured += _measure(store, todo, pool, resolver, progress, spread, len(measured),
-                             len(measured) + len(todo) + len(work), on_trial)
+        measured += _measure(store, todo, pool, resolver, progress, spread, counted,
+                             counted + len(todo) + len(work), on_trial)
+        counted += len(todo)
         line_series = cells.series(store, suite, [line], ref)
         found += line_series
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
-    return Result(ref, found_lines, measured, conf.ran, found,
+    return Result(ref, found_lines, measured, counted, conf.ran, found,
                   changepoints.family(changes, conf.tests(), t))
 
 
