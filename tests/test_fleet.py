@@ -331,7 +331,7 @@ kernel = ["local:ta"]
 TRACK_SUITE = """\
 name = "fleet-track"
 reference = "local:ta"
-kernels = ["local:ta", "local:tb", "local:tc"]
+kernels = ["local:ta", "local:tb", "local:tc", "local:td"]
 metrics = ["advise_ns_per_page"]
 [[profile]]
 path = "tracked.toml"
@@ -341,13 +341,14 @@ path = "tracked.toml"
 @pytest.mark.slow
 def test_track_run_spreads_its_cells_over_two_real_workers(servers, tmp_path, workers, k612,
                                                            monkeypatch):
-    """`track run --machines a,b`: one cell per machine at a time, each
-    cell's guest trials run by that machine's worker, stored in the fleet's
-    store; a second run measures nothing."""
+    """`track run --machines a,b`: one block of cells per machine at a time
+    (tb and tc on a, td on b), each block's guest trials run by that
+    machine's worker, stored in the fleet's store; a second run measures
+    nothing."""
     from mmlab.kernels import images
     cache = tmp_path / "home" / "kernels"
     monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(cache))     # the workers' too
-    for name in ("ta", "tb", "tc"):
+    for name in ("ta", "tb", "tc", "td"):
         images.add_local(Path(k612.image), Path(k612.dir) / "config", name, cache)
     url, broker = fresh_db(servers, "track"), servers[1].url
     workers += [start_worker(n, url, broker, tmp_path) for n in ("a", "b")]
@@ -363,7 +364,8 @@ def test_track_run_spreads_its_cells_over_two_real_workers(servers, tmp_path, wo
              if store.plan(r["id"]).profile.derived.startswith("track fleet-track")]
     assert sorted(store.plan(e).machine for e in cells) == ["a", "b"]
     for exp_id in cells:
-        assert [t.status for t in store.trials(exp_id)] == ["done"] * 12
+        arms = len(store.plan(exp_id).arms)
+        assert [t.status for t in store.trials(exp_id)] == ["done"] * (6 * arms)
     again = mmlab("track", "run", str(tmp_path / "suite.toml"), "--results", url,
                   "--machines", "a,b", timeout=120)
     assert again.returncode == 0 and "nothing new" in again.stdout, again.stderr

@@ -231,15 +231,18 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
         for cell in measured:
             prepare(cell.release)
         if exp_id is None:
-            exp_id, _ = narrow.kernels_experiment(
-                store, cell_plan(tracked), [measured[0].reference.name,
-                                            *(c.release.name for c in measured)],
-                block_key(measured), pool, what, on_trial)
+            exp_id, _ = narrow.kernels_experiment(store, cell_plan(tracked), kernels(measured),
+                                                  block_key(measured), pool, what, on_trial)
         else:
             pool.say(f"{what}: resumed (experiment {exp_id})")
             runner.run(store, exp_id, store.plan(exp_id), pool, on_trial)
         ran.append(exp_id)
     return ran
+
+
+def kernels(block: list[Cell]) -> list[str]:
+    """A block's kernels: the reference (the baseline), then its releases."""
+    return [block[0].reference.name, *(c.release.name for c in block)]
 
 
 def blocks(work: list[Work]) -> list[tuple[list[Work], int | None]]:

@@ -1,10 +1,11 @@
 """Cells spread over a fleet's machines (`mmlab track run --machines`):
-one cell per machine at a time, each cell an experiment of its own with
-the machine in its plan, run by the fleet's coordinator (its worker runs
-the trials, the coordinator the looks and the audit's controls), so the
-cells' time divides by the machines.  A cell keeps the machine it was
-planned on: an interrupted one is finished there.  Confirmations come
-after the cells they read and run where `track run` runs.
+one block of cells (cells.blocks) per machine at a time, each block an
+experiment of its own with the machine in its plan, run by the fleet's
+coordinator (its worker runs the trials, the coordinator the looks and the
+audit's controls), so the cells' time divides by the machines.  A block
+keeps the machine it was planned on: an interrupted one is finished there.
+Confirmations come after the cells they read and run where `track run`
+runs.
 """
 
 from __future__ import annotations
@@ -23,17 +24,21 @@ RunBatch = Callable[[list[int]], None]      # run these experiments at once, one
 
 def measure(store: Store, machines: list[str], run: RunBatch, work: list[Work],
             on_cell: OnCell) -> list[int]:
-    """The cells of `work` in batches of one per machine; returns their experiments."""
+    """The cells of `work` in batches of one block per machine; returns
+    their experiments."""
     label = secrets.token_hex(4)
     ran: list[int] = []
-    for start in range(0, len(work), len(machines)):
+    done = 0
+    found = cells.blocks(work)
+    for start in range(0, len(found), len(machines)):
         ids = []
-        for i, ((tracked, cell, exp_id), machine) in enumerate(
-                zip(work[start:start + len(machines)], machines)):
-            on_cell([cell], start + i, len(work))
+        for (block, exp_id), machine in zip(found[start:start + len(machines)], machines):
+            measured = [cell for _, cell, _ in block]
+            on_cell(measured, done, len(work))
+            done += len(block)
             if exp_id is None:
-                plan = with_kernels(cells.cell_plan(tracked), [
-                    cell.reference.name, cell.release.name], cell.key)
+                plan = with_kernels(cells.cell_plan(block[0][0]), cells.kernels(measured),
+                                    cells.block_key(measured))
                 exp_id = store.create_experiment(
                     plan.model_copy(update={"machine": machine, "fleet": label}))
             ids.append(exp_id)
