@@ -30,7 +30,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                                               "the catalog is a day old)"),
             machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
                                          help="spread the cells over these fleet machines, "
-                                              "one cell per machine at a time; needs a "
+                                              "one block of cells per machine at a time; needs a "
                                               "postgresql:// store")) -> None:
     """Measure every (profile, release) cell not yet stored against the
     suite's reference, then find and confirm the change points; prints what
