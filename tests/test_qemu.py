@@ -411,3 +411,26 @@ def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch)
     assert s.state["guest_start"] == "booted"
     assert said and "booting every trial" in said[0] and "could not be saved" in said[0]
 
+
+
+def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
+    """An emulated boot now and then panics before /init: the save is tried
+    again, as a boot is; any other failure is not."""
+    from mmlab.targets import boot, snapshot
+    calls = []
+
+    def save(guest, accel, snap, swap):
+        calls.append(1)
+        if len(calls) == 1:
+            raise snapshot.SnapshotUnavailable("x") from boot.BootFailed("panic")
+    monkeypatch.setattr(snapshot, "_save", save)
+    snapshot._save_retrying(None, "tcg", None, None)
+    assert len(calls) == 2
+
+    def broken(guest, accel, snap, swap):
+        calls.append(1)
+        raise snapshot.SnapshotUnavailable("migration failed")
+    monkeypatch.setattr(snapshot, "_save", broken)
+    with pytest.raises(snapshot.SnapshotUnavailable, match="migration failed"):
+        snapshot._save_retrying(None, "tcg", None, None)
+    assert len(calls) == 3

@@ -41,6 +41,7 @@ from qemu.qmp.error import QMPError
 from mmlab.errors import MmlabError
 from mmlab.targets import initramfs
 from mmlab.targets.boot import (
+    BOOT_RETRIES,
     BootFailed,
     BootResult,
     Guest,
@@ -109,10 +110,22 @@ def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not snap.state.exists():
             initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
-            _save(guest, accel, snap, swap)
+            _save_retrying(guest, accel, snap, swap)
             _prune(snap.dir.parent)
     os.utime(snap.state)
     return snap
+
+
+def _save_retrying(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
+    """_save, tried again when the kernel died before /init, as a boot is
+    (boot.boot_retrying): an emulated boot now and then panics early (seen
+    here on 6.12 and 6.18 under TCG) and the next one is fine."""
+    for retry in range(BOOT_RETRIES + 1):
+        try:
+            return _save(guest, accel, snap, swap)
+        except SnapshotUnavailable as exc:
+            if not isinstance(exc.__cause__, BootFailed) or retry == BOOT_RETRIES:
+                raise
 
 
 def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
