@@ -358,13 +358,14 @@ def test_a_recipe_runs_whole_in_a_guest_from_the_host_root(k612, tmp_path):
     """With root = "host" the compiler, the service and the command all run
     in the guest (in a chroot of this machine's root), {work} is the guest's
     own, and the service's tree is sampled with the command's."""
+    shutil.copy(SPLITTER, tmp_path)     # under this machine's /tmp: {here} binds it in
     path = tmp_path / "r.toml"
-    path.write_text(f"""description = "splitter built in the guest, a service beside it"
-prepare = [["cc", "-O2", "-o", "{{work}}/splitter", "{SPLITTER}"]]
-command = ["{{work}}/splitter", "101", "guard", "3"]
+    path.write_text("""description = "splitter built in the guest, a service beside it"
+prepare = [["cc", "-O2", "-o", "{work}/splitter", "{here}/splitter.c"]]
+command = ["{work}/splitter", "101", "guard", "3"]
 [[services]]
 command = ["sleep", "300"]
-ready = ["test", "-x", "{{work}}/splitter"]
+ready = ["test", "-x", "{work}/splitter"]
 [guest]
 memory_mb = 1024
 root = "host"
