@@ -12,8 +12,9 @@ block sizes are 5, 2 or 1, so every block's schedule is balanced.  A block
 of one is the two-kernel experiment narrow.pair_experiment runs.
 
 A cell is keyed by the exact package versions of its release and of the
-reference, and by the profile's settings (a block's key lists its releases), so a new point release is a new
-cell, a changed profile is measured again, and a second run with nothing
+reference, and by the profile's settings (a block's key lists its
+releases), so a new point release is a new cell, a changed profile is
+measured again, and a second run with nothing
 new measures nothing.  The key travels in the experiment's derived profile
 (`derived`), so the store alone says which cells exist; an interrupted cell
 is resumed, never measured twice.  The reference is pinned: a series name
@@ -57,22 +58,10 @@ class Cell:
     reference: Release
 
     @property
-    def key(self) -> str:
-        return block_key([self])
-
-    @property
     def ident(self) -> tuple[str, str, str, str, str]:
         """What makes two cells the same measurement (labels aside)."""
         return (self.profile, self.release.name, self.release.version, self.reference.name,
                 self.reference.version)
-
-
-def block_key(block: list[Cell]) -> str:
-    """The stored key of cells of one profile measured in one experiment."""
-    c = block[0]
-    measured = " + ".join(f"{x.release.name} {x.release.version}" for x in block)
-    return (f"track {c.suite} {c.profile} {c.digest} {measured} "
-            f"vs {c.reference.name} {c.reference.version}")
 
 
 @dataclass(frozen=True)
@@ -222,17 +211,16 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
     experiments.  `on_trial` hears each trial as it starts."""
     ran = []
     done = 0
-    for block, exp_id in blocks(work):
-        tracked = block[0][0]
-        measured = [cell for _, cell, _ in block]
-        what = on_cell(measured, done, len(work))
-        done += len(block)
-        prepare(measured[0].reference)
-        for cell in measured:
+    for block in blocks(work):
+        what = on_cell(block.cells, done, len(work))
+        done += len(block.cells)
+        prepare(block.cells[0].reference)
+        for cell in block.cells:
             prepare(cell.release)
+        exp_id = block.experiment
         if exp_id is None:
-            exp_id, _ = narrow.kernels_experiment(store, cell_plan(tracked), kernels(measured),
-                                                  block_key(measured), pool, what, on_trial)
+            exp_id, _ = narrow.kernels_experiment(store, cell_plan(block.tracked), block.kernels,
+                                                  block.key, pool, what, on_trial)
         else:
             pool.say(f"{what}: resumed (experiment {exp_id})")
             runner.run(store, exp_id, store.plan(exp_id), pool, on_trial)
@@ -240,29 +228,46 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
     return ran
 
 
-def kernels(block: list[Cell]) -> list[str]:
-    """A block's kernels: the reference (the baseline), then its releases."""
-    return [block[0].reference.name, *(c.release.name for c in block)]
+@dataclass
+class Block:
+    """Cells of one profile measured in one experiment: `experiment` is
+    an unfinished one to resume, None for a block not yet planned."""
+    tracked: Tracked
+    cells: list[Cell]
+    experiment: int | None
+
+    @property
+    def kernels(self) -> list[str]:
+        """The reference (the baseline), then the releases."""
+        return [self.cells[0].reference.name, *(c.release.name for c in self.cells)]
+
+    @property
+    def key(self) -> str:
+        """The stored key: every release measured, against the reference."""
+        c = self.cells[0]
+        measured = " + ".join(f"{x.release.name} {x.release.version}" for x in self.cells)
+        return (f"track {c.suite} {c.profile} {c.digest} {measured} "
+                f"vs {c.reference.name} {c.reference.version}")
 
 
-def blocks(work: list[Work]) -> list[tuple[list[Work], int | None]]:
+def blocks(work: list[Work]) -> list[Block]:
     """`work` as experiments: an unfinished one once, with every cell it
     holds; new cells of one profile in blocks of block_sizes, in order."""
-    out: list[tuple[list[Work], int | None]] = []
-    resumed: dict[int, list[Work]] = {}
-    new: dict[str, list[Work]] = {}
-    for w in work:
-        if w[2] is not None:
-            if w[2] not in resumed:
-                resumed[w[2]] = []
-                out.append((resumed[w[2]], w[2]))
-            resumed[w[2]].append(w)
+    out: list[Block] = []
+    resumed: dict[int, Block] = {}
+    new: dict[str, tuple[Tracked, list[Cell]]] = {}
+    for tracked, cell, exp_id in work:
+        if exp_id is None:
+            new.setdefault(tracked.name, (tracked, []))[1].append(cell)
+        elif exp_id in resumed:
+            resumed[exp_id].cells.append(cell)
         else:
-            new.setdefault(w[0].name, []).append(w)
-    for mine in new.values():
+            resumed[exp_id] = Block(tracked, [cell], exp_id)
+            out.append(resumed[exp_id])
+    for tracked, mine in new.values():
         start = 0
         for size in block_sizes(len(mine)):
-            out.append((mine[start:start + size], None))
+            out.append(Block(tracked, mine[start:start + size], None))
             start += size
     return out
 

@@ -32,13 +32,12 @@ def measure(store: Store, machines: list[str], run: RunBatch, work: list[Work],
     found = cells.blocks(work)
     for start in range(0, len(found), len(machines)):
         ids = []
-        for (block, exp_id), machine in zip(found[start:start + len(machines)], machines):
-            measured = [cell for _, cell, _ in block]
-            on_cell(measured, done, len(work))
-            done += len(block)
+        for block, machine in zip(found[start:start + len(machines)], machines):
+            on_cell(block.cells, done, len(work))
+            done += len(block.cells)
+            exp_id = block.experiment
             if exp_id is None:
-                plan = with_kernels(cells.cell_plan(block[0][0]), cells.kernels(measured),
-                                    cells.block_key(measured))
+                plan = with_kernels(cells.cell_plan(block.tracked), block.kernels, block.key)
                 exp_id = store.create_experiment(
                     plan.model_copy(update={"machine": machine, "fleet": label}))
             ids.append(exp_id)
