@@ -122,8 +122,8 @@ def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
     recipe = load(path)
     if kernel != "host":
         travels(path, recipe)
-    if kernel != "host" and recipe.guest.root == "host":
-        return _in_host_root(path, recipe, top, kernel, memory_mb)
+        if recipe.guest.root == "host":
+            return _in_host_root(path, recipe, top, kernel, memory_mb)
     work = Path(tempfile.mkdtemp(prefix="mmlab-census-"))
     work.chmod(0o755)       # a service may run as another user (postgres refuses root)
     names = {"here": str(path.resolve().parent), "work": str(work), "port": str(_free_port())}

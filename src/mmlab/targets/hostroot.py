@@ -63,23 +63,22 @@ def check(kernel: images.Kernel) -> None:
 @contextmanager
 def served(where: Path) -> Iterator[Path]:
     """virtiofsd serving `/` on a socket in `where`, for one guest."""
-    sock = where / "virtiofs.sock"
-    log = open(where / "virtiofsd.log", "w")
-    daemon = subprocess.Popen([str(VIRTIOFSD), f"--socket-path={sock}", "-o", "source=/",
-                               "-o", "cache=auto", "-o", "sandbox=chroot"],
-                              stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + SOCKET_WAIT_S
-        while not sock.exists():
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                raise MmlabError(f"virtiofsd did not start: "
-                                 f"{(where / 'virtiofsd.log').read_text().strip()[-200:]}")
-            time.sleep(0.02)
-        yield sock
-    finally:
-        daemon.kill()
-        daemon.wait()
-        log.close()
+    sock, logged = where / "virtiofs.sock", where / "virtiofsd.log"
+    with open(logged, "w") as log:
+        daemon = subprocess.Popen([str(VIRTIOFSD), f"--socket-path={sock}", "-o", "source=/",
+                                   "-o", "cache=auto", "-o", "sandbox=chroot"],
+                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + SOCKET_WAIT_S
+            while not sock.exists():
+                if daemon.poll() is not None or time.monotonic() > deadline:
+                    raise MmlabError("virtiofsd did not start: "
+                                     f"{logged.read_text().strip()[-200:]}")
+                time.sleep(0.02)
+            yield sock
+        finally:
+            daemon.kill()
+            daemon.wait()
 
 
 def qemu_args(sock: Path, memory_mb: int) -> list[str]:
