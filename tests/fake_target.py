@@ -45,10 +45,11 @@ class FakeTarget(LocalTarget):
         factor, state = self.model(arm) if self.model else (self.factors.get(arm.name, 1.0), {})
         # Instruction metrics only where the profile asks for counts, as the real targets.
         wl = plan.workload
-        counted = insns.wanted(wl, plan.profile.metrics)
+        counted, alone = insns.wanted(wl, plan.profile.metrics), insns.only(wl, plan.profile.metrics)
         metrics = {m.name: 100.0 * (1 + zlib.crc32(m.name.encode()) % 7) * factor
                    * float(self.rng.lognormal(0, self.cv)) for m in wl.metrics
-                   if counted or m.name not in wl.window_metrics()}
+                   if (counted or m.name not in wl.window_metrics())
+                   and (not alone or m.name in wl.window_metrics())}
         samples = [Sample(workload=plan.workload.name, sample=i, mmwork_version="fake",
                           params={k: v for k, v in arm.params.items()}, metrics=metrics,
                           counts={"pages": 4096.0}, rusage=RUSAGE, vmstat_delta={},

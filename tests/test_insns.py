@@ -10,6 +10,7 @@ import gzip
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -26,7 +27,7 @@ from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
 from mmlab.run import narrow, runner
 from mmlab.store import Store
-from mmlab.targets import boot, qemu
+from mmlab.targets import TrialError, boot, qemu
 from mmlab.targets.host import HostTarget
 from mmlab.workloads import insns
 from mmlab.workloads.build import mmwork_path
@@ -127,12 +128,11 @@ def test_the_counting_pass_joins_the_timing_samples_by_index():
 def test_a_host_trial_counts_where_perf_does():
     """A profile naming an instruction metric gets a counting pass on the
     host: perf's counts where the CPU has them, else the reason, no metric."""
-    plan = parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
-                                 'kernel = ["host"]')
-                 .replace('baseline = { kernel = "debian:6.12" }',
-                          'baseline = { kernel = "host" }')
-                 .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
-                          "min-ms = 0"))
+    text = (PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]', 'kernel = ["host"]')
+            .replace('baseline = { kernel = "debian:6.12" }', 'baseline = { kernel = "host" }')
+            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\nmin-ms = 0"))
+    plan = parse(text.replace(f'metrics = ["{ADVISE}"]',
+                              f'metrics = ["{ADVISE}", "advise_ns_per_page"]'))
     (s,) = HostTarget().run_trial(plan.arms[0], plan).samples
     ok, why = insns.perf_status()
     if ok:
@@ -141,6 +141,14 @@ def test_a_host_trial_counts_where_perf_does():
     else:
         assert ADVISE not in s.metrics and s.state["insns_source"] == f"none ({why})"
     assert s.metrics["advise_ns_per_page"] > 0 and s.params["insns"] is False  # timed plain
+    counts_only = parse(text)           # counts and nothing else: the counting pass alone
+    if ok:
+        (c,) = HostTarget().run_trial(counts_only.arms[0], counts_only).samples
+        assert c.params["insns"] is True and set(c.metrics) <= pageout().window_metrics()
+        assert c.state["insns_source"] == "perf, counting pass alone"
+    else:
+        with pytest.raises(TrialError, match=re.escape(why)):
+            HostTarget().run_trial(counts_only.arms[0], counts_only)
 
 
 # ---------------------------------------------------------------- verdicts and narrow
@@ -251,17 +259,20 @@ def test_without_a_plugin_the_trial_runs_and_the_metric_is_absent(tmp_path, monk
     os.symlink(real.dir, cache / Path(real.dir).name)
     monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(cache))
     monkeypatch.setenv("MMLAB_APT_MIRROR", "http://127.0.0.1:9/debian")
-    plan = parse(PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]',
-                                 'kernel = ["debian:6.12"]')
-                 .replace("repetitions = 5", "repetitions = 3\nwarmups = 0")
-                 .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\n"
-                          "min-ms = 0"))
+    text = (PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]', 'kernel = ["debian:6.12"]')
+            .replace("repetitions = 5", "repetitions = 3\nwarmups = 0")
+            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\nmin-ms = 0"))
+    plan = parse(text.replace(f'metrics = ["{ADVISE}"]',
+                              f'metrics = ["{ADVISE}", "advise_ns_per_page"]'))
     target = qemu.QemuTarget("debian:6.12", say=lambda _: None)
     result = target.run_trial(plan.arms[0], plan)
     (s,) = result.samples
     assert s.metrics["advise_ns_per_page"] > 0 and ADVISE not in s.metrics
     assert s.state["insns_source"].startswith("none (no QEMU plugin: ")
     assert "cannot be reached" in s.state["insns_source"]
+    counts_only = parse(text)           # nothing to measure without counts: the trial fails
+    with pytest.raises(TrialError, match="no QEMU plugin: .*cannot be reached"):
+        target.run_trial(counts_only.arms[0], counts_only)
 
 
 # ---------------------------------------------------------------- instructions by function

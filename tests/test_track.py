@@ -74,7 +74,10 @@ class Local:
 class Counting(FakeTarget):
     """The fake, with instructions by function from its attribution runs."""
 
+    attributed = 0
+
     def attribute(self, arm, plan):
+        self.attributed += 1
         more = 1.3 if arm.kernel in STEP_AT else 1.0
         advise = {"shrink_folio_list": 145.25 * more, "page_vma_mapped_walk": 230.5,
                   **({"folio_referenced": 60.0} if more > 1 else {})}
@@ -114,8 +117,20 @@ def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     assert change.id == changepoints.change_id("fake", "pageout", "advise_ns_per_page",
                                                "across", "local:b", "local:c")
 
+    # Counts and times are confirmed apart: counts in 6 rounds of counting
+    # passes alone, times in 12 with none; the attribution runs once a pair.
+    confirmations = {tuple(store.plan(e).profile.metrics): e for e in first.confirmations}
+    assert set(confirmations) == {("advise_kernel_insns_per_page",),
+                                  ("advise_ns_per_page", "cycle_ns_per_page")}
+    counts, times = (confirmations[k] for k in sorted(confirmations))
+    assert store.measurements(counts).rounds == 6 and store.measurements(times).rounds == 12
+    alone = {m for s in store.samples_by_arm(counts)["kernel=local:c"] for m in s.metrics}
+    assert "advise_kernel_insns_per_page" in alone and not any("_ns_" in m for m in alone)
+    assert fake.attributed == 2 and store.attributions(counts) == store.attributions(times)
+    assert change.evidence == times and change.also == counts
+
     e = evidence.gather(store, found, change, str(tmp_path / "r"))
-    assert [m.metric for m in e.metrics] == found.profiles[0].metrics
+    assert [m.metric for m in e.metrics] == found.profiles[0].metrics    # both confirmations
     (window,) = e.functions                          # counted by function on both sides
     assert window.rows[0].function == "folio_referenced"
     assert e.commands["reproduce"].startswith("mmlab narrow ")
@@ -213,11 +228,12 @@ def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
         assert f'id="change-{i}"' in page and f'xlink:href="#change-{i}"' in page
     assert page.count("<svg") == 3                   # advise ns, advise insns, cycle ns
     assert "folio_referenced" in page                # the functions of the change
-    (exp_id,) = bundled                              # one confirmation: its report and bundle
-    for name in (f"{exp_id}.html", f"{exp_id}/README.md"):
-        assert f'href="evidence/{name}"' in page
-        assert (tmp_path / "dash" / "evidence" / name).is_file()
-    assert (tmp_path / "dash" / "evidence" / str(exp_id) / "MANIFEST.sha256").is_file()
+    assert len(bundled) == 2                         # the pair's count and time confirmations
+    for exp_id in bundled:
+        for name in (f"{exp_id}.html", f"{exp_id}/README.md"):
+            assert f'href="evidence/{name}"' in page
+            assert (tmp_path / "dash" / "evidence" / name).is_file()
+        assert (tmp_path / "dash" / "evidence" / str(exp_id) / "MANIFEST.sha256").is_file()
     feed = ET.parse(tmp_path / "dash" / "feed.atom").getroot()
     entries = feed.findall("{http://www.w3.org/2005/Atom}entry")
     assert len(entries) == len(ids)

@@ -51,6 +51,9 @@ class HostTarget(LocalTarget):
             try:
                 knobs.apply(arm.settings, self.journal, self._allowed(plan))
                 env = probe.environment()
+                if insns.only(plan.workload, plan.profile.metrics):
+                    return TrialResult(insns.alone(self._counting_pass(arm, plan),
+                                                   plan.workload), env)
                 samples = mmwork.run(plan.workload, arm.params,
                                      samples=plan.profile.samples_per_trial,
                                      warmups=plan.profile.warmups, journal=self.journal,

@@ -293,6 +293,9 @@ class QemuTarget(LocalTarget):
         accel, why = accelerator(guest.kernel, initramfs_cache())
         env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
         try:
+            if insns.only(plan.workload, plan.profile.metrics):
+                return TrialResult(insns.alone(self._counting_pass(guest, accel, arm, plan),
+                                               plan.workload), env)
             samples = run(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
                           plan.profile.warmups, arm.settings, say=self._once)
             if insns.wanted(plan.workload, plan.profile.metrics):

@@ -162,14 +162,15 @@ def _pins(name: str) -> bool:
 
 
 def cell_plan(tracked: Tracked, rounds: int = CELL_ROUNDS, max_rounds: int = CELL_ROUNDS,
-              correction: str = "holm") -> Plan:
-    """The profile judging the suite's metrics only, with the rounds the
-    tracker's simulation assumes: a cell is a measurement of the ratio (one
-    look), a confirmation a decision (looks until decided, uncorrected
-    inside the experiment: its family is the whole run's, changepoints.family)."""
+              correction: str = "holm", metrics: list[str] | None = None) -> Plan:
+    """The profile judging the suite's metrics only (or `metrics`, one
+    class of them), with the rounds the tracker's simulation assumes: a
+    cell is a measurement of the ratio (one look), a confirmation a
+    decision (looks until decided, uncorrected inside the experiment: its
+    family is the whole run's, changepoints.family)."""
     plan = tracked.plan
     return plan.model_copy(update={"profile": plan.profile.model_copy(
-        update={"metrics": tracked.metrics, "repetitions": rounds,
+        update={"metrics": metrics or tracked.metrics, "repetitions": rounds,
                 "max_repetitions": max_rounds, "correction": correction})})
 
 

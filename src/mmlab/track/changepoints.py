@@ -127,6 +127,7 @@ class Change:
     #                                candidate (not measured yet)
     evidence: int | None = None    # the confirmation's experiment
     releases: tuple[Release, Release] | None = None   # what the confirmation measured
+    also: int | None = None        # the pair's confirmation of the other class of metric
 
     @property
     def confirmed(self) -> bool:

@@ -30,12 +30,13 @@ from mmlab.store import Store  # noqa: E402
 from mmlab.track.cells import Series  # noqa: E402
 from mmlab.track.changepoints import CONFIRMED, Change  # noqa: E402
 from mmlab.track.evidence import Evidence  # noqa: E402
-from mmlab.track.session import Result  # noqa: E402
+from mmlab.track.session import Result, metric_class  # noqa: E402
 from mmlab.track.suite import Suite  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.track", "templates"),
                                autoescape=True, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters["spread"] = lambda rcv: spread(rcv)
+TEMPLATES.filters["metric_class"] = metric_class
 COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "state change": "#d68910"}
 SHOWN = (*CONFIRMED, "state change")
 
@@ -132,8 +133,11 @@ def pair_lines(group: list[Evidence]) -> list[str]:
     ch = e.change
     out = [f"[{g.change.id}] {ch.profile}: {_pct(g)} {g.change.outcome} of {g.change.metric}"
            for g in group]
+    confirmed = {g.change.evidence: g for g in group if g.rounds}
     out += [f"  between {e.before} and {e.after} (series {ch.kind}"
-            + (f", {e.rounds} rounds, confirmed {e.confirmed_at})" if e.rounds else ")"), ""]
+            + "".join(f", {metric_class(g.change.metric)} in {g.rounds} rounds" for g in
+                      confirmed.values())
+            + (f", confirmed {e.confirmed_at})" if confirmed else ")"), ""]
     if e.metrics:
         w = max(16, *(len(_spread(m.after, m.spread_after)) for m in e.metrics))
         out.append(f"  {e.before.split()[0]:>{w}}  {'':>8}  {e.after.split()[0]:>{w}}")

@@ -85,12 +85,25 @@ def gather(store: Store, suite: Suite, change: Change, results: str) -> Evidence
     return Evidence(
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
         created.strftime("%Y-%m-%dT%H:%M:%SZ"), measured.rounds,
-        metrics=[_row(plan, judged.comparisons, m) for m in plan.profile.metrics
-                 if cells.main(plan, judged.comparisons, m)],
+        metrics=_rows(store, tracked.metrics, plan, judged.comparisons, change.also),
         vmstat=explain.vmstat_changes(samples.get(arm, []), samples.get(base, [])),
         state=_state(samples.get(base, []), samples.get(arm, [])),
         findings=[str(f) for f in judged.findings.get((arm, base), [])],
         functions=_functions(store, exp_id, arm, base, change.metric), commands=commands)
+
+
+def _rows(store: Store, tracked: list[str], plan, comparisons,
+          also: int | None) -> list[MetricRow]:
+    """Every tracked metric the pair's confirmations measured, in the
+    suite's order: the change's own class of metric, and the other class
+    where the pair has that confirmation too (they are confirmed apart)."""
+    judged = [(plan, comparisons)]
+    if also is not None:
+        other = store.plan(also)
+        judged.append((other, verdicts.judge(other, store.measurements(also)).comparisons))
+    rows = [_row(p, comps, m) for p, comps in judged for m in p.profile.metrics
+            if cells.main(p, comps, m)]
+    return sorted(rows, key=lambda r: tracked.index(r.metric))
 
 
 def _row(plan, comparisons, metric: str) -> MetricRow:

@@ -3,13 +3,22 @@ reads): every missing cell measured, change points found over every
 series and each candidate confirmed by measuring its two releases against
 each other (narrow.pair_experiment, with adaptive looks until decided).
 
+A confirmation measures one class of metric: instruction counts in trials
+that run the counting pass alone, 6 rounds and one look (counts vary under
+0.3 % and are judged by magnitude, changepoints.outcome_of: no sequential
+test to feed), or times in trials with no counting pass, with looks at 12,
+18 and 25 rounds until the verdict decides.  A candidate in a count series never pays for the rounds
+times need, nor a time candidate for counting passes; a release pair with
+candidates of both classes gets one confirmation of each.
+
 Confirmations are experiments in the store like cells, keyed by the
-change's series and release labels, so a confirmed change keeps its
+change's series, class and release labels, so a confirmed change keeps its
 verdict (and its stable ID) as new releases arrive, and a run with nothing
 new measures nothing.  Each carries the label of the run that made it: a
 run's confirmations are one Holm family, fixed once the run ends.  Where
 the profile counts instructions, a confirmation that found a change gets
-the attribution runs that count them by function.
+the attribution runs that count them by function, once per release pair:
+the pair's other confirmation gets a copy of them.
 """
 
 from __future__ import annotations
@@ -30,9 +39,11 @@ from mmlab.track.changepoints import Change, Thresholds
 from mmlab.track.releases import Line, Release, Resolver, lines
 from mmlab.track.suite import Suite, Tracked
 
-CONFIRM_ROUNDS, CONFIRM_MAX_ROUNDS = 12, 25   # a confirmation: adaptive looks until decided
+# A confirmation's rounds by class of metric: adaptive looks until decided.
+ROUNDS = {"counts": (6, 6), "times": (12, 25)}
 CONFIRM = re.compile(r"^track-confirm (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) "
-                     r"(?P<kind>\S+) (?P<before>\S+) (?P<after>\S+) run=(?P<run>\S+) "
+                     r"(?P<kind>\S+) (?P<cls>counts|times) (?P<before>\S+) (?P<after>\S+) "
+                     r"run=(?P<run>\S+) "
                      r"(?P<bname>\S+) (?P<bversion>\S+) (?P<aname>\S+) (?P<aversion>[^\s;]+)")
 
 
@@ -67,22 +78,25 @@ class Confirmations:
         for exp_id, key in cells.derived(store):
             m = CONFIRM.match(key)
             if m and m["suite"] == suite.name:
-                self.found[(m["profile"], m["digest"], m["kind"], m["before"], m["after"])] = \
+                self.found[(m["profile"], m["digest"], m["kind"], m["cls"], m["before"],
+                            m["after"])] = \
                     Stored(exp_id, m["run"], (Release(m["bname"], m["bversion"], m["before"]),
                                               Release(m["aname"], m["aversion"], m["after"])))
         self.ran: list[int] = []
         self.judged: dict[int, tuple[Plan, list[Comparison]]] = {}
 
-    def get(self, tracked: Tracked, kind: str, before: Release, after: Release) -> Stored | None:
-        """The pair's confirmation: stored, or measured now (None when only reading)."""
+    def get(self, tracked: Tracked, kind: str, cls: str, before: Release,
+            after: Release) -> Stored | None:
+        """The pair's confirmation of class `cls` (metric_class): stored, or
+        measured now (None when only reading)."""
         digest = cells.profile_digest(tracked)
-        key = (tracked.name, digest, kind, before.label, after.label)
+        key = (tracked.name, digest, kind, cls, before.label, after.label)
         have = self.found.get(key)
         if not self.measure or (have and not cells.unfinished(self.store, have.experiment)):
             return have
         self.prepare(before)
         self.prepare(after)
-        what = f"confirming {tracked.name}: {after.name} against {before.name}"
+        what = f"confirming {tracked.name} ({cls}): {after.name} against {before.name}"
         if have:
             self.pool.say(f"{what}: resumed (experiment {have.experiment})")
             runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool,
@@ -91,12 +105,13 @@ class Confirmations:
         else:
             note = (f"track-confirm {self.suite.name} {' '.join(key)} run={self.run} "
                     f"{before.name} {before.version} {after.name} {after.version}")
+            metrics = [m for m in tracked.metrics if metric_class(m) == cls]
             exp_id, _ = narrow.pair_experiment(
-                self.store, cells.cell_plan(tracked, CONFIRM_ROUNDS, CONFIRM_MAX_ROUNDS, "none"),
+                self.store, cells.cell_plan(tracked, *ROUNDS[cls], "none", metrics),
                 before.name, after.name, note, self.pool, what, self.on_trial)
             have = self.found[key] = Stored(exp_id, self.run, (before, after))
             self.ran.append(exp_id)
-            self._attribute(tracked, exp_id)
+            self._attribute(tracked, key, exp_id)
         return have
 
     def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
@@ -109,14 +124,31 @@ class Confirmations:
     def comparison(self, exp_id: int, metric: str) -> Comparison | None:
         return cells.main(*self.comparisons(exp_id), metric)
 
-    def _attribute(self, tracked: Tracked, exp_id: int) -> None:
+    def _attribute(self, tracked: Tracked, key: tuple[str, ...], exp_id: int) -> None:
         """Instructions by function for both releases, where the profile
-        counts them and the confirmation found a change in some metric."""
+        counts them and the confirmation found a change in some metric:
+        measured once per release pair, and copied from the pair's other
+        confirmation when that one has them already."""
         if not any(changepoints.is_count(m) for m in tracked.metrics):
             return
         plan, comps = self.comparisons(exp_id)
-        if any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
+        if not any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
+            return
+        other = self.found.get((*key[:3], OTHER[key[3]], *key[4:]))
+        have = self.store.attributions(other.experiment) if other else {}
+        if not have:
             runner.attribute(self.store, exp_id, plan, self.pool, self.pool.tell)
+        for arm, kinds in have.items():
+            for kind, data in kinds.items():
+                self.store.save_attribution(exp_id, arm, kind, data)
+
+    def other(self, change: Change) -> int | None:
+        """The experiment of the change's release pair's confirmation of
+        the other class of metric, if there is one: its evidence shows both."""
+        tracked = next(t for t in self.suite.profiles if t.name == change.profile)
+        got = self.found.get((change.profile, cells.profile_digest(tracked), change.kind,
+                              OTHER[metric_class(change.metric)], change.before, change.after))
+        return got.experiment if got else None
 
     def tests(self) -> dict[changepoints.Test, tuple[str, Comparison]]:
         """Every time comparison of every stored confirmation, with its run:
@@ -129,6 +161,14 @@ class Confirmations:
                 if c is not None and not changepoints.is_count(metric):
                     out[(s.experiment, metric)] = (s.run, c)
         return out
+
+
+OTHER = {"counts": "times", "times": "counts"}
+
+
+def metric_class(metric: str) -> str:
+    """A tracked metric's class: instruction counts or times."""
+    return "counts" if changepoints.is_count(metric) else "times"
 
 
 Progress = Callable[[str, int, int], None]       # (what runs now, index, total)
@@ -167,8 +207,9 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         line_series = cells.series(store, suite, [line], ref)
         found += line_series
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
-    return Result(ref, found_lines, measured, counted, conf.ran, found,
-                  changepoints.family(changes, conf.tests(), t))
+    changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
+               for c in changepoints.family(changes, conf.tests(), t)]
+    return Result(ref, found_lines, measured, counted, conf.ran, found, changes)
 
 
 def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
@@ -200,7 +241,8 @@ def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) 
     evidence: dict[tuple[str, str], Stored] = {}
 
     def confirm(before: str, after: str) -> Comparison | None:
-        got = conf.get(tracked, s.kind, by_label[before], by_label[after])
+        got = conf.get(tracked, s.kind, metric_class(s.metric), by_label[before],
+                       by_label[after])
         if got is None:
             return None
         evidence[(before, after)] = got
@@ -214,7 +256,7 @@ def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) 
     digest = cells.profile_digest(tracked)
     for i in range(1, len(labels)):
         pair = (labels[i - 1], labels[i])
-        kept = conf.found.get((s.profile, digest, s.kind, *pair))
+        kept = conf.found.get((s.profile, digest, s.kind, metric_class(s.metric), *pair))
         if pair in have or kept is None:
             continue
         c = conf.comparison(kept.experiment, s.metric)

@@ -27,11 +27,11 @@ from mmlab.store.series import Series
 from mmlab.track import changepoints
 from mmlab.track.cells import CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
-from mmlab.track.session import CONFIRM_MAX_ROUNDS, CONFIRM_ROUNDS
+from mmlab.track.session import ROUNDS, metric_class
 
 CELL = Criteria(min_rounds=CELL_ROUNDS, max_rounds=CELL_ROUNDS)
-CONFIRMATION = Criteria(min_rounds=CONFIRM_ROUNDS, max_rounds=CONFIRM_MAX_ROUNDS,
-                        correction="none")
+CONFIRMATION = {cls: Criteria(min_rounds=low, max_rounds=high, correction="none")
+                for cls, (low, high) in ROUNDS.items()}
 
 
 @dataclass(frozen=True)
@@ -88,10 +88,11 @@ def _truth(case: Case, releases: int) -> np.ndarray:
     return level
 
 
-def confirmation(case: Case, log_step: float, rng: np.random.Generator,
-                 crit: Criteria = CONFIRMATION) -> Comparison:
+def confirmation(case: Case, log_step: float, rng: np.random.Generator) -> Comparison:
     """One re-measured pair, judged look by look until decided, as the
-    runner and verdicts.judge judge a confirmation."""
+    runner and verdicts.judge judge a confirmation of the case's class of
+    metric (its rounds: session.ROUNDS)."""
+    crit = CONFIRMATION[metric_class(case.metric)]
     n = crit.looks()[-1]
     before = np.exp(case.noise(rng, (n,)))
     after = np.exp(log_step + case.noise(rng, (n,)))

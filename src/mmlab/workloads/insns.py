@@ -49,6 +49,24 @@ def wanted(workload: Workload, metrics: list[str]) -> bool:
     return any(workload.metric(m).unit == UNIT for m in metrics)
 
 
+def only(workload: Workload, metrics: list[str]) -> bool:
+    """Does a profile measuring `metrics` ask for instruction counts and
+    nothing else?  Its trials then run the counting pass alone (`alone`):
+    a timing pass would measure what nobody judges."""
+    return bool(metrics) and all(workload.metric(m).unit == UNIT for m in metrics)
+
+
+def alone(counted: list[Sample], workload: Workload) -> list[Sample]:
+    """The counting pass's samples as the trial's own, for a profile that
+    asks for counts only: the times measured under counting are not the
+    workload's (the plugin slows TCG), so only the instruction metrics are
+    kept, and the label says no timing pass ran."""
+    for s in counted:
+        s.metrics = {k: v for k, v in s.metrics.items() if k in workload.window_metrics()}
+        s.state[SOURCE_KEY] = f"{s.state.get(SOURCE_KEY, 'none')}, counting pass alone"
+    return counted
+
+
 def counting_params(params: dict[str, object]) -> dict[str, object]:
     """The arm's parameters for the counting pass (mmwork --insns)."""
     return {**params, "insns": True}
