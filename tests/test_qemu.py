@@ -17,6 +17,7 @@ import pytest
 from mmlab import workloads
 from mmlab.attribution.guest import Instrumentation
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import parse
 from mmlab.kernels import images, specs
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import boot, initramfs, qemu, snapshot
@@ -143,6 +144,29 @@ def test_instrumented_guest_run_counts_and_times_kernel_functions(k612, tmp_path
     assert value[("calls", "folio_alloc_swap")] >= 256 * rounds
     assert value[("timed_calls", "reclaim_pages")] >= rounds
     assert value[("max_us", "reclaim_pages")] > 0
+
+
+def test_a_profile_may_ask_for_the_functions_alone(k612):
+    """attribution = ["functions"]: the instruction counts by function, and
+    no traced boot (the release tracker's explanations need no more)."""
+    plan = parse("""
+name = "functions-only"
+workload = "pageout-refault"
+memory_mb = 256
+repetitions = 1
+metrics = ["advise_ns_per_page"]
+baseline = { kernel = "debian:6.12" }
+attribution = ["functions"]
+[params]
+mapping-kb = 1024
+rounds = 2
+min-ms = 0
+[matrix]
+kernel = ["debian:6.12"]
+""")
+    found = qemu.QemuTarget("debian:6.12", say=lambda _: None).attribute(plan.arms[0], plan)
+    assert set(found) == {"functions"}
+    assert found["functions"]["windows"]["advise"]
 
 
 def test_a_broken_cmdline_in_a_profile_is_a_failed_trial(k612, tmp_path):

@@ -77,6 +77,7 @@ class Counting(FakeTarget):
     attributed = 0
 
     def attribute(self, arm, plan):
+        assert plan.profile.attribution == ["functions"]     # what a change's explanation shows
         self.attributed += 1
         more = 1.3 if arm.kernel in STEP_AT else 1.0
         advise = {"shrink_folio_list": 145.25 * more, "page_vma_mapped_walk": 230.5,
@@ -298,7 +299,8 @@ def test_change_points_meet_their_targets_in_simulation():
 
 def test_counts_are_judged_by_magnitude_and_times_by_the_family():
     """A count step beyond 3 CVs and 1 % is a change with no p-value; a time
-    change that Holm over its run's family does not keep is unknown."""
+    change that Benjamini-Hochberg over its run's family does not keep is
+    unknown."""
     from mmlab.judge.comparison import Comparison
     from mmlab.judge.criteria import Verdict
     count = Comparison("x_kernel_insns_per_page", "b", "a", 12, 12, 102.0, 100.0, 1.02, 1.019,
@@ -314,6 +316,13 @@ def test_counts_are_judged_by_magnitude_and_times_by_the_family():
     assert alone[0].outcome == "unknown"       # 0.01 at an interim look spends 10 % of alpha
     final = Comparison(**{**timed.__dict__, "look": 3})
     assert changepoints.family([change], {(1, timed.metric): ("run", final)})[0].confirmed
+    # Forty steps each decided at the first look, at the exact test's floor
+    # for 12 rounds (2^-11): Holm would keep none, the run's family keeps all.
+    floor = Comparison(**{**timed.__dict__, "p_value": 2.0 ** -11})
+    many = [changepoints.Change(str(i), "p", timed.metric, "across", "a", "b", 1.1, floor,
+                                "regression", evidence=i) for i in range(40)]
+    kept = changepoints.family(many, {(i, timed.metric): ("run", floor) for i in range(40)})
+    assert all(c.confirmed for c in kept)
 
 
 def test_the_shipped_suite_reads(monkeypatch):

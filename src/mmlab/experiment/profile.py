@@ -82,6 +82,10 @@ class Profile(BaseModel):
     timeout_s: float = Field(default=600, gt=0, description="per guest trial; per exec command")
     cmdline: str = ""             # added to a guest kernel's command line
     attribute: bool = False       # attribution trials after the timing trials
+    # which attribution runs (default: every kind the target makes): a guest's
+    # guest_trace (mm path calls and call times) and functions (instructions
+    # by function, TCG), a host's stacks, locks and events
+    attribution: list[Literal["guest_trace", "functions", "stacks", "locks", "events"]] = []
     focus: str | None = None      # explain/report: only stacks through this function
     trace_count: list[str] = []   # guests: functions to count (default: the mm paths)
     trace_time: list[str] = []    # guests: functions to time (default: the first mm path)

@@ -77,12 +77,19 @@ class HostTarget(LocalTarget):
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One run under perf, two under lock tracing, one counting
-        tracepoints, each its own mmwork process with the arm's settings."""
+        tracepoints, each its own mmwork process with the arm's settings
+        (those of them the profile's `attribution` asks for)."""
         wl, params, cpus = plan.workload, arm.params, arm.cpus
+        wanted = set(plan.profile.attribution) or {"stacks", "locks", "events"}
+        found = {}
         with self.journal.session():
             knobs.apply(arm.settings, self.journal, self._allowed(plan))
-            tf = knobs.Tracefs().mount(self.journal)
-            found = {"stacks": collect.perf_stacks(wl, params, cpus),
-                     "locks": collect.lock_contention(wl, params, cpus, tf),
-                     "events": collect.tracepoint_counts(wl, params, cpus, tf)}
+            if "stacks" in wanted:
+                found["stacks"] = collect.perf_stacks(wl, params, cpus)
+            if wanted & {"locks", "events"}:
+                tf = knobs.Tracefs().mount(self.journal)
+                if "locks" in wanted:
+                    found["locks"] = collect.lock_contention(wl, params, cpus, tf)
+                if "events" in wanted:
+                    found["events"] = collect.tracepoint_counts(wl, params, cpus, tf)
         return {kind: data for kind, data in found.items() if data is not None}

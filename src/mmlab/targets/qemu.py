@@ -323,15 +323,19 @@ class QemuTarget(LocalTarget):
         profile's `trace_count` functions and call times of its `trace_time`
         ones (default: the workload's declared mm paths, timing the first).
         Under TCG a second boot counts the kernel's instructions per function
-        in the timed windows (a trial of the profile's size)."""
+        in the timed windows (a trial of the profile's size).  The profile's
+        `attribution` may ask for one of the two only."""
         wl = plan.workload
-        count = tuple(plan.profile.trace_count) or wl.mm_paths
-        time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
+        wanted = set(plan.profile.attribution) or {"guest_trace", "functions"}
         guest = self.guest(arm, plan)
-        got = run(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
-                  settings=arm.settings, instrument=Instrumentation(count, time_))
-        found = {"guest_trace": guest_trace_record(got)}
-        counted = self._functions(guest, arm, plan)
+        found = {}
+        if "guest_trace" in wanted:
+            count = tuple(plan.profile.trace_count) or wl.mm_paths
+            time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
+            got = run(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
+                      settings=arm.settings, instrument=Instrumentation(count, time_))
+            found["guest_trace"] = guest_trace_record(got)
+        counted = self._functions(guest, arm, plan) if "functions" in wanted else None
         if counted:
             found["functions"] = counted.model_dump()
         return found

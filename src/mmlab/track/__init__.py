@@ -6,7 +6,7 @@ the release-ordered series and confirmed by mmlab's own paired verdict.
   releases.py      the suite's series as exact releases, resolved against the catalog
   cells.py         one (profile, release) cell, measured once per package version, in
                    blocks of a profile's releases against one reference trial per round
-  changepoints.py  candidates (ruptures' PELT), confirmation outcomes, Holm over a run
+  changepoints.py  candidates (ruptures' PELT), confirmation outcomes, BH over a run
   session.py       one run: cells measured, candidates confirmed, the changes
   evidence.py      what each change shows: the 0-day table, side metrics, functions
   spread.py        the cells' blocks handed to fleet machines (track run --machines)

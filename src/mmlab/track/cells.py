@@ -94,7 +94,7 @@ def profile_digest(tracked: Tracked) -> str:
     p = tracked.plan.profile
     body = p.model_dump(mode="json", exclude={"name", "description", "kernel", "baseline",
                                               "metrics", "repetitions", "max_repetitions",
-                                              "derived"})
+                                              "derived", "attribution"})
     body["matrix"] = {k: v for k, v in body.get("matrix", {}).items() if k != "kernel"}
     return hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()[:12]
 

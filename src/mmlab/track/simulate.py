@@ -5,7 +5,7 @@ series goes through `changepoints.find` with a `confirm` that re-measures
 the pair as a confirmation does (rounds drawn afresh, judged look by look
 by `stats.estimate` and `of_estimate` with the confirmation's criteria,
 stopping at the first decisive verdict as the adaptive runner does); and
-the series' confirmations are one Holm family (`changepoints.family`).
+the series' confirmations are one family (`changepoints.family`).
 
 Noise is lognormal per trial, the same CV on every release, and in one
 case with a heavy tail (a share of trials 30 % slower, as `selftest
