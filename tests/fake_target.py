@@ -45,7 +45,8 @@ class FakeTarget(LocalTarget):
         factor, state = self.model(arm) if self.model else (self.factors.get(arm.name, 1.0), {})
         # Instruction metrics only where the profile asks for counts, as the real targets.
         wl = plan.workload
-        counted, alone = insns.wanted(wl, plan.profile.metrics), insns.only(wl, plan.profile.metrics)
+        counted = insns.wanted(wl, plan.profile.metrics)
+        alone = insns.only(wl, plan.profile.metrics)
         metrics = {m.name: 100.0 * (1 + zlib.crc32(m.name.encode()) % 7) * factor
                    * float(self.rng.lognormal(0, self.cv)) for m in wl.metrics
                    if (counted or m.name not in wl.window_metrics())

@@ -7,9 +7,10 @@ A confirmation measures one class of metric: instruction counts in trials
 that run the counting pass alone, 6 rounds and one look (counts vary under
 0.3 % and are judged by magnitude, changepoints.outcome_of: no sequential
 test to feed), or times in trials with no counting pass, with looks at 12,
-18 and 25 rounds until the verdict decides.  A candidate in a count series never pays for the rounds
-times need, nor a time candidate for counting passes; a release pair with
-candidates of both classes gets one confirmation of each.
+18 and 25 rounds until the verdict decides.  A candidate in a count
+series never pays for the rounds times need, nor a time candidate for
+counting passes; a release pair with candidates of both classes gets one
+confirmation of each.
 
 Confirmations are experiments in the store like cells, keyed by the
 change's series, class and release labels, so a confirmed change keeps its
