@@ -220,11 +220,11 @@ def family(changes: list[Change], tests: dict[Test, tuple[str, Comparison]],
     when later runs add releases.  Counts pass as they are."""
     adjusted: dict[Test, float] = {}
     for run in {r for r, _ in tests.values()}:
-        mine = [k for k, (r, c) in tests.items() if r == run and not is_count(k[1])
-                and math.isfinite(sequential_p(c))]
+        ps = {k: sequential_p(c) for k, (r, c) in tests.items() if r == run
+              and not is_count(k[1])}
+        mine = {k: p for k, p in ps.items() if math.isfinite(p)}
         if mine:
-            ps = false_discovery_control([sequential_p(tests[k][1]) for k in mine])
-            adjusted.update(zip(mine, ps))
+            adjusted.update(zip(mine, false_discovery_control(list(mine.values()))))
     out = []
     for ch in changes:
         p = adjusted.get((ch.evidence, ch.metric), math.nan) if ch.evidence is not None else 1.0

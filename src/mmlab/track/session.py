@@ -16,10 +16,10 @@ Confirmations are experiments in the store like cells, keyed by the
 change's series, class and release labels, so a confirmed change keeps its
 verdict (and its stable ID) as new releases arrive, and a run with nothing
 new measures nothing.  Each carries the label of the run that made it: a
-run's confirmations are one Benjamini-Hochberg family, fixed once the run ends.  Where
-the profile counts instructions, a confirmation that found a change gets
-the attribution runs that count them by function, once per release pair:
-the pair's other confirmation gets a copy of them.
+run's confirmations are one Benjamini-Hochberg family, fixed once the run
+ends.  Where the profile counts instructions, a confirmation that found a
+change gets the attribution runs that count them by function, once per
+release pair: the pair's other confirmation gets a copy of them.
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ class Confirmations:
         plan, comps = self.comparisons(exp_id)
         if not any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
             return
-        other = self.found.get((*key[:3], OTHER[key[3]], *key[4:]))
+        other = self._sibling(key)
         have = self.store.attributions(other.experiment) if other else {}
         if not have:
             runner.attribute(self.store, exp_id, only_functions(plan), self.pool, self.pool.tell)
@@ -146,12 +146,17 @@ class Confirmations:
             for kind, data in kinds.items():
                 self.store.save_attribution(exp_id, arm, kind, data)
 
+    def _sibling(self, key: tuple[str, ...]) -> Stored | None:
+        """The confirmation of the same release pair for the other class of
+        metric (a key's fourth part is its class)."""
+        return self.found.get((*key[:3], OTHER[key[3]], *key[4:]))
+
     def other(self, change: Change) -> int | None:
         """The experiment of the change's release pair's confirmation of
         the other class of metric, if there is one: its evidence shows both."""
         tracked = next(t for t in self.suite.profiles if t.name == change.profile)
-        got = self.found.get((change.profile, cells.profile_digest(tracked), change.kind,
-                              OTHER[metric_class(change.metric)], change.before, change.after))
+        got = self._sibling((change.profile, cells.profile_digest(tracked), change.kind,
+                             metric_class(change.metric), change.before, change.after))
         return got.experiment if got else None
 
     def tests(self) -> dict[changepoints.Test, tuple[str, Comparison]]:
