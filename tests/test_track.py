@@ -130,7 +130,7 @@ def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     assert fake.attributed == 2 and store.attributions(counts) == store.attributions(times)
     assert change.evidence == times and change.also == counts
 
-    e = evidence.gather(store, found, change, str(tmp_path / "r"))
+    e = evidence.gather(store, found, change, str(tmp_path / "r"), first.judged)
     assert [m.metric for m in e.metrics] == found.profiles[0].metrics    # both confirmations
     (window,) = e.functions                          # counted by function on both sides
     assert window.rows[0].function == "folio_referenced"
@@ -215,7 +215,7 @@ def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     result = session.run(store, found, fake_pool()[0], Local())
-    shown = [evidence.gather(store, found, c, "r") for c in result.changes]
+    shown = [evidence.gather(store, found, c, "r", result.judged) for c in result.changes]
     bundled = dashboard.write_evidence(store, tmp_path / "dash", shown)
     out = dashboard.write(tmp_path / "dash", found, result, shown, "2026-01-01T00:00:00Z",
                           bundled)

@@ -76,7 +76,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                   f"({len(found.profiles)} profile(s), {len(result.series)} series against "
                   f"{result.reference.name}); {confirmed} confirmed change(s)")
         return
-    shown = [evidence.gather(store, found, c, results) for c in result.changes]
+    shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
     typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
     out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
               f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
@@ -99,7 +99,7 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     found = suite.load(suite_path)
     store = options.open_store(results)
     result = session.run(store, found, TargetPool(), releases.Catalog(), measure=False)
-    shown = [evidence.gather(store, found, c, results) for c in result.changes]
+    shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     bundled = dashboard.write_evidence(store, output, shown) if bundles else set()
     for path in dashboard.write(output, found, result, shown, now, bundled):

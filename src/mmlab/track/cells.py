@@ -37,7 +37,7 @@ from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.kernels import specs
 from mmlab.run import narrow, runner
-from mmlab.store import Store
+from mmlab.store import Measurements, Store
 from mmlab.targets import TargetPool
 from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
@@ -318,13 +318,47 @@ class Series:
     points: list[Point]              # measured releases only, in release order
 
 
-def series(store: Store, suite: Suite, lines: list[Line], ref: Release) -> list[Series]:
+@dataclass(frozen=True)
+class Judged:
+    """One stored experiment as `compare` judges it."""
+    plan: Plan
+    measured: Measurements
+    judgement: verdicts.Judgement
+
+
+class Judgements:
+    """Each stored experiment read and judged once for a whole run and its
+    report: the series judge the cells, the confirmations and the changes'
+    evidence judge the confirmations, and a pair's two confirmations show
+    each other's rows."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.memo: dict[int, Judged] = {}
+
+    def __getitem__(self, exp_id: int) -> Judged:
+        if exp_id not in self.memo:
+            plan = self.store.plan(exp_id)
+            measured = self.store.measurements(exp_id)
+            self.memo[exp_id] = Judged(plan, measured, verdicts.judge(plan, measured))
+        return self.memo[exp_id]
+
+    def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
+        j = self[exp_id]
+        return j.plan, j.judgement.comparisons
+
+    def forget(self, exp_id: int) -> None:
+        """Judge `exp_id` again when next asked: it has measured more."""
+        self.memo.pop(exp_id, None)
+
+
+def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
+           judged: Judgements) -> list[Series]:
     """Every (profile, metric, series) over its releases in release order,
     read back from the stored cells, each judged as `compare` judges it;
     releases with no cell yet, or no ratio for the metric (its trials
     failed), are left out."""
     have = stored(store, suite)
-    judged: dict[int, tuple[Plan, list[Comparison]]] = {}
     out = []
     for tracked in suite.profiles:
         for line in lines:
@@ -337,11 +371,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release) -> list[
                     exp_id = have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
                     if exp_id is None:
                         continue
-                    if exp_id not in judged:
-                        plan = store.plan(exp_id)
-                        judged[exp_id] = plan, verdicts.judge(
-                            plan, store.measurements(exp_id)).comparisons
-                    c = main(*judged[exp_id], metric, r.name)
+                    c = main(*judged.comparisons(exp_id), metric, r.name)
                     if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
                         points.append(Point(r, c, exp_id))
                 out.append(Series(tracked.name, metric, line.kind, points))

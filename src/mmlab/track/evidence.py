@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 
 from mmlab.attribution import explain
 from mmlab.attribution.explain import CountChange, WindowFunctions
-from mmlab.judge import audit, verdicts
+from mmlab.judge import audit
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change
@@ -67,41 +67,39 @@ class Evidence:
     commands: dict[str, str] = field(default_factory=dict)
 
 
-def gather(store: Store, suite: Suite, change: Change, results: str) -> Evidence:
-    """A change's evidence; a candidate never measured has its commands only."""
+def gather(store: Store, suite: Suite, change: Change, results: str,
+           judged: cells.Judgements) -> Evidence:
+    """A change's evidence; a candidate never measured has its commands
+    only.  `judged` holds the run's judgements (session.Result.judged)."""
     tracked = next(t for t in suite.profiles if t.name == change.profile)
     commands = _commands(tracked.plan.path, change, results)
     if change.evidence is None or change.releases is None:
         return Evidence(change, change.before, change.after, "", 0, commands=commands)
     exp_id = change.evidence
-    plan = store.plan(exp_id)
-    measured = store.measurements(exp_id)
-    judged = verdicts.judge(plan, measured)
-    mine = cells.main(plan, judged.comparisons, change.metric)
+    j = judged[exp_id]
+    plan, comparisons = judged.comparisons(exp_id)
+    mine = cells.main(plan, comparisons, change.metric)
     arm, base = (mine.arm, mine.baseline) if mine else ("", "")
-    samples = measured.by_arm
+    samples = j.measured.by_arm
     b, a = change.releases
     created = datetime.fromtimestamp(store.experiment(exp_id)["created"], timezone.utc)
     return Evidence(
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
-        created.strftime("%Y-%m-%dT%H:%M:%SZ"), measured.rounds,
-        metrics=_rows(store, tracked.metrics, plan, judged.comparisons, change.also),
+        created.strftime("%Y-%m-%dT%H:%M:%SZ"), j.measured.rounds,
+        metrics=_rows(tracked.metrics, judged, exp_id, change.also),
         vmstat=explain.vmstat_changes(samples.get(arm, []), samples.get(base, [])),
         state=_state(samples.get(base, []), samples.get(arm, [])),
-        findings=[str(f) for f in judged.findings.get((arm, base), [])],
+        findings=[str(f) for f in j.judgement.findings.get((arm, base), [])],
         functions=_functions(store, exp_id, arm, base, change.metric), commands=commands)
 
 
-def _rows(store: Store, tracked: list[str], plan, comparisons,
+def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
           also: int | None) -> list[MetricRow]:
     """Every tracked metric the pair's confirmations measured, in the
     suite's order: the change's own class of metric, and the other class
     where the pair has that confirmation too (they are confirmed apart)."""
-    judged = [(plan, comparisons)]
-    if also is not None:
-        other = store.plan(also)
-        judged.append((other, verdicts.judge(other, store.measurements(also)).comparisons))
-    rows = [_row(p, comps, m) for p, comps in judged for m in p.profile.metrics
+    both = [judged.comparisons(e) for e in (exp_id, also) if e is not None]
+    rows = [_row(p, comps, m) for p, comps in both for m in p.profile.metrics
             if cells.main(p, comps, m)]
     return sorted(rows, key=lambda r: tracked.index(r.metric))
 

@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from mmlab.experiment.plan import Plan
-from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.run import narrow, runner
 from mmlab.store import Store
@@ -57,6 +56,7 @@ class Result:
     confirmations: list[int]        # confirmation experiments run now
     series: list[cells.Series]
     changes: list[Change]
+    judged: cells.Judgements        # what was judged, for the changes' evidence
 
 
 @dataclass(frozen=True)
@@ -72,9 +72,11 @@ class Confirmations:
     missing (or unfinished) if measuring, judged once each."""
 
     def __init__(self, store: Store, suite: Suite, pool: TargetPool, run: str, measure: bool,
-                 prepare: Callable[[Release], None], on_trial: runner.OnTrial | None = None):
+                 prepare: Callable[[Release], None], judged: cells.Judgements,
+                 on_trial: runner.OnTrial | None = None):
         self.store, self.suite, self.pool, self.run = store, suite, pool, run
         self.measure, self.prepare, self.on_trial = measure, prepare, on_trial
+        self.judged = judged
         self.found: dict[tuple[str, ...], Stored] = {}
         for exp_id, key in cells.derived(store):
             m = CONFIRM.match(key)
@@ -84,7 +86,6 @@ class Confirmations:
                     Stored(exp_id, m["run"], (Release(m["bname"], m["bversion"], m["before"]),
                                               Release(m["aname"], m["aversion"], m["after"])))
         self.ran: list[int] = []
-        self.judged: dict[int, tuple[Plan, list[Comparison]]] = {}
 
     def get(self, tracked: Tracked, kind: str, cls: str, before: Release,
             after: Release) -> Stored | None:
@@ -102,7 +103,7 @@ class Confirmations:
             self.pool.say(f"{what}: resumed (experiment {have.experiment})")
             runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool,
                        self.on_trial)
-            self.judged.pop(have.experiment, None)
+            self.judged.forget(have.experiment)
         else:
             note = (f"track-confirm {self.suite.name} {' '.join(key)} run={self.run} "
                     f"{before.name} {before.version} {after.name} {after.version}")
@@ -115,15 +116,8 @@ class Confirmations:
             self._attribute(tracked, key, exp_id)
         return have
 
-    def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
-        if exp_id not in self.judged:
-            plan = self.store.plan(exp_id)
-            self.judged[exp_id] = plan, verdicts.judge(plan, self.store.measurements(exp_id)
-                                                       ).comparisons
-        return self.judged[exp_id]
-
     def comparison(self, exp_id: int, metric: str) -> Comparison | None:
-        return cells.main(*self.comparisons(exp_id), metric)
+        return cells.main(*self.judged.comparisons(exp_id), metric)
 
     def _attribute(self, tracked: Tracked, key: tuple[str, ...], exp_id: int) -> None:
         """Instructions by function for both releases, where the profile
@@ -135,7 +129,7 @@ class Confirmations:
         functions alone: 5 s)."""
         if not any(changepoints.is_count(m) for m in tracked.metrics):
             return
-        plan, comps = self.comparisons(exp_id)
+        plan, comps = self.judged.comparisons(exp_id)
         if not any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
             return
         other = self._sibling(key)
@@ -164,7 +158,7 @@ class Confirmations:
         the runs' families (changepoints.family)."""
         out = {}
         for s in self.found.values():
-            plan, comps = self.comparisons(s.experiment)
+            plan, comps = self.judged.comparisons(s.experiment)
             for metric in plan.profile.metrics:
                 c = cells.main(plan, comps, metric)
                 if c is not None and not changepoints.is_count(metric):
@@ -206,8 +200,9 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
     work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
+    judged = cells.Judgements(store)
     conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare,
-                         on_trial)
+                         judged, on_trial)
     measured: list[int] = []
     counted = 0
     found: list[cells.Series] = []
@@ -219,12 +214,12 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         measured += _measure(store, todo, pool, resolver, progress, spread, counted,
                              counted + len(todo) + len(work), on_trial)
         counted += len(todo)
-        line_series = cells.series(store, suite, [line], ref)
+        line_series = cells.series(store, suite, [line], ref, judged)
         found += line_series
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
-    return Result(ref, found_lines, measured, counted, conf.ran, found, changes)
+    return Result(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
 
 
 def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
