@@ -205,6 +205,27 @@ def test_an_interrupted_run_resumes_without_measuring_twice(tmp_path):
     assert len(fake.trials) == 2 * 18 + confirming   # no trial ran twice
 
 
+def test_a_confirmation_interrupted_is_finished_and_explained_on_resume(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, fake = fake_pool()
+    run_trial = fake.run_trial
+
+    def stop_in_a_confirmation(arm, plan):
+        if len(fake.trials) == 2 * 18 + 5:           # the cells' 36, then 5 of a confirmation
+            raise Interrupted
+        return run_trial(arm, plan)
+    fake.run_trial = stop_in_a_confirmation
+    with pytest.raises(Interrupted):
+        session.run(store, found, pool, Local())
+    fake.run_trial = run_trial
+    assert fake.attributed == 0
+    resumed = session.run(store, found, pool, Local())
+    confirmed = [c for c in resumed.changes if c.confirmed]
+    assert confirmed and all(store.attributions(c.evidence) for c in confirmed)
+    assert fake.attributed == 2                      # once a pair, both arms
+
+
 def normalised(text: str) -> str:
     """Times and experiment IDs of a run, and paths, as placeholders."""
     text = re.sub(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", "TIME", text)
@@ -365,25 +386,36 @@ def test_a_release_the_catalog_dropped_keeps_its_place(tmp_path):
     assert later.measured == [] and later.series[0].points[2].release.name == "debian:6.17.1"
 
 
-def test_cells_spread_over_machines_one_each_at_a_time(tmp_path):
-    """--machines: batches of one block of cells per machine, each planned
-    on its machine (here each batch is run by the fake, as a fleet would)."""
+def test_cells_and_confirmations_spread_over_machines_one_each_at_a_time(tmp_path):
+    """--machines: batches of one experiment per machine, each planned on
+    its machine (here each batch is run by the fake, as a fleet would):
+    the cells' blocks, then the series' confirmations, the count one
+    first; the attribution runs here."""
     from mmlab.run import runner
     from mmlab.track import spread
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
-    pool, _ = fake_pool()
+    pool, fake = fake_pool()
     batches: list[list[tuple[int, str]]] = []
 
     def run(ids: list[int]) -> None:
         batches.append([(e, store.plan(e).machine) for e in ids])
         for e in ids:
             runner.run(store, e, store.plan(e), pool)
-    result = session.run(store, found, pool, Local(), spread=lambda work, on_cell:
-                         spread.measure(store, ["m1", "m2"], run, work, on_cell))
-    assert [[m for _, m in b] for b in batches] == [["m1", "m2"]]      # b, c and d, e
-    assert sorted(result.measured) == sorted(e for b in batches for e, _ in b)
-    assert any(c.confirmed for c in result.changes)
+    result = session.run(store, found, pool, Local(),
+                         fleet=spread.Fleet(store, ["m1", "m2"], run))
+    cells_batch, *confirming = batches
+    assert [m for _, m in cells_batch] == ["m1", "m2"]      # b, c and d, e
+    assert sorted(result.measured) == sorted(e for e, _ in cells_batch)
+    assert [m for _, m in confirming[0]] == ["m1", "m2"]
+    assert [e for b in confirming for e, _ in b] == result.confirmations
+    assert [store.plan(e).profile.metrics for e, _ in confirming[0]] == [
+        ["advise_kernel_insns_per_page"], ["advise_ns_per_page", "cycle_ns_per_page"]]
+    assert fake.attributed == 2 and all(store.attributions(e) for e, _ in confirming[0])
+    assert {(c.metric, c.before, c.after) for c in result.changes if c.confirmed} == {
+        (m, "local:b", "local:c") for m in found.profiles[0].metrics}
+    assert session.run(store, found, pool, Local(), fleet=spread.Fleet(store, ["m1"], run)
+                       ).confirmations == [] and len(batches) == 1 + len(confirming)
     with pytest.raises(MmlabError, match="postgresql"):
         spread.fleet_runner(store, str(tmp_path / "r"), ["m1"], False, print)
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import time
 from datetime import datetime, timezone
-from functools import partial
 from pathlib import Path
 
 import typer
@@ -29,9 +28,9 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                                          help="read the Debian registry now (otherwise when "
                                               "the catalog is a day old)"),
             machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
-                                         help="spread the cells over these fleet machines, "
-                                              "one block of cells per machine at a time; needs a "
-                                              "postgresql:// store")) -> None:
+                                         help="spread the cells and confirmations over these "
+                                              "fleet machines, one experiment per machine at a "
+                                              "time; needs a postgresql:// store")) -> None:
     """Measure every (profile, release) cell not yet stored against the
     suite's reference, then find and confirm the change points; prints what
     changed, in the style of a 0-day report.
@@ -51,10 +50,10 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     out = terminal.console()
     store = Store(results)
     pool = TargetPool(allow_host_changes, terminal.plain(out))
-    spreading = None
+    fleet = None
     if names:
-        batch = spread.fleet_runner(store, results, names, allow_host_changes, pool.tell)
-        spreading = partial(spread.measure, store, names, batch)
+        fleet = spread.Fleet(store, names, spread.fleet_runner(store, results, names,
+                                                               allow_host_changes, pool.tell))
     with options.progress() as bar:
         task = bar.add_task("cells", total=None)
         trials = bar.add_task("trials", total=None)
@@ -67,7 +66,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
             bar.update(trials, completed=i, total=n,
                        description=f"trial {i + 1}/{n}: {trial.arm}")
         started = time.monotonic()
-        result = session.run(store, found, pool, resolver, progress, spread=spreading,
+        result = session.run(store, found, pool, resolver, progress, fleet=fleet,
                              on_trial=on_trial)
     took = time.monotonic() - started
     if not result.measured and not result.confirmations:

@@ -29,7 +29,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from mmlab.experiment.plan import Plan
+from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.run import narrow, runner
 from mmlab.store import Store
@@ -37,6 +37,7 @@ from mmlab.targets import TargetPool
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change, Thresholds
 from mmlab.track.releases import Line, Release, Resolver, lines
+from mmlab.track.spread import Fleet
 from mmlab.track.suite import Suite, Tracked
 
 # A confirmation's rounds by class of metric: adaptive looks until decided.
@@ -67,6 +68,24 @@ class Stored:
     releases: tuple[Release, Release]
 
 
+@dataclass(frozen=True)
+class Ask:
+    """A confirmation to measure: the pair, of one class, of one profile."""
+    tracked: Tracked
+    key: tuple[str, ...]          # (profile, digest, kind, class, before, after labels)
+    before: Release
+    after: Release
+
+    @property
+    def cls(self) -> str:
+        return self.key[3]
+
+    @property
+    def what(self) -> str:
+        return (f"confirming {self.tracked.name} ({self.cls}): {self.after.name} against "
+                f"{self.before.name}")
+
+
 class Confirmations:
     """The suite's confirmations, found by their series and labels, run when
     missing (or unfinished) if measuring, judged once each."""
@@ -86,40 +105,84 @@ class Confirmations:
                     Stored(exp_id, m["run"], (Release(m["bname"], m["bversion"], m["before"]),
                                               Release(m["aname"], m["aversion"], m["after"])))
         self.ran: list[int] = []
+        self.asked: dict[tuple[str, ...], Ask] | None = None     # while `wanted` asks
 
     def get(self, tracked: Tracked, kind: str, cls: str, before: Release,
             after: Release) -> Stored | None:
         """The pair's confirmation of class `cls` (metric_class): stored, or
-        measured now (None when only reading)."""
-        digest = cells.profile_digest(tracked)
-        key = (tracked.name, digest, kind, cls, before.label, after.label)
-        have = self.found.get(key)
+        measured now (None when only reading, or only asking: `wanted`)."""
+        ask = Ask(tracked, (tracked.name, cells.profile_digest(tracked), kind, cls, before.label,
+                            after.label), before, after)
+        have = self.found.get(ask.key)
         if not self.measure or (have and not cells.unfinished(self.store, have.experiment)):
             return have
+        if self.asked is not None:
+            self.asked.setdefault(ask.key, ask)
+            return None
         self.prepare(before)
         self.prepare(after)
-        what = f"confirming {tracked.name} ({cls}): {after.name} against {before.name}"
         if have:
-            self.pool.say(f"{what}: resumed (experiment {have.experiment})")
+            self.pool.say(f"{ask.what}: resumed (experiment {have.experiment})")
             runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool,
                        self.on_trial)
-            self.judged.forget(have.experiment)
         else:
-            note = (f"track-confirm {self.suite.name} {' '.join(key)} run={self.run} "
-                    f"{before.name} {before.version} {after.name} {after.version}")
-            metrics = [m for m in tracked.metrics if metric_class(m) == cls]
-            exp_id, _ = narrow.pair_experiment(
-                self.store, cells.cell_plan(tracked, *ROUNDS[cls], "none", metrics),
-                before.name, after.name, note, self.pool, what, self.on_trial)
-            have = self.found[key] = Stored(exp_id, self.run, (before, after))
-            self.ran.append(exp_id)
-            self._attribute(tracked, key, exp_id)
+            exp_id, _ = narrow.pair_experiment(self.store, self._plan(ask), before.name,
+                                               after.name, self._note(ask), self.pool, ask.what,
+                                               self.on_trial)
+            have = self._stored(ask, exp_id)
+        self._finish(ask, have.experiment)
         return have
+
+    def wanted(self, ask: Callable[[], object]) -> list[Ask]:
+        """The confirmations `ask` (finding the changes of some series)
+        would measure next, not measured: what a fleet runs at once."""
+        self.asked = {}
+        try:
+            ask()
+            return list(self.asked.values())
+        finally:
+            self.asked = None
+
+    def on_fleet(self, fleet: Fleet, asks: list[Ask]) -> None:
+        """`asks` measured over the fleet at once (Fleet.experiments), each
+        the confirmation `get` would make here; the attribution runs here."""
+        todo = [self.found[a.key].experiment if a.key in self.found else
+                with_kernels(self._plan(a), [a.before.name, a.after.name], self._note(a))
+                for a in asks]
+        ids = fleet.experiments(todo, lambda i: self.pool.say(f"{asks[i].what} (on the fleet)"))
+        for a, exp_id in zip(asks, ids):
+            if a.key not in self.found:
+                self._stored(a, exp_id)
+            self._finish(a, exp_id)
+
+    def _plan(self, ask: Ask) -> Plan:
+        """A confirmation's plan before its two kernels: its class's
+        metrics and rounds."""
+        metrics = [m for m in ask.tracked.metrics if metric_class(m) == ask.cls]
+        return cells.cell_plan(ask.tracked, *ROUNDS[ask.cls], "none", metrics)
+
+    def _note(self, ask: Ask) -> str:
+        """The stored key CONFIRM reads back."""
+        b, a = ask.before, ask.after
+        return (f"track-confirm {self.suite.name} {' '.join(ask.key)} run={self.run} "
+                f"{b.name} {b.version} {a.name} {a.version}")
+
+    def _stored(self, ask: Ask, exp_id: int) -> Stored:
+        self.found[ask.key] = Stored(exp_id, self.run, (ask.before, ask.after))
+        self.ran.append(exp_id)
+        return self.found[ask.key]
+
+    def _finish(self, ask: Ask, exp_id: int) -> None:
+        """A confirmation just measured (or finished): judged afresh, and
+        its instructions by function measured if it has none yet."""
+        self.judged.forget(exp_id)
+        if not self.store.attributions(exp_id):
+            self._attribute(ask, exp_id)
 
     def comparison(self, exp_id: int, metric: str) -> Comparison | None:
         return cells.main(*self.judged.comparisons(exp_id), metric)
 
-    def _attribute(self, tracked: Tracked, key: tuple[str, ...], exp_id: int) -> None:
+    def _attribute(self, ask: Ask, exp_id: int) -> None:
         """Instructions by function for both releases, where the profile
         counts them and the confirmation found a change in some metric:
         measured once per release pair, and copied from the pair's other
@@ -127,14 +190,16 @@ class Confirmations:
         a change's explanation shows them, and the guest's mm-path trace
         is what made the unmap path's attribution 58 s an arm here (the
         functions alone: 5 s)."""
-        if not any(changepoints.is_count(m) for m in tracked.metrics):
+        if not any(changepoints.is_count(m) for m in ask.tracked.metrics):
             return
         plan, comps = self.judged.comparisons(exp_id)
         if not any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
             return
-        other = self._sibling(key)
+        other = self._sibling(ask.key)
         have = self.store.attributions(other.experiment) if other else {}
         if not have:
+            self.prepare(ask.before)           # measured here, wherever the trials ran
+            self.prepare(ask.after)
             runner.attribute(self.store, exp_id, only_functions(plan), self.pool, self.pool.tell)
         for arm, kinds in have.items():
             for kind, data in kinds.items():
@@ -181,12 +246,11 @@ def metric_class(metric: str) -> str:
 
 
 Progress = Callable[[str, int, int], None]       # (what runs now, index, total)
-Spread = Callable[[list[cells.Work], cells.OnCell], list[int]]   # cells run elsewhere
 
 
 def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         progress: Progress = lambda what, i, n: None, t: Thresholds = Thresholds(),
-        measure: bool = True, spread: Spread | None = None,
+        measure: bool = True, fleet: Fleet | None = None,
         on_trial: runner.OnTrial | None = None) -> Result:
     """Measure what is missing and confirm the changes, series by series
     (across releases first, then each branch), so a run stopped among a
@@ -194,8 +258,8 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
     `measure` False only what is stored is read (a report): candidates
     without a stored confirmation stay candidates.  `progress` hears each
     cell as it starts and `on_trial` each trial here (of a cell or a
-    confirmation); `spread` runs the cells instead of `pool` (a fleet:
-    spread.measure)."""
+    confirmation); `fleet` runs the cells and the confirmations' trials
+    instead of `pool` (the attribution runs stay here)."""
     cells.check_owner(store, suite)
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
@@ -211,11 +275,13 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         mine = {c.ident for _, c in cells.planned(suite, [line], ref)}
         todo = [w for w in work if w[1].ident in mine]
         work = [w for w in work if w[1].ident not in mine]
-        measured += _measure(store, todo, pool, resolver, progress, spread, counted,
+        measured += _measure(store, todo, pool, resolver, progress, fleet, counted,
                              counted + len(todo) + len(work), on_trial)
         counted += len(todo)
         line_series = cells.series(store, suite, [line], ref, judged)
         found += line_series
+        if fleet is not None and measure:
+            _confirm_on(fleet, suite, line_series, conf, t)
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
@@ -223,7 +289,7 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
 
 
 def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
-             progress: Progress, spread: Spread | None, done: int, total: int,
+             progress: Progress, fleet: Fleet | None, done: int, total: int,
              on_trial: runner.OnTrial | None) -> list[int]:
     """Measure one series' missing cells, numbered within the whole run."""
     if not todo:
@@ -236,8 +302,19 @@ def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: R
                 f"{', '.join(f'{c.release.name} ({c.release.version})' for c in block)}")
         progress(what, done + i, total)
         return what
-    return spread(todo, on_cell) if spread else cells.measure(store, todo, pool,
-                                                               resolver.prepare, on_cell, on_trial)
+    return fleet.cells(todo, on_cell) if fleet else cells.measure(store, todo, pool,
+                                                                   resolver.prepare, on_cell,
+                                                                   on_trial)
+
+
+def _confirm_on(fleet: Fleet, suite: Suite, series: list[cells.Series], conf: Confirmations,
+                t: Thresholds) -> None:
+    """The series' confirmations over the fleet, in waves: every pair the
+    series would measure next (each candidate's own pair first, a
+    neighbour where that one said "same"), at once, the count ones first so
+    that a batch's confirmations take about as long as each other."""
+    while asks := conf.wanted(lambda: [_changes(suite, s, conf, t) for s in series]):
+        conf.on_fleet(fleet, sorted(asks, key=lambda a: a.cls))
 
 
 def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:
