@@ -183,20 +183,25 @@ def test_a_branch_is_a_series_of_its_own(tmp_path, monkeypatch):
     assert {(c.before, c.after) for c in branch} == {("local:b2", "local:c")}
 
 
+def interrupted_at(trial: int, store: Store, found, pool: TargetPool, fake: FakeTarget) -> None:
+    """A run stopped (Ctrl-C) as its `trial`-th trial starts."""
+    run_trial = fake.run_trial
+
+    def stop(arm, plan):
+        if len(fake.trials) == trial:
+            raise Interrupted
+        return run_trial(arm, plan)
+    fake.run_trial = stop
+    with pytest.raises(Interrupted):
+        session.run(store, found, pool, Local())
+    fake.run_trial = run_trial
+
+
 def test_an_interrupted_run_resumes_without_measuring_twice(tmp_path):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
-    run_trial = fake.run_trial
-
-    def stop_at_15(arm, plan):
-        if len(fake.trials) == 15:
-            raise Interrupted
-        return run_trial(arm, plan)
-    fake.run_trial = stop_at_15
-    with pytest.raises(Interrupted):
-        session.run(store, found, pool, Local())
-    fake.run_trial = run_trial
+    interrupted_at(15, store, found, pool, fake)
     done = sum(t.status == "done" for r in store.experiments() for t in store.trials(r["id"]))
     assert done == 15                                # 15 of block 1's 18 (a, b, c x 6)
     resumed = session.run(store, found, pool, Local())
@@ -209,16 +214,7 @@ def test_a_confirmation_interrupted_is_finished_and_explained_on_resume(tmp_path
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
-    run_trial = fake.run_trial
-
-    def stop_in_a_confirmation(arm, plan):
-        if len(fake.trials) == 2 * 18 + 5:           # the cells' 36, then 5 of a confirmation
-            raise Interrupted
-        return run_trial(arm, plan)
-    fake.run_trial = stop_in_a_confirmation
-    with pytest.raises(Interrupted):
-        session.run(store, found, pool, Local())
-    fake.run_trial = run_trial
+    interrupted_at(2 * 18 + 5, store, found, pool, fake)    # the cells' 36, a confirmation's 5
     assert fake.attributed == 0
     resumed = session.run(store, found, pool, Local())
     confirmed = [c for c in resumed.changes if c.confirmed]
