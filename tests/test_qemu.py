@@ -417,8 +417,9 @@ def test_a_restored_guest_gets_its_script_byte_for_byte(k612):
     accel, _ = boot.accelerator(k612, boot.initramfs_cache())
     snap = snapshot.ensure(guest, accel, boot.initramfs_cache(), None, ())
     odd = "it's \"$HOME\" \\n \u00e9\u00df\u4e2d " + "x" * 6000
-    got = snapshot.restore(guest, snap, f"cat <<'EOF'\n{odd}\nEOF\n", accel, None)
-    assert got.start == "restored" and got.frames["stdout"].decode() == odd + "\n"
+    got = snapshot.restore(guest, snap, f"cat <<'EOF'\n{odd}\nEOF\n"
+                           "cat /proc/sys/kernel/softlockup_panic\n", accel, None)
+    assert got.start == "restored" and got.frames["stdout"].decode() == odd + "\n1\n"
 
 
 def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch):

@@ -42,6 +42,7 @@ from mmlab.errors import MmlabError
 from mmlab.targets import initramfs
 from mmlab.targets.boot import (
     BOOT_RETRIES,
+    CMDLINE,
     BootFailed,
     BootResult,
     Guest,
@@ -95,7 +96,7 @@ def _key(guest: Guest, accel: str, disk: int, parts: list[Path]) -> str:
     stats = [(str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files]
     return hashlib.sha256(json.dumps([
         qemu_version(), accel, guest.vcpus, guest.memory_mb, guest.numa_nodes,
-        guest.extra_cmdline, disk, stats,
+        CMDLINE, guest.extra_cmdline, disk, stats,
     ]).encode()).hexdigest()[:20]
 
 
