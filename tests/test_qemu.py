@@ -438,6 +438,32 @@ def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch)
 
 
 
+def test_a_restored_guest_that_died_before_its_trial_is_restored_again(monkeypatch):
+    """A restore that panics before the trial began is tried again, and
+    the sample says how many starts it took; a failed trial is not."""
+    from mmlab.targets import boot, snapshot
+    from mmlab.workloads.mmwork import TrialFailed
+    calls = []
+
+    def restore(guest, snap, script, accel, swap, plugin, extra):
+        calls.append(1)
+        if len(calls) == 1:
+            raise boot.BootFailed("kernel panic in the guest: Fatal exception in interrupt")
+        return "restored"
+    monkeypatch.setattr(snapshot, "ensure", lambda *a: "snap")
+    monkeypatch.setattr(snapshot, "restore", restore)
+    guest = boot.Guest(None)
+    assert qemu.start(guest, "", "tcg", None, None, (), None) == ("restored", 1)
+
+    def failed(*a):
+        calls.append(1)
+        raise TrialFailed("kernel panic in the guest, in the trial")
+    monkeypatch.setattr(snapshot, "restore", failed)
+    with pytest.raises(TrialFailed):
+        qemu.start(guest, "", "tcg", None, None, (), None)
+    assert len(calls) == 3
+
+
 def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
     """An emulated boot now and then panics before /init: the save is tried
     again, as a boot is; any other failure is not."""

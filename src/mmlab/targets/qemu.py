@@ -38,6 +38,7 @@ from mmlab.targets.boot import (
     initramfs_cache,
     needs_modules,
     qemu_version,
+    retrying,
     run_script,
 )
 from mmlab.workloads import Workload, insns, mmwork
@@ -144,7 +145,7 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
 def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
           archives: tuple[Path, ...], plugin: Path | None,
           plugin_extra: tuple[str, ...] = ()) -> tuple[BootResult, int]:
-    """The trial's guest, run to the end, and how many boot retries it took:
+    """The trial's guest, run to the end, and how many starts it retried:
     restored from its snapshot (made on first use) when the guest starts
     that way, booted otherwise, or when no snapshot can be made (the
     result's `start` says which; `why_booted` says why)."""
@@ -156,7 +157,8 @@ def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
                                         plugin_extra)
             boot.why_booted = str(exc)
             return boot, retry
-        return snapshot.restore(guest, snap, script, accel, swap, plugin, plugin_extra), 0
+        return retrying(lambda: snapshot.restore(guest, snap, script, accel, swap, plugin,
+                                                 plugin_extra))
     return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 
