@@ -77,8 +77,7 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
         return Evidence(change, change.before, change.after, "", 0, commands=commands)
     exp_id = change.evidence
     j = judged[exp_id]
-    plan, comparisons = judged.comparisons(exp_id)
-    mine = cells.main(plan, comparisons, change.metric)
+    mine = cells.main(j.plan, j.judgement.comparisons, change.metric)
     arm, base = (mine.arm, mine.baseline) if mine else ("", "")
     samples = j.measured.by_arm
     b, a = change.releases
