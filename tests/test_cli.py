@@ -214,3 +214,91 @@ def test_run_and_experiment_run_take_their_samples_through_the_same_target(tmp_p
     (one,) = store.samples_by_arm(1).values()
     assert len(one) == 2 and one[0].params["thp"] == "hugepage"
     assert {len(v) for v in store.samples_by_arm(2).values()} == {6}
+
+
+NARROW = """
+name = "narrow"
+workload = "pageout-refault"
+repetitions = 6
+metrics = ["advise_ns_per_page"]
+baseline = { kernel = "local:a" }
+[params]
+mapping-kb = 1024
+[matrix]
+kernel = ["local:a"]
+"""
+SUITE = """
+name = "fake"
+reference = "local:a"
+kernels = ["local:a", "local:b"]
+metrics = ["advise_ns_per_page"]
+[[profile]]
+path = "p.toml"
+"""
+
+
+def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_path,
+                                                                          monkeypatch):
+    """`mmlab run`, `experiment run|resume`, `ab`, `narrow` and `track run`
+    all go through driver.run_experiment, and the runner runs only inside
+    it: with the targets replaced by one fake, every runner.run happens
+    while some command's run_experiment is under way."""
+    from types import SimpleNamespace
+
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    from mmlab.cli import run as run_cmd
+    from mmlab.kernels import kbuild
+    from mmlab.run import driver, runner
+    from mmlab.targets import TargetPool
+    from mmlab.track import releases
+
+    from .fake_target import FakeTarget
+    from .test_track import Local
+    fake = FakeTarget(cv=0.01)
+    monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: fake)
+    monkeypatch.setattr(kbuild, "ab_pair", lambda *a: (
+        SimpleNamespace(name="local:a", source="tree"),
+        SimpleNamespace(name="local:b", source="tree + patch")))
+    monkeypatch.setattr(releases, "Catalog", Local)
+    depth, calls, outside = [0], [], []
+    real_driver, real_runner = driver.run_experiment, runner.run
+
+    def through_driver(store, start, *args, **kwargs):
+        calls.append(start if isinstance(start, int) else type(start).__name__)
+        depth[0] += 1
+        try:
+            return real_driver(store, start, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+
+    def runner_run(*args, **kwargs):
+        if not depth[0]:
+            outside.append(args[1])
+        return real_runner(*args, **kwargs)
+    monkeypatch.setattr(driver, "run_experiment", through_driver)
+    monkeypatch.setattr(runner, "run", runner_run)
+    run_cmd.register()
+    results = str(tmp_path / "r")
+    (tmp_path / "pair.toml").write_text(THP_PAIR)
+    (tmp_path / "p.toml").write_text(NARROW)
+    (tmp_path / "suite.toml").write_text(SUITE)
+    patch = tmp_path / "fix.patch"
+    patch.write_text("--- a/x\n+++ b/x\n")
+    commands = {
+        "run": ["run", "pageout-refault", "--samples", "2"],
+        "experiment run": ["experiment", "run", str(tmp_path / "pair.toml")],
+        "experiment resume": ["experiment", "resume", "2"],
+        "ab": ["ab", str(tmp_path / "p.toml"), "--patch", str(patch)],
+        "narrow": ["narrow", str(tmp_path / "p.toml"), "--kernels", "local:a,local:b,local:c"],
+        "track run": ["track", "run", str(tmp_path / "suite.toml")],
+    }
+    cli = CliRunner()
+    for name, args in commands.items():
+        before = len(calls)
+        done = cli.invoke(app, [*args, "--results", results])
+        assert done.exit_code == 0, (name, done.output)
+        assert len(calls) > before, f"{name} did not call run_experiment"
+    assert not outside, f"runner.run outside run_experiment for experiments {outside}"
+    assert calls[:3] == ["Plan", "Plan", 2]

@@ -26,6 +26,7 @@ from mmlab.experiment.plan import parse
 from mmlab.fleet import bench, coordinator, engine, queue, registry, services, summary
 from mmlab.judge import verdicts
 from mmlab.run import runner
+from mmlab.run.events import Message
 from mmlab.store import Store
 
 from .conftest import MMLAB, mmlab
@@ -243,7 +244,8 @@ def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp
     (exp_id,) = coordinator.create(store, bench.sleep_plan(4, 150), ["s"], False)
     said: list[str] = []
     run = threading.Thread(target=coordinator.run, args=(
-        url, [exp_id], False, lambda *a: None, lambda *a: None, True, said.append))
+        url, [exp_id], False, True,
+        lambda e: said.append(e.text) if isinstance(e, Message) else None))
     run.start()
     wait_until("a trial running", lambda: store.trials(exp_id, status="running"))
     with engine.app(broker).connection_for_write() as conn:

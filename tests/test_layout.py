@@ -97,3 +97,23 @@ def test_the_c_harness_has_no_include_loops():
         deps = {Path(h).stem for h in re.findall(r'#include "([^"]+)"', path.read_text())}
         graph.setdefault(unit, set()).update(deps - {unit})
     graphlib.TopologicalSorter(graph).prepare()      # CycleError names the loop
+
+
+def test_commands_run_experiments_only_through_the_driver():
+    """The command layer parses and renders: it never imports the runner or
+    the fleet's coordinator (driver.run_experiment wires them), and never
+    assigns to another object's attributes (a pool's `say` mid-run, say):
+    progress reaches it through the one listener it handed over.  An
+    object's own `self.x` is its business."""
+    bad = []
+    for path in (SRC / "cli").glob("*.py"):
+        tree = ast.parse(path.read_text())
+        bad += [f"{path.name} imports {m}" for m in imported(path)
+                if m.startswith(("mmlab.run.runner", "mmlab.fleet.coordinator.run"))]
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else (
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else [])
+            bad += [f"{path.name}:{node.lineno} assigns {ast.unparse(t)}" for t in targets
+                    if isinstance(t, ast.Attribute) and not t.attr.startswith("__")
+                    and ast.unparse(t.value) != "self"]
+    assert not bad, "\n".join(bad)

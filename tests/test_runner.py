@@ -23,6 +23,7 @@ from mmlab.judge import verdicts
 from mmlab.machine import knobs
 from mmlab.report import terminal
 from mmlab.run import runner
+from mmlab.run.events import Looked
 from mmlab.store import Store
 from mmlab.targets import TrialError
 
@@ -240,7 +241,8 @@ def adaptive_run(tmp_path, fake: FakeTarget, text: str = ADAPTIVE):
     store = Store(tmp_path / "r")
     exp_id = store.create_experiment(plan)
     looks = []
-    result = runner.run(store, exp_id, plan, fake_pool(fake), on_look=looks.append)
+    result = runner.run(store, exp_id, plan, fake_pool(fake),
+                        lambda e: looks.append(e.judgement) if isinstance(e, Looked) else None)
     return store, exp_id, plan, result, looks
 
 

@@ -18,6 +18,8 @@ import pytest
 from mmlab.attribution.functions import FunctionInsns
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.kernels import catalog
+from mmlab.run import driver
+from mmlab.run.events import Progressed, TrialStarting
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.track import changepoints, dashboard, evidence, releases, session, simulate, suite
@@ -107,7 +109,7 @@ def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
-    first = session.run(store, found, pool, Local())
+    first = session.run(store, found, driver.Here(pool), Local())
     assert len(first.measured) == 2                  # b..e against a, in blocks of two
     assert [len(store.plan(e).arms) for e in first.measured] == [3, 3]
     assert len(first.confirmations) >= 1
@@ -137,7 +139,7 @@ def test_a_step_is_found_confirmed_explained_and_kept(tmp_path):
     assert e.commands["reproduce"].startswith("mmlab narrow ")
 
     trials = len(fake.trials)
-    again = session.run(store, found, pool, Local())
+    again = session.run(store, found, driver.Here(pool), Local())
     assert (again.measured, again.confirmations, len(fake.trials)) == ([], [], trials)
     assert [c.id for c in again.changes if c.confirmed] == [c.id for c in first.changes
                                                             if c.confirmed]
@@ -149,10 +151,10 @@ def test_a_new_point_release_is_one_new_cell_and_the_reference_stays_pinned(tmp_
     found = suite.load(write_suite(tmp_path, text, PROFILE.replace("local:a", "debian:6.12")))
     store = Store(tmp_path / "r")
     pool, _ = fake_pool()
-    first = session.run(store, found, pool, Local({"debian:6.12": "debian:6.12.117@117-1"}))
+    first = session.run(store, found, driver.Here(pool), Local({"debian:6.12": "debian:6.12.117@117-1"}))
     assert first.reference == Release("debian:6.12.117", "117-1", "6.12")
     newer = Local({"debian:6.12": "debian:6.12.120@120-1", "local:e": "local:e@1.1"})
-    later = session.run(store, found, pool, newer)
+    later = session.run(store, found, driver.Here(pool), newer)
     assert later.reference == first.reference        # 6.12.120 came out: the cells stay valid
     assert len(later.measured) == 1                  # e at 1.1
     remeasured = {tuple(a.kernel for a in store.plan(e).arms) for e in later.confirmations}
@@ -164,7 +166,7 @@ def test_a_new_point_release_is_one_new_cell_and_the_reference_stays_pinned(tmp_
 def test_a_state_change_is_never_a_regression(tmp_path):
     found = suite.load(write_suite(tmp_path))
     pool, _ = fake_pool(state_at={"local:c", "local:d", "local:e"})
-    result = session.run(Store(tmp_path / "r"), found, pool, Local())
+    result = session.run(Store(tmp_path / "r"), found, driver.Here(pool), Local())
     outcomes = {(c.before, c.after): c.outcome for c in result.changes}
     assert outcomes[("local:b", "local:c")] == "state change"
     assert not any(c.confirmed for c in result.changes)
@@ -176,7 +178,7 @@ def test_a_branch_is_a_series_of_its_own(tmp_path, monkeypatch):
     text = SUITE.replace('[[profile]]', 'branches = ["debian:6.12"]\n[[profile]]')
     found = suite.load(write_suite(tmp_path, text))
     local = Local(branches={"debian:6.12": ["local:b", "local:b2", "local:c"]})
-    result = session.run(Store(tmp_path / "r"), found, fake_pool()[0], local)
+    result = session.run(Store(tmp_path / "r"), found, driver.Here(fake_pool()[0]), local)
     assert {s.kind for s in result.series} == {"across", "6.12.y"}
     assert len(result.measured) == 3                 # b, c, d, e, then the branch's b2 alone
     branch = [c for c in result.changes if c.kind == "6.12.y" and c.confirmed]
@@ -193,7 +195,7 @@ def interrupted_at(trial: int, store: Store, found, pool: TargetPool, fake: Fake
         return run_trial(arm, plan)
     fake.run_trial = stop
     with pytest.raises(Interrupted):
-        session.run(store, found, pool, Local())
+        session.run(store, found, driver.Here(pool), Local())
     fake.run_trial = run_trial
 
 
@@ -204,7 +206,7 @@ def test_an_interrupted_run_resumes_without_measuring_twice(tmp_path):
     interrupted_at(15, store, found, pool, fake)
     done = sum(t.status == "done" for r in store.experiments() for t in store.trials(r["id"]))
     assert done == 15                                # 15 of block 1's 18 (a, b, c x 6)
-    resumed = session.run(store, found, pool, Local())
+    resumed = session.run(store, found, driver.Here(pool), Local())
     assert len(resumed.measured) == 2                # block 1 finished, block 2 (d, e)
     confirming = sum(len(store.trials(e)) for e in resumed.confirmations)
     assert len(fake.trials) == 2 * 18 + confirming   # no trial ran twice
@@ -216,7 +218,7 @@ def test_a_confirmation_interrupted_is_finished_and_explained_on_resume(tmp_path
     pool, fake = fake_pool()
     interrupted_at(2 * 18 + 5, store, found, pool, fake)    # the cells' 36, a confirmation's 5
     assert fake.attributed == 0
-    resumed = session.run(store, found, pool, Local())
+    resumed = session.run(store, found, driver.Here(pool), Local())
     confirmed = [c for c in resumed.changes if c.confirmed]
     assert confirmed and all(store.attributions(c.evidence) for c in confirmed)
     assert fake.attributed == 2                      # once a pair, both arms
@@ -231,7 +233,7 @@ def normalised(text: str) -> str:
 def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
-    result = session.run(store, found, fake_pool()[0], Local())
+    result = session.run(store, found, driver.Here(fake_pool()[0]), Local())
     shown = [evidence.gather(store, found, c, "r", result.judged) for c in result.changes]
     bundled = dashboard.write_evidence(store, tmp_path / "dash", shown)
     out = dashboard.write(tmp_path / "dash", found, result, shown, "2026-01-01T00:00:00Z",
@@ -294,11 +296,11 @@ def test_a_store_of_another_suite_is_refused(tmp_path):
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
-    session.run(store, found, pool, Local())
+    session.run(store, found, driver.Here(pool), Local())
     trials = len(fake.trials)
     other = suite.load(write_suite(tmp_path, SUITE.replace('name = "fake"', 'name = "other"')))
     with pytest.raises(MmlabError, match="holds cells of suite 'fake'"):
-        session.run(store, other, pool, Local())
+        session.run(store, other, driver.Here(pool), Local())
     assert len(fake.trials) == trials
 
 
@@ -374,9 +376,9 @@ def test_a_release_the_catalog_dropped_keeps_its_place(tmp_path):
     store = Store(tmp_path / "r")
     pool, _ = fake_pool()
     served = {f"debian:6.{m}": f"debian:6.{m}.1@6.{m}.1-1" for m in (16, 17, 18)}
-    session.run(store, found, pool, Local(served))
+    session.run(store, found, driver.Here(pool), Local(served))
     dropped = suite.load(write_suite(tmp_path, text.replace('"debian:6.17", ', '')))
-    later = session.run(store, dropped, pool, Local(served))
+    later = session.run(store, dropped, driver.Here(pool), Local(served))
     (across,) = later.lines
     assert [r.label for r in across.releases] == ["local:a", "6.16", "6.17", "6.18"]
     assert later.measured == [] and later.series[0].points[2].release.name == "debian:6.17.1"
@@ -387,7 +389,6 @@ def test_cells_and_confirmations_spread_over_machines_one_each_at_a_time(tmp_pat
     its machine (here each batch is run by the fake, as a fleet would):
     the cells' blocks, then the series' confirmations, the count one
     first; the attribution runs here."""
-    from mmlab.run import runner
     from mmlab.track import spread
     found = suite.load(write_suite(tmp_path))
     store = Store(tmp_path / "r")
@@ -396,9 +397,8 @@ def test_cells_and_confirmations_spread_over_machines_one_each_at_a_time(tmp_pat
 
     def run(ids: list[int]) -> None:
         batches.append([(e, store.plan(e).machine) for e in ids])
-        for e in ids:
-            runner.run(store, e, store.plan(e), pool)
-    result = session.run(store, found, pool, Local(),
+        driver.run_experiment(store, ids, driver.Here(pool))
+    result = session.run(store, found, driver.Here(pool), Local(),
                          fleet=spread.Fleet(store, ["m1", "m2"], run))
     cells_batch, *confirming = batches
     assert [m for _, m in cells_batch] == ["m1", "m2"]      # b, c and d, e
@@ -410,7 +410,7 @@ def test_cells_and_confirmations_spread_over_machines_one_each_at_a_time(tmp_pat
     assert fake.attributed == 2 and all(store.attributions(e) for e, _ in confirming[0])
     assert {(c.metric, c.before, c.after) for c in result.changes if c.confirmed} == {
         (m, "local:b", "local:c") for m in found.profiles[0].metrics}
-    assert session.run(store, found, pool, Local(), fleet=spread.Fleet(store, ["m1"], run)
+    assert session.run(store, found, driver.Here(pool), Local(), fleet=spread.Fleet(store, ["m1"], run)
                        ).confirmations == [] and len(batches) == 1 + len(confirming)
     with pytest.raises(MmlabError, match="postgresql"):
         spread.fleet_runner(store, str(tmp_path / "r"), ["m1"], False, print)
@@ -421,8 +421,8 @@ def test_a_release_whose_trials_failed_is_left_out_of_its_series(tmp_path):
     store = Store(tmp_path / "r")
     fake = Counting(cv=0.01, fail={"kernel=local:d"},
                     model=lambda arm: (1.3 if arm.kernel in STEP_AT else 1.0, {}))
-    result = session.run(store, found, TargetPool(make=lambda arm: fake, say=lambda m: None),
-                         Local())
+    pool = TargetPool(make=lambda arm: fake, say=lambda m: None)
+    result = session.run(store, found, driver.Here(pool), Local())
     labels = [p.release.label for p in result.series[0].points]
     assert labels == ["local:a", "local:b", "local:c", "local:e"]
     assert {(c.before, c.after) for c in result.changes if c.confirmed} == {("local:b",
@@ -437,7 +437,7 @@ def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path
     text = SUITE.replace('"local:e"]', '"local:e", "local:f", "local:g", "local:h"]')
     found = suite.load(write_suite(tmp_path, text))
     store = Store(tmp_path / "r")
-    result = session.run(store, found, fake_pool()[0], Local())
+    result = session.run(store, found, driver.Here(fake_pool()[0]), Local())
     assert [len(store.plan(e).arms) for e in result.measured] == [6, 3]   # b..f, then g, h
     assert result.cells == 7
     (key, *_) = cells.keys(store)
@@ -454,6 +454,8 @@ def test_every_trial_of_cells_and_confirmations_is_announced(tmp_path):
     store = Store(tmp_path / "r")
     pool, fake = fake_pool()
     heard = []
-    session.run(store, found, pool, Local(), on_trial=lambda t, i, n: heard.append((t.arm, i, n)))
-    assert len(heard) == len(fake.trials) > 0
-    assert all(0 <= i < n for _, i, n in heard)
+    session.run(store, found, driver.Here(pool), Local(), heard.append)
+    started = [e for e in heard if isinstance(e, TrialStarting)]
+    assert len(started) == len(fake.trials) > 0
+    assert all(0 <= e.index < e.total for e in started)
+    assert any(isinstance(e, Progressed) for e in heard)

@@ -37,12 +37,14 @@ from mmlab import workloads
 from mmlab.bench import agreement, census, guest_start
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
+from mmlab.experiment.profile import Profile
 from mmlab.judge import criteria, verdicts
 from mmlab.judge.stats import summarize
 from mmlab.report import selftest as selftest_report
 from mmlab.report.fmt import num, pct
-from mmlab.report.terminal import console
-from mmlab.run import runner
+from mmlab.report.terminal import console, plain
+from mmlab.run import driver, runner
+from mmlab.run.events import Created, Event, Message
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.workloads import execwork, mmwork
@@ -181,21 +183,26 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
     """Run each profile (with `overrides` such as repetitions, max_repetitions,
     min_sample_ms) into `results` while a noisy neighbour runs."""
     out = console()
+    say = plain(out)
     done = []
     store = Store(results)
     with tempfile.TemporaryDirectory() as tmp, NoisyNeighbour(period_s):
         for path in profiles:
             plan = load(shrunk(Path(path), Path(tmp), **overrides)
                         if any(v is not None for v in overrides.values()) else path)
-            pool = TargetPool(False, say=out.print)
-            pool.check(plan)
-            exp_id = store.create_experiment(plan)
-            out.print(f"{plan.profile.name}: experiment {exp_id} in {store.dir}, "
-                      f"{plan.profile.repetitions}..{plan.profile.rounds_at_most} rounds, "
-                      f"noisy neighbour on/off every {period_s:g} s")
-            result = runner.run(store, exp_id, plan, pool)
-            done.append(RealResult(plan.profile.name, result.plan, exp_id, result,
-                                   result.judgement))
+            p = plan.profile
+
+            def told(event: Event, p: Profile = p) -> None:
+                if isinstance(event, Created):
+                    out.print(f"{p.name}: experiment {event.ids[0]} in {store.dir}, "
+                              f"{p.repetitions}..{p.rounds_at_most} rounds, "
+                              f"noisy neighbour on/off every {period_s:g} s")
+                elif isinstance(event, Message):
+                    say(event.text)
+            ran = driver.run_experiment(store, plan, driver.Here(TargetPool(False, say)),
+                                        on_event=told)
+            done.append(RealResult(p.name, ran.result.plan, ran.exp_id, ran.result,
+                                   ran.result.judgement))
     return done
 
 

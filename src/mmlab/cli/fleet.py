@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import typer
 
-from mmlab.cli import experiments as runs
 from mmlab.cli import options
+from mmlab.cli.display import print_fleet
 from mmlab.cli.options import EXPERIMENT, RESULTS
 from mmlab.errors import MmlabError
 from mmlab.report import terminal
@@ -53,7 +53,7 @@ def summary_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
     if not store.plan(exp_id).fleet:
         raise MmlabError(f"experiment {exp_id} is not part of a fleet run (mmlab compare "
                          f"{exp_id} shows its verdicts)")
-    runs.print_fleet(store, coordinator.members(store, exp_id))
+    print_fleet(store, coordinator.members(store, exp_id))
 
 
 def _fleet_store(results: str) -> Store:

@@ -14,13 +14,15 @@ from pathlib import Path
 import typer
 from rich.status import Status
 
-from mmlab.cli import experiments as runs
+from mmlab.cli.display import Display, run_and_print
 from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
 from mmlab.errors import MmlabError
-from mmlab.experiment.plan import with_kernels
+from mmlab.experiment import plan as experiment_plan
 from mmlab.kernels import catalog, images, kbuild, specs
 from mmlab.report import terminal
+from mmlab.run import driver
 from mmlab.run import narrow as narrowing
+from mmlab.run.events import Created
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 
@@ -133,17 +135,18 @@ def ab(profile: Path = PROFILE,
 
     Example: mmlab ab experiments/ksm-rmap-ab.toml --patch
     experiments/patches/seed004-ksm-rmap-walk-range-6.12.patch"""
-    plan = runs.load(profile)
+    plan = experiment_plan.load(profile)
     with build_status(source) as on_line:
         a, b = kbuild.ab_pair(source, patch, config, on_line)
     sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
                      for p in patch)
-    derived = with_kernels(plan, [a.name, b.name], f"A/B of {sums}")
-    store = Store(results)
-    exp_id = store.create_experiment(derived)
-    typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment {exp_id}",
-               err=True)
-    runs.run_here(store, exp_id, derived, TargetPool(allow_host_changes), attribute)
+
+    def created(event: Created) -> None:
+        typer.echo(f"A = {a.name} ({a.source}); B = {b.name} ({b.source}); experiment "
+                   f"{event.ids[0]}", err=True)
+    run_and_print(results, experiment_plan.with_kernels(plan, [a.name, b.name],
+                                                        f"A/B of {sums}"),
+                  None, allow_host_changes, driver.Options(attribute=attribute), created)
 
 
 def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
@@ -166,7 +169,7 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
 
     Example: mmlab narrow experiments/seed004-ksm-rmap-narrow.toml
     --kernels debian:6.12..debian:7.3"""
-    plan = runs.load(profile)
+    plan = experiment_plan.load(profile)
     if plan.warnings():
         raise MmlabError(plan.warnings()[0])
     metric = metric or plan.profile.metrics[0]
@@ -182,9 +185,10 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
         def ensure(name: str) -> None:
             with build_status(name) as on_line:
                 build_commit(name, on_line)
-    out = terminal.console()
-    result = narrowing.search(Store(results), plan, names, metric,
-                              TargetPool(allow_host_changes, terminal.plain(out)), ensure,
-                              on_step=lambda line: out.print(terminal.escape(line)))
+    show = Display()
+    with show:
+        result = narrowing.search(Store(results), plan, names, metric,
+                                  driver.Here(TargetPool(allow_host_changes, show.say)), ensure,
+                                  show)
     for line in result.lines(names, metric):
-        out.print(terminal.escape(line))
+        show.say(line)

@@ -18,11 +18,11 @@ import typer
 
 from mmlab import workloads
 from mmlab.cli import options
+from mmlab.cli.display import Display
 from mmlab.errors import MmlabError
 from mmlab.experiment import single
 from mmlab.report import terminal
-from mmlab.run import runner
-from mmlab.store import Store
+from mmlab.run import driver
 from mmlab.targets import TargetPool
 from mmlab.workloads import HARNESS_PARAMS, execwork
 
@@ -119,38 +119,40 @@ def exec_command() -> Callable[..., None]:
 
 
 def run(req: single.Request, rest: dict) -> None:
-    """Plan, store and run the one-arm experiment; print its samples (and
-    traces and functions) from the store."""
+    """Plan, store and run the one-arm experiment (driver.run_experiment);
+    print its samples (and traces and functions) from the store."""
     plan = single.plan(req)
-    store = Store(rest["results"])
-    pool = TargetPool(rest["allow_host_changes"], say=_say(rest["as_json"]))
-    pool.check(plan)
-    exp_id = store.create_experiment(plan)
-    with options.progress(disable=rest["as_json"]) as bar:
-        bar.add_task(f"{plan.workload.name} on {plan.arms[0].target}", total=None)
-        result = runner.run(store, exp_id, plan, pool, with_controls=False)
-    failed = store.trials(exp_id, status="failed")
+    show = Display(stderr=True, quiet=rest["as_json"])
+    here = driver.Here(TargetPool(rest["allow_host_changes"], show.say))
+    with show:
+        outcome = driver.run_experiment(rest["results"], plan, here,
+                                        driver.Options(req.attribute, with_controls=False), show)
+    failed = outcome.failed[outcome.exp_id]
     if failed:
         raise MmlabError(f"the trial failed: {failed[0].error}")
-    if req.attribute:
-        runner.attribute(store, exp_id, plan, pool, say=pool.say)
-    samples = result.measured.by_arm[single.ARM]
+    samples = outcome.result.measured.by_arm[single.ARM]
     if rest["as_json"]:
         for s in samples:
             typer.echo(s.model_dump_json())
         return
-    out = terminal.console()
-    terminal.print_samples(out, plan.workload, samples)
+    terminal.print_samples(show.out, plan.workload, samples)
     if req.attribute:
-        from mmlab.attribution import explain
-        found = explain.explain_experiment(plan, explain.load(store.attributions(exp_id)),
-                                           result.measured.by_arm, n=req.functions or 12)
-        if req.functions and not found.functions:
-            windows = ", ".join(w.name for w in plan.workload.windows) or "none"
-            raise MmlabError(f"--functions: no timed window of {plan.workload.name} did any "
-                             f"work here (windows: {windows})")
-        terminal.print_explanation(out, plan, found)
-    typer.echo(f"stored as experiment {exp_id} in {store.where} (mmlab show {exp_id})", err=True)
+        _print_functions(show, outcome, req)
+    typer.echo(f"stored as experiment {outcome.exp_id} in {outcome.store.where} "
+               f"(mmlab show {outcome.exp_id})", err=True)
+
+
+def _print_functions(show: Display, outcome: driver.Outcome, req: single.Request) -> None:
+    """What the attribution runs found, by kernel function."""
+    from mmlab.attribution import explain
+    plan = outcome.result.plan
+    found = explain.explain_experiment(plan, explain.load(outcome.store.attributions(
+        outcome.exp_id)), outcome.result.measured.by_arm, n=req.functions or 12)
+    if req.functions and not found.functions:
+        windows = ", ".join(w.name for w in plan.workload.windows) or "none"
+        raise MmlabError(f"--functions: no timed window of {plan.workload.name} did any "
+                         f"work here (windows: {windows})")
+    terminal.print_explanation(show.out, plan, found)
 
 
 def _common(values: dict) -> dict:
@@ -161,11 +163,6 @@ def _common(values: dict) -> dict:
                 count_insns=values["count_insns"], trace_count=split(values["trace_count"]),
                 trace_time=split(values["trace_time"]), functions=values["functions"],
                 argv=tuple(sys.argv[2:]))
-
-
-def _say(quiet: bool) -> Callable[[str], None]:
-    """Targets' messages on stderr, so --json's stdout stays samples only."""
-    return lambda message: typer.echo(message, err=True) if not quiet else None
 
 
 def _option(p: workloads.Param) -> tuple[type, object]:

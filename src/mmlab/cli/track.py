@@ -12,8 +12,10 @@ from pathlib import Path
 import typer
 
 from mmlab.cli import options
+from mmlab.cli.display import Display
 from mmlab.cli.options import ALLOW, RESULTS
 from mmlab.report import terminal
+from mmlab.run import driver
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 
@@ -47,39 +49,28 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     found = suite.load(suite_path)
     resolver = releases.Catalog()
     releases.check(resolver, found)
-    out = terminal.console()
     store = Store(results)
-    pool = TargetPool(allow_host_changes, terminal.plain(out))
+    show = Display()
+    here = driver.Here(TargetPool(allow_host_changes, show.say))
     fleet = None
     if names:
         fleet = spread.Fleet(store, names, spread.fleet_runner(store, results, names,
-                                                               allow_host_changes, pool.tell))
-    with options.progress() as bar:
-        task = bar.add_task("cells", total=None)
-        trials = bar.add_task("trials", total=None)
-        pool.say = terminal.plain(bar.console)
-
-        def progress(what: str, i: int, n: int) -> None:
-            bar.update(task, completed=i, total=n, description=what)
-
-        def on_trial(trial, i: int, n: int) -> None:
-            bar.update(trials, completed=i, total=n,
-                       description=f"trial {i + 1}/{n}: {trial.arm}")
-        started = time.monotonic()
-        result = session.run(store, found, pool, resolver, progress, fleet=fleet,
-                             on_trial=on_trial)
+                                                               allow_host_changes, show))
+    started = time.monotonic()
+    with show:
+        result = session.run(store, found, here, resolver, show, fleet=fleet)
     took = time.monotonic() - started
     if not result.measured and not result.confirmations:
         confirmed = sum(c.confirmed for c in result.changes)
-        out.print(f"nothing new: every cell of {found.name} is stored "
-                  f"({len(found.profiles)} profile(s), {len(result.series)} series against "
-                  f"{result.reference.name}); {confirmed} confirmed change(s)")
+        show.out.print(f"nothing new: every cell of {found.name} is stored "
+                       f"({len(found.profiles)} profile(s), {len(result.series)} series "
+                       f"against {result.reference.name}); {confirmed} confirmed change(s)")
         return
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
     typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
-    out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
-              f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
-              "confirmation(s)")
+    show.out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
+                   f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
+                   "confirmation(s)")
 
 
 @app.command("report")
@@ -97,7 +88,8 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     from mmlab.track import dashboard, evidence, releases, session, suite
     found = suite.load(suite_path)
     store = options.open_store(results)
-    result = session.run(store, found, TargetPool(), releases.Catalog(), measure=False)
+    result = session.run(store, found, driver.Here(TargetPool()), releases.Catalog(),
+                         measure=False)
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     bundled = dashboard.write_evidence(store, output, shown) if bundles else set()

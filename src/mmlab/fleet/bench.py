@@ -36,6 +36,7 @@ from mmlab.experiment.profile import ArmEntry, Profile
 from mmlab.experiment.schedule import schedule
 from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker
 from mmlab.report.terminal import console
+from mmlab.run.events import Event, Message, OnEvent, TrialStarting
 from mmlab.store import Store
 from mmlab.targets import LocalTarget, TrialResult
 from mmlab.workloads import Metric, Param, Workload
@@ -212,8 +213,7 @@ def run_bench(machines: int, trials: int, ms: float, keep_logs: Path | None) -> 
             ids = coordinator.create(store, sleep_plan(rounds, ms), names, False)
             before = cpu_split(procs, pg.pid(), redis.proc.pid)
             start = time.monotonic()
-            coordinator.run(url, ids, False, _progress(out, machines * rounds * 2),
-                            lambda m, j: None, True, out.print)
+            coordinator.run(url, ids, False, True, _progress(out, machines * rounds * 2))
             wall = time.monotonic() - start
             after = cpu_split(procs, pg.pid(), redis.proc.pid)
             rows = measure(store, ids, wall, ms)
@@ -236,17 +236,22 @@ def run_bench(machines: int, trials: int, ms: float, keep_logs: Path | None) -> 
     out.print(tables.summary_table(found) if machines <= 4 else "")
 
 
-def _progress(out, total: int):
-    """A line every 10 % of the trials started (called from every machine's thread)."""
+def _progress(out, total: int) -> OnEvent:
+    """A line every 10 % of the trials started, and the coordinator's
+    messages (heard from every machine's thread)."""
     started = itertools.count(1)
     lock = threading.Lock()
 
-    def on_trial(machine, trial, index, n) -> None:
+    def on_event(event: Event) -> None:
+        if isinstance(event, Message):
+            out.print(event.text)
+        if not isinstance(event, TrialStarting):
+            return
         with lock:
             count = next(started)
             if count % max(1, total // 10) == 0:
                 out.print(f"  {count} of {total} trials started")
-    return on_trial
+    return on_event
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -32,8 +32,8 @@ from typing import Any
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.fleet import engine, queue, registry
-from mmlab.judge import verdicts
 from mmlab.run import runner
+from mmlab.run.events import OnEvent, saying
 from mmlab.store import Store, Trial
 from mmlab.targets import Announce, TargetPool
 
@@ -224,15 +224,11 @@ class MachineTarget:
         engine.revoke(self.celery, [task for trial, task in self.sent.items() if trial in planned])
 
 
-OnTrial = Callable[[str, Trial, int, int], None]          # machine, trial, index, total
-OnLook = Callable[[str, verdicts.Judgement], None]        # machine, judgement
-
-
-def run(results: str, exp_ids: list[int], allow_host_changes: bool, on_trial: OnTrial,
-        on_look: OnLook, with_controls: bool, say: Callable[[str], None]
-        ) -> dict[int, runner.RunResult]:
+def run(results: str, exp_ids: list[int], allow_host_changes: bool, with_controls: bool,
+        on_event: OnEvent) -> dict[int, runner.RunResult]:
     """Run every machine's experiment at once until each is judged; Ctrl-C
-    stops them all (queued trials revoked, planned ones kept for resume)."""
+    stops them all (queued trials revoked, planned ones kept for resume).
+    `on_event` hears every machine's trials and looks, from its thread."""
     store = Store(results)
     plans = {e: store.plan(e) for e in exp_ids}
     found = registry.lookup(store, [p.machine for p in plans.values()])
@@ -248,13 +244,13 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, on_trial: On
     def machine_run(exp_id: int) -> None:
         machine = found[plans[exp_id].machine]
         mine = Store(results)
+        say = saying(on_event)
         target = MachineTarget(celery, machine, allow_host_changes, watch, stop, say)
         try:
             done[exp_id] = runner.run(
                 mine, exp_id, plans[exp_id],
                 TargetPool(allow_host_changes, say, make=lambda arm: target),
-                lambda t, i, n: on_trial(machine.name, t, i, n),
-                lambda j: on_look(machine.name, j), with_controls)
+                on_event, with_controls, machine.name)
         except BaseException as exc:       # re-raised by the coordinator's thread
             errors.append(exc)
             stop.set()

@@ -23,9 +23,9 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
-from mmlab.run import runner
+from mmlab.run import driver, runner
+from mmlab.run.events import Created, Event, Message, OnEvent, ignore
 from mmlab.store import Store
-from mmlab.targets import TargetPool
 
 
 @dataclass(frozen=True)
@@ -117,51 +117,53 @@ def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
 
 
 def pair_experiment(store: Store, plan: Plan, ref: str, kernel: str, note: str,
-                    pool: TargetPool, what: str,
-                    on_trial: runner.OnTrial | None = None) -> tuple[int, runner.RunResult]:
+                    place: driver.Place, what: str,
+                    on_event: OnEvent = ignore) -> tuple[int, runner.RunResult]:
     """The profile on `ref` (the baseline) and `kernel`, interleaved and
     stored as an experiment of its own whose `derived` key starts with
     `note`, run with adaptive looks and the audit's controls: each step of
     a search, and each confirmation of the release tracker.  `what` is
-    said, with the experiment's ID, before the first trial; `on_trial`
-    hears each trial as it starts (runner.run)."""
-    return kernels_experiment(store, plan, [ref, kernel], note, pool, what, on_trial)
+    said, with the experiment's ID, before the first trial."""
+    return kernels_experiment(store, plan, [ref, kernel], note, place, what, on_event)
 
 
 def kernels_experiment(store: Store, plan: Plan, kernels: list[str], note: str,
-                       pool: TargetPool, what: str,
-                       on_trial: runner.OnTrial | None = None) -> tuple[int, runner.RunResult]:
+                       place: driver.Place, what: str,
+                       on_event: OnEvent = ignore) -> tuple[int, runner.RunResult]:
     """pair_experiment with more kernels, each against the first: a block
     of the release tracker's cells."""
-    derived = with_kernels(plan, kernels, note)
-    exp_id = store.create_experiment(derived)
-    pool.say(f"{what} (experiment {exp_id})")
-    return exp_id, runner.run(store, exp_id, derived, pool, on_trial)
+    def told(event: Event) -> None:
+        if isinstance(event, Created):
+            event = Message(f"{what} (experiment {event.ids[0]})")
+        on_event(event)
+    done = driver.run_experiment(store, with_kernels(plan, kernels, note), place,
+                                 on_event=told)
+    return done.exp_id, done.result
 
 
 def experiment_step(store: Store, plan: Plan, ref: str, kernel: str, metric: str,
-                    pool: TargetPool) -> Comparison:
+                    place: driver.Place, on_event: OnEvent) -> Comparison:
     """One comparison of the search, judged on `metric` alone (so that a
     metric only some runs produce, instructions, is produced, and the
     family the runner corrects for is that one metric's)."""
     plan = plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"metrics": [metric]})})
-    _, result = pair_experiment(store, plan, ref, kernel, f"narrow {ref}..{kernel}", pool,
-                                f"narrow: {kernel} against {ref}")
+    _, result = pair_experiment(store, plan, ref, kernel, f"narrow {ref}..{kernel}", place,
+                                f"narrow: {kernel} against {ref}", on_event)
     return decisive(result.judgement.comparisons, metric)
 
 
 def search(store: Store, plan: Plan, kernels: list[str], metric: str,
-           pool: TargetPool, ensure: Callable[[str], None],
-           on_step: Callable[[str], None]) -> Result:
+           place: driver.Place, ensure: Callable[[str], None],
+           on_event: OnEvent = ignore) -> Result:
     """bisect over `kernels` with each step a stored two-kernel experiment;
     `ensure(name)` makes a kernel ready first (a commit's build), and
-    `on_step` hears one line per step as it is decided."""
+    `on_event` hears the runs and one Message per step as it is decided."""
     def compare(ref: str, kernel: str) -> Comparison:
         ensure(ref)
         ensure(kernel)
-        c = experiment_step(store, plan, ref, kernel, metric, pool)
-        on_step(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio {c.ratio:.3f} "
-                f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p {c.p_value:.2g} ({c.reason})")
+        c = experiment_step(store, plan, ref, kernel, metric, place, on_event)
+        on_event(Message(f"  {c.arm} vs {c.baseline}: {c.verdict}, ratio {c.ratio:.3f} "
+                f"[{c.ci_low:.3f}, {c.ci_high:.3f}], p {c.p_value:.2g} ({c.reason})"))
         return c
     return bisect(kernels, compare)

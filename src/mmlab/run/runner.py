@@ -22,6 +22,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import controls, verdicts
+from mmlab.run.events import Looked, Message, OnEvent, TrialStarting, ignore
 from mmlab.store import Measurements, Store, Trial
 from mmlab.targets import TargetPool
 
@@ -54,22 +55,19 @@ class RunResult:
         return len([a for a in self.plan.arms if a.control_of])
 
 
-OnTrial = Callable[[Trial, int, int], None]     # (trial, index, total) as it starts
-
-
-def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
-        on_trial: OnTrial | None = None,
-        on_look: Callable[[verdicts.Judgement], None] | None = None,
-        with_controls: bool = True) -> RunResult:
+def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool, on_event: OnEvent = ignore,
+        with_controls: bool = True, machine: str = "") -> RunResult:
     """Run every planned trial of `exp_id`, then judge; while a judged pair is
     undecided and the profile's maximum rounds and time budget allow, append
     the rounds of the next planned look (one transaction) and run them.
     When the rounds end with pairs the audit found in different page states,
     their matched-state controls (controls.py) are added as arms and run the
     same way, unless `with_controls` is False.
-    `on_trial(trial, index, total)` before each trial, `on_look(judgement)`
-    after each look.  Everything it decides is derived from the store, so an
-    interrupted run resumes where it stopped, also in the middle of added rounds."""
+    `on_event` hears each trial as it starts and each look (naming
+    `machine`, a fleet's, when given).  Everything it decides is derived
+    from the store, so an interrupted run resumes where it stopped, also in
+    the middle of added rounds.  Commands reach this through
+    driver.run_experiment."""
     pool.check(plan)
     store.replan_interrupted(exp_id)
     done = failed = added = 0
@@ -81,15 +79,15 @@ def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         if skipped is None:
             skipped = total - len(pending)
         ran, lost = run_look(store, exp_id, plan, pool, pending,
-                             _announcer(on_trial, skipped + done + failed, total))
+                             _announcer(on_event, skipped + done + failed, total, machine))
         done += ran
         failed += lost
         measured = store.measurements(exp_id)
         judged = verdicts.judge(plan, measured)
-        if on_look:
-            on_look(judged)
+        on_event(Looked(judged, machine))
         if judged.next_rounds is None:
-            extra = _controls(store, exp_id, plan, pool, judged, measured.rounds) if with_controls else []
+            extra = (_controls(store, exp_id, plan, pool, judged, measured.rounds, on_event)
+                     if with_controls else [])
             if not extra:
                 return RunResult(done, failed, skipped, plan, measured, judged, added)
             plan = store.plan(exp_id)
@@ -100,11 +98,11 @@ def run(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         added += judged.next_rounds - measured.rounds
 
 
-def _announcer(on_trial: OnTrial | None, first: int,
-               total: int) -> Callable[[Trial], None]:
-    """on_trial(trial, index, total) with the index counted on from `first`."""
+def _announcer(on_event: OnEvent, first: int, total: int,
+               machine: str) -> Callable[[Trial], None]:
+    """TrialStarting for each trial, its index counted on from `first`."""
     index = itertools.count(first)
-    return lambda trial: on_trial(trial, next(index), total) if on_trial else None
+    return lambda trial: on_event(TrialStarting(trial, next(index), total, machine))
 
 
 def run_look(store: Store, exp_id: int, plan: Plan, pool: TargetPool, pending: list[Trial],
@@ -120,7 +118,7 @@ def run_look(store: Store, exp_id: int, plan: Plan, pool: TargetPool, pending: l
 
 
 def _controls(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
-              judged: verdicts.Judgement, rounds: int) -> list:
+              judged: verdicts.Judgement, rounds: int, on_event: OnEvent) -> list:
     """Add the matched-state controls `judged` calls for, with as many rounds
     as the arms they control, interleaved among themselves; returns them.
     Controls a target refuses (a host change not consented to) are skipped
@@ -132,25 +130,25 @@ def _controls(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
     try:
         pool.check(grown)
     except MmlabError as exc:
-        pool.say(f"matched-state controls not run: {exc}")
+        on_event(Message(f"matched-state controls not run: {exc}"))
         return []
-    pool.say("matched-state controls: " + ", ".join(a.name for a in extra))
+    on_event(Message("matched-state controls: " + ", ".join(a.name for a in extra)))
     order = schedule([a.name for a in extra], rounds, plan.profile.seed + len(plan.arms))
     store.add_arms(exp_id, plan, extra, order)
     return extra
 
 
 def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
-              say: Callable[[str], None] = print) -> int:
+              on_event: OnEvent = ignore) -> int:
     """Attribution trials, after the timing trials, each arm's by its own
     target; returns how many arms got attribution."""
     stored = 0
     for arm in plan.arms:
-        say(f"attribution: {arm.name}")
+        on_event(Message(f"attribution: {arm.name}"))
         try:
             found = pool.target(arm).attribute(arm, plan)
         except MmlabError as exc:
-            say(f"attribution: {arm.name} failed: {exc}")
+            on_event(Message(f"attribution: {arm.name} failed: {exc}"))
             continue
         for kind, data in found.items():
             store.save_attribution(exp_id, arm.name, kind, data)

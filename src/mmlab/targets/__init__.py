@@ -107,8 +107,7 @@ MakeTarget = Callable[["Arm"], Target]
 class TargetPool:
     """The targets of one run, one per place an arm names (`Arm.target`),
     made on first use by `make` and kept, so a guest kernel is fetched once.
-    `say` may be replaced while the run goes on (a progress bar's console):
-    targets speak through `tell`, which follows it."""
+    `say`, given once, is where targets' lines go (a command's display)."""
 
     def __init__(self, allow_host_changes: bool = False, say: Callable[[str], None] = print,
                  make: MakeTarget | None = None):
@@ -116,9 +115,6 @@ class TargetPool:
         self.say = say
         self.make = make or self.local_target
         self.made: dict[str, Target] = {}
-
-    def tell(self, message: str) -> None:
-        self.say(message)
 
     def target(self, arm: Arm) -> Target:
         if arm.target not in self.made:
@@ -136,4 +132,4 @@ class TargetPool:
         from mmlab.targets.qemu import QemuTarget
         if arm.kernel == "host":
             return HostTarget(self.allow_host_changes)
-        return QemuTarget(arm.kernel, self.tell)
+        return QemuTarget(arm.kernel, self.say)

@@ -36,9 +36,9 @@ from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.kernels import specs
-from mmlab.run import narrow, runner
+from mmlab.run import driver, narrow
+from mmlab.run.events import Message, OnEvent, ignore
 from mmlab.store import Measurements, Store
-from mmlab.targets import TargetPool
 from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 
@@ -205,11 +205,11 @@ def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> lis
             if c.ident not in have or unfinished(store, have[c.ident])]
 
 
-def measure(store: Store, work: list[Work], pool: TargetPool,
+def measure(store: Store, work: list[Work], here: driver.Here,
             prepare: Callable[[Release], None], on_cell: OnCell,
-            on_trial: runner.OnTrial | None = None) -> list[int]:
+            on_event: OnEvent = ignore) -> list[int]:
     """Measure the cells of `work` here, block after block; returns their
-    experiments.  `on_trial` hears each trial as it starts."""
+    experiments.  `on_event` hears the runs."""
     ran = []
     done = 0
     for block in blocks(work):
@@ -221,10 +221,10 @@ def measure(store: Store, work: list[Work], pool: TargetPool,
         exp_id = block.experiment
         if exp_id is None:
             exp_id, _ = narrow.kernels_experiment(store, cell_plan(block.tracked), block.kernels,
-                                                  block.key, pool, what, on_trial)
+                                                  block.key, here, what, on_event)
         else:
-            pool.say(f"{what}: resumed (experiment {exp_id})")
-            runner.run(store, exp_id, store.plan(exp_id), pool, on_trial)
+            on_event(Message(f"{what}: resumed (experiment {exp_id})"))
+            driver.run_experiment(store, exp_id, here, on_event=on_event)
         ran.append(exp_id)
     return ran
 

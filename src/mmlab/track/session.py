@@ -31,9 +31,9 @@ from dataclasses import dataclass, replace
 
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
-from mmlab.run import narrow, runner
+from mmlab.run import driver, narrow
+from mmlab.run.events import Message, OnEvent, Progressed, ignore
 from mmlab.store import Store
-from mmlab.targets import TargetPool
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change, Thresholds
 from mmlab.track.releases import Line, Release, Resolver, lines
@@ -90,11 +90,11 @@ class Confirmations:
     """The suite's confirmations, found by their series and labels, run when
     missing (or unfinished) if measuring, judged once each."""
 
-    def __init__(self, store: Store, suite: Suite, pool: TargetPool, run: str, measure: bool,
+    def __init__(self, store: Store, suite: Suite, here: driver.Here, run: str, measure: bool,
                  prepare: Callable[[Release], None], judged: cells.Judgements,
-                 on_trial: runner.OnTrial | None = None):
-        self.store, self.suite, self.pool, self.run = store, suite, pool, run
-        self.measure, self.prepare, self.on_trial = measure, prepare, on_trial
+                 on_event: OnEvent = ignore):
+        self.store, self.suite, self.here, self.run = store, suite, here, run
+        self.measure, self.prepare, self.on_event = measure, prepare, on_event
         self.judged = judged
         self.found: dict[tuple[str, ...], Stored] = {}
         for exp_id, key in cells.derived(store):
@@ -122,13 +122,13 @@ class Confirmations:
         self.prepare(before)
         self.prepare(after)
         if have:
-            self.pool.say(f"{ask.what}: resumed (experiment {have.experiment})")
-            runner.run(self.store, have.experiment, self.store.plan(have.experiment), self.pool,
-                       self.on_trial)
+            self.on_event(Message(f"{ask.what}: resumed (experiment {have.experiment})"))
+            driver.run_experiment(self.store, have.experiment, self.here,
+                                  on_event=self.on_event)
         else:
             exp_id, _ = narrow.pair_experiment(self.store, self._plan(ask), before.name,
-                                               after.name, self._note(ask), self.pool, ask.what,
-                                               self.on_trial)
+                                               after.name, self._note(ask), self.here, ask.what,
+                                               self.on_event)
             have = self._stored(ask, exp_id)
         self._finish(ask, have.experiment)
         return have
@@ -149,7 +149,8 @@ class Confirmations:
         todo = [self.found[a.key].experiment if a.key in self.found else
                 with_kernels(self._plan(a), [a.before.name, a.after.name], self._note(a))
                 for a in asks]
-        ids = fleet.experiments(todo, lambda i: self.pool.say(f"{asks[i].what} (on the fleet)"))
+        ids = fleet.experiments(
+            todo, lambda i: self.on_event(Message(f"{asks[i].what} (on the fleet)")))
         for a, exp_id in zip(asks, ids):
             if a.key not in self.found:
                 self._stored(a, exp_id)
@@ -200,7 +201,7 @@ class Confirmations:
         if not have:
             self.prepare(ask.before)           # measured here, wherever the trials ran
             self.prepare(ask.after)
-            runner.attribute(self.store, exp_id, only_functions(plan), self.pool, self.pool.tell)
+            self.here.attribute(self.store, exp_id, only_functions(plan), self.on_event)
         for arm, kinds in have.items():
             for kind, data in kinds.items():
                 self.store.save_attribution(exp_id, arm, kind, data)
@@ -245,28 +246,24 @@ def metric_class(metric: str) -> str:
     return "counts" if changepoints.is_count(metric) else "times"
 
 
-Progress = Callable[[str, int, int], None]       # (what runs now, index, total)
-
-
-def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
-        progress: Progress = lambda what, i, n: None, t: Thresholds = Thresholds(),
-        measure: bool = True, fleet: Fleet | None = None,
-        on_trial: runner.OnTrial | None = None) -> Result:
+def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
+        on_event: OnEvent = ignore, t: Thresholds = Thresholds(), measure: bool = True,
+        fleet: Fleet | None = None) -> Result:
     """Measure what is missing and confirm the changes, series by series
     (across releases first, then each branch), so a run stopped among a
     branch's cells has already confirmed the series before it; with
     `measure` False only what is stored is read (a report): candidates
-    without a stored confirmation stay candidates.  `progress` hears each
-    cell as it starts and `on_trial` each trial here (of a cell or a
+    without a stored confirmation stay candidates.  `on_event` hears each
+    cell as it starts (Progressed) and the runs here (of a cell or a
     confirmation); `fleet` runs the cells and the confirmations' trials
-    instead of `pool` (the attribution runs stay here)."""
+    instead of `here` (the attribution runs stay here)."""
     cells.check_owner(store, suite)
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
     work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
     judged = cells.Judgements(store)
-    conf = Confirmations(store, suite, pool, secrets.token_hex(4), measure, resolver.prepare,
-                         judged, on_trial)
+    conf = Confirmations(store, suite, here, secrets.token_hex(4), measure, resolver.prepare,
+                         judged, on_event)
     measured: list[int] = []
     counted = 0
     found: list[cells.Series] = []
@@ -275,8 +272,8 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
         mine = {c.ident for _, c in cells.planned(suite, [line], ref)}
         todo = [w for w in work if w[1].ident in mine]
         work = [w for w in work if w[1].ident not in mine]
-        measured += _measure(store, todo, pool, resolver, progress, fleet, counted,
-                             counted + len(todo) + len(work), on_trial)
+        measured += _measure(store, todo, here, resolver, on_event, fleet, counted,
+                             counted + len(todo) + len(work))
         counted += len(todo)
         line_series = cells.series(store, suite, [line], ref, judged)
         found += line_series
@@ -288,9 +285,8 @@ def run(store: Store, suite: Suite, pool: TargetPool, resolver: Resolver,
     return Result(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
 
 
-def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: Resolver,
-             progress: Progress, fleet: Fleet | None, done: int, total: int,
-             on_trial: runner.OnTrial | None) -> list[int]:
+def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: Resolver,
+             on_event: OnEvent, fleet: Fleet | None, done: int, total: int) -> list[int]:
     """Measure one series' missing cells, numbered within the whole run."""
     if not todo:
         return []
@@ -300,11 +296,11 @@ def _measure(store: Store, todo: list[cells.Work], pool: TargetPool, resolver: R
         numbers = f"cell {first}" if first == last else f"cells {first}-{last}"
         what = (f"{numbers}/{total}: {block[0].profile} on "
                 f"{', '.join(f'{c.release.name} ({c.release.version})' for c in block)}")
-        progress(what, done + i, total)
+        on_event(Progressed(what, done + i, total))
         return what
-    return fleet.cells(todo, on_cell) if fleet else cells.measure(store, todo, pool,
+    return fleet.cells(todo, on_cell) if fleet else cells.measure(store, todo, here,
                                                                    resolver.prepare, on_cell,
-                                                                   on_trial)
+                                                                   on_event)
 
 
 def _confirm_on(fleet: Fleet, suite: Suite, series: list[cells.Series], conf: Confirmations,

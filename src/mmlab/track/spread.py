@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, with_kernels
+from mmlab.run import driver
+from mmlab.run.events import OnEvent
 from mmlab.store import Store
 from mmlab.track import cells
 from mmlab.track.cells import OnCell, Work
@@ -62,16 +64,18 @@ class Fleet:
 
 
 def fleet_runner(store: Store, results: str, machines: list[str], allow_host_changes: bool,
-                 say: Callable[[str], None]) -> RunBatch:
-    """A RunBatch through the fleet's coordinator, once the store is the
-    fleet's shared one and every machine is registered."""
-    from mmlab.fleet import coordinator, registry
+                 on_event: OnEvent) -> RunBatch:
+    """A RunBatch through the fleet's machines (driver.run_experiment with
+    the fleet as its place), once the store is the fleet's shared one and
+    every machine is registered."""
+    from mmlab.fleet import registry
+    from mmlab.fleet.place import Machines
     if store.dir is not None:
         raise MmlabError(f"--machines needs the fleet's shared store: --results "
                          f"postgresql://... (not {store.where})")
     registry.lookup(store, machines)
+    place = Machines(results, machines, allow_host_changes)
 
     def run(ids: list[int]) -> None:
-        coordinator.run(results, ids, allow_host_changes, lambda m, t, i, n: None,
-                        lambda m, j: None, True, say)
+        driver.run_experiment(store, ids, place, on_event=on_event)
     return run
