@@ -208,7 +208,7 @@ def test_ctrl_c_replans_the_trial_and_restores_at_once(tmp_path, stop_children):
     st = statuses(results)
     assert st.get("running", 0) == 0 and st.get("failed", 0) == 0 and st["done"] >= 2
     assert THP.read_text() == before
-    assert not (knobs.state_dir() / "journal.json").exists()
+    assert not knobs.journal_path().exists()
 
 
 # ---------------------------------------------------------------- adaptive rounds (fake target)

@@ -27,7 +27,7 @@ from mmlab import __version__
 from mmlab.cli import census, experiments, fleet, kernels, machine, results, track
 from mmlab.cli import run as run_cmd
 from mmlab.errors import Interrupted, MmlabError
-from mmlab.machine import knobs
+from mmlab.machine import paths
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Reproduce, measure and explain Linux mm performance reports. "
@@ -61,7 +61,11 @@ def _version(value: bool) -> None:
 @app.callback()
 def _startup(version: bool = typer.Option(False, "--version", callback=_version,
                                           is_eager=True, help="print mmlab's version")) -> None:
-    """Before any command: undo what a crashed mmlab left changed."""
+    """Before any command: undo what a crashed mmlab left changed (the
+    settings code loads only when a journal is there to replay)."""
+    if not paths.journal_path().exists():
+        return
+    from mmlab.machine import paths
     try:
         restored = knobs.replay_orphaned()
     except MmlabError as exc:

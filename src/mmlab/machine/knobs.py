@@ -24,6 +24,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
 
 from mmlab.errors import MmlabError
 from mmlab.machine import proc
+from mmlab.machine.paths import journal_path, state_dir
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
@@ -33,14 +34,6 @@ DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
 DAMON_MODULES = "/sys/module/damon_*/parameters/enabled"
 TRACEFS = "/sys/kernel/tracing"
 TRACEFS_CANDIDATES = (TRACEFS, "/sys/kernel/debug/tracing")
-
-
-def state_dir() -> Path:
-    """Where the journal and swap files live (MMLAB_STATE_DIR overrides)."""
-    env = os.environ.get("MMLAB_STATE_DIR")
-    if env:
-        return Path(env)
-    return Path("/var/lib/mmlab") if os.geteuid() == 0 else Path.home() / ".local/state/mmlab"
 
 
 def read_setting(path: str) -> str:
@@ -86,7 +79,7 @@ class Journal:
     """What mmlab changed, in order, with the values to put back."""
 
     def __init__(self, path: Path | None = None):
-        self.path = path or state_dir() / "journal.json"
+        self.path = path or journal_path()
 
     def _load(self) -> dict:
         try:
