@@ -65,7 +65,7 @@ def _startup(version: bool = typer.Option(False, "--version", callback=_version,
     settings code loads only when a journal is there to replay)."""
     if not paths.journal_path().exists():
         return
-    from mmlab.machine import paths
+    from mmlab.machine import knobs
     try:
         restored = knobs.replay_orphaned()
     except MmlabError as exc:
