@@ -39,9 +39,9 @@ from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
 from mmlab.judge import criteria, verdicts
 from mmlab.judge.stats import summarize
-from mmlab.report import selftest as selftest_report
 from mmlab.report.fmt import num, pct
 from mmlab.report.terminal import console
+from mmlab.report.terminal import selftest as selftest_report
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool
@@ -201,9 +201,10 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
 
 def print_real(found: list[RealResult]) -> None:
     from mmlab.report import terminal
+    from mmlab.report.terminal import experiment
     out = console()
     for r in found:
-        out.print(terminal.compare_table(
+        out.print(experiment.compare_table(
             r.plan, f"{r.name} under a noisy neighbour: {r.result.rounds} rounds "
                     f"({r.result.stopped})", r.judgement.comparisons))
         for c in r.judgement.comparisons:

@@ -22,6 +22,7 @@ from mmlab.cli.options import (
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.report import terminal
+from mmlab.report.terminal import experiment
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool
@@ -45,9 +46,9 @@ def plan_cmd(profile: Path = PROFILE, max_repetitions: int = MAX_REPS,
              budget: float = BUDGET) -> None:
     """Expand PROFILE and show its arms, settings and schedule, and up to which
     noise its rounds reach a verdict (simulated); runs nothing."""
-    from mmlab.report import selftest
+    from mmlab.report.terminal import selftest
     plan = load(profile, max_repetitions, budget)
-    terminal.console().print(terminal.plan_table(plan))
+    terminal.console().print(experiment.plan_table(plan))
     info, warnings = selftest.decisions(plan)
     typer.echo(info)
     for warning in plan.warnings() + warnings:
@@ -122,13 +123,13 @@ def run_here(store: Store, exp_id: int, plan: experiment_plan.Plan, pool: Target
                          f"undecided: rounds added up to {judged.next_rounds}")
         result = runner.run(store, exp_id, plan, pool, on_trial, on_look, with_controls)
     pool.say = terminal.plain(out)
-    out.print(terminal.run_line(result))
+    out.print(experiment.run_line(result))
     if attribute or result.plan.profile.attribute:
         n = runner.attribute(store, exp_id, result.plan, pool, say=pool.say)
         out.print(f"attribution stored for {n} arm(s): mmlab explain {exp_id}")
-    for line in terminal.failed_lines(store.trials(exp_id, status="failed")):
+    for line in experiment.failed_lines(store.trials(exp_id, status="failed")):
         out.print(line)
-    terminal.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
+    experiment.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
     typer.echo(exp_id)
     exit_on_failed(store, [exp_id])
 
@@ -188,11 +189,11 @@ def run_fleet(results: str, ids: list[int], allow: bool, with_controls: bool) ->
         ran = coordinator.run(results, ids, allow, on_trial, on_look, with_controls, say)
     for exp_id in ids:
         result = ran[exp_id]
-        out.print(terminal.run_line(result, f"machine {result.plan.machine}, "
-                                            f"experiment {exp_id}: "))
-        for line in terminal.failed_lines(store.trials(exp_id, status="failed")):
+        out.print(experiment.run_line(result, f"machine {result.plan.machine}, "
+                                              f"experiment {exp_id}: "))
+        for line in experiment.failed_lines(store.trials(exp_id, status="failed")):
             out.print(line)
-        terminal.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
+        experiment.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
     print_fleet(store, ids)
     typer.echo(ids[0])
     exit_on_failed(store, ids)

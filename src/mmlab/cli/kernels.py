@@ -20,6 +20,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import with_kernels
 from mmlab.kernels import catalog, images, kbuild, specs
 from mmlab.report import terminal
+from mmlab.report.terminal import kernels as kernel_tables
 from mmlab.run import narrow as narrowing
 from mmlab.store import Store
 from mmlab.targets import TargetPool
@@ -77,7 +78,7 @@ def available(series: str = typer.Argument(None, metavar="SERIES",
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(e) for e in rows], indent=1))
         return
-    terminal.console().print(terminal.catalog_table(rows, every_version=bool(series)))
+    terminal.console().print(kernel_tables.catalog_table(rows, every_version=bool(series)))
     typer.echo(f"suites read: {', '.join(apt.served())}", err=True)
 
 
@@ -90,7 +91,7 @@ def cached(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(json.dumps([k.summary() for k in found], indent=1))
         return
-    terminal.console().print(terminal.kernels_table(found))
+    terminal.console().print(kernel_tables.kernels_table(found))
 
 
 @app.command("build")

@@ -14,8 +14,9 @@ from mmlab.cli.options import JSON
 from mmlab.experiment import plan as experiment_plan
 from mmlab.judge.selftest import DEFAULTS, Shape
 from mmlab.machine import knobs
-from mmlab.report import selftest as selftest_report
 from mmlab.report import terminal
+from mmlab.report.terminal import machine as machine_tables
+from mmlab.report.terminal import selftest as selftest_report
 from mmlab.targets import probe
 
 selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -30,7 +31,7 @@ def workloads_cmd(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(w) for w in table.values()], indent=1))
         return
-    terminal.console().print(terminal.workloads_table(list(table.values())))
+    terminal.console().print(machine_tables.workloads_table(list(table.values())))
     typer.echo("and exec: any command or C file as a workload (mmlab run exec -- CMD ARGS..., "
                "mmlab run exec --source repro.c; profiles with workload = \"exec\")")
 
@@ -43,7 +44,7 @@ def probe_cmd(as_json: bool = JSON) -> None:
     if as_json:
         typer.echo(json.dumps([dataclasses.asdict(f) for f in facts], indent=1))
         return
-    terminal.console().print(terminal.probe_table(facts))
+    terminal.console().print(machine_tables.probe_table(facts))
 
 
 def restore() -> None:

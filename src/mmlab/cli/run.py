@@ -21,6 +21,7 @@ from mmlab.cli import options
 from mmlab.errors import MmlabError
 from mmlab.experiment import single
 from mmlab.report import terminal
+from mmlab.report.terminal import attribution, experiment
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool
@@ -140,7 +141,7 @@ def run(req: single.Request, rest: dict) -> None:
             typer.echo(s.model_dump_json())
         return
     out = terminal.console()
-    terminal.print_samples(out, plan.workload, samples)
+    experiment.print_samples(out, plan.workload, samples)
     if req.attribute:
         from mmlab.attribution import explain
         found = explain.explain_experiment(plan, explain.load(store.attributions(exp_id)),
@@ -149,7 +150,7 @@ def run(req: single.Request, rest: dict) -> None:
             windows = ", ".join(w.name for w in plan.workload.windows) or "none"
             raise MmlabError(f"--functions: no timed window of {plan.workload.name} did any "
                              f"work here (windows: {windows})")
-        terminal.print_explanation(out, plan, found)
+        attribution.print_explanation(out, plan, found)
     typer.echo(f"stored as experiment {exp_id} in {store.where} (mmlab show {exp_id})", err=True)
 
 

@@ -116,7 +116,8 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
     from mmlab.track import simulate
     rates = simulate.run(series, seed)
-    terminal.console().print(terminal.changepoint_table(rates))
+    from mmlab.report.terminal import selftest as selftest_report
+    terminal.console().print(selftest_report.changepoint_table(rates))
     missed = simulate.Targets().missed(rates)
     typer.echo("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     if missed:
