@@ -200,9 +200,10 @@ def run_fleet(results: str, ids: list[int], allow: bool, with_controls: bool) ->
 
 
 def print_fleet(store: Store, ids: list[int]) -> None:
-    from mmlab.fleet import summary, tables
+    from mmlab.fleet import summary
+    from mmlab.report.terminal import fleet as fleet_tables
     found = summary.summarize(store, ids)
     out = terminal.console()
-    for line in tables.machines_lines(found):
+    for line in fleet_tables.machines_lines(found):
         out.print(line)
-    out.print(tables.summary_table(found))
+    out.print(fleet_tables.summary_table(found))

@@ -37,7 +37,8 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
     from mmlab.kernels import catalog
-    from mmlab.track import dashboard, evidence, releases, session, spread, suite
+    from mmlab.report import text
+    from mmlab.track import evidence, releases, session, spread, suite
     names = None
     if machines is not None:
         from mmlab import fleet
@@ -76,7 +77,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                   f"{result.reference.name}); {confirmed} confirmed change(s)")
         return
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
-    typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
+    typer.echo(text.track_summary(found, result, shown, only_new=True), nl=False)
     out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
               f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
               "confirmation(s)")
@@ -94,7 +95,8 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     confirmation's report and bundle), an Atom feed, a text summary and JSON.
 
     Example: mmlab track report experiments/suites/seeds.toml -o dashboard/"""
-    from mmlab.track import dashboard, evidence, releases, session, suite
+    from mmlab.report import dashboard
+    from mmlab.track import evidence, releases, session, suite
     found = suite.load(suite_path)
     store = options.open_store(results)
     result = session.run(store, found, TargetPool(), releases.Catalog(), measure=False)
