@@ -4,7 +4,6 @@ store."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -14,6 +13,7 @@ from mmlab.cli.options import EXPERIMENT, JSON, RESULTS
 from mmlab.errors import MmlabError
 from mmlab.judge import verdicts
 from mmlab.report import csv as report_csv
+from mmlab.report import json as report_json
 from mmlab.report import terminal
 from mmlab.report.terminal import attribution, experiment
 
@@ -49,7 +49,7 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     measured = store.measurements(exp_id)
     judged = verdicts.judge(plan, measured)
     if as_json:
-        typer.echo(json.dumps([c.as_dict() for c in judged.comparisons], indent=1))
+        typer.echo(report_json.comparisons(judged.comparisons))
     elif as_csv:
         typer.echo(report_csv.comparisons(judged.comparisons), nl=False)
     else:
@@ -81,7 +81,7 @@ def explain(exp_id: int = EXPERIMENT, results: str = RESULTS, as_json: bool = JS
         for path in flamegraph.write(svg, found):
             typer.echo(f"wrote {path}", err=True)
     if as_json:
-        typer.echo(json.dumps(found.to_json(), indent=1))
+        typer.echo(report_json.explanation(found))
     else:
         attribution.print_explanation(terminal.console(), plan, found)
 

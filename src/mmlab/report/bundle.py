@@ -12,6 +12,7 @@ from pathlib import Path
 from mmlab.names import safe_name
 from mmlab.report import csv as report_csv
 from mmlab.report import flamegraph, plots, reproducer, text
+from mmlab.report import json as report_json
 from mmlab.report.data import ReportData
 from mmlab.workloads import csource
 
@@ -75,7 +76,7 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
         (out / "attribution" / "attribution.json").write_text(json.dumps(
             {arm: a.model_dump(exclude_none=True) for arm, a in d.attributions.items()}))
         (out / "attribution" / "explanation.json").write_text(
-            json.dumps(d.explanation.to_json(), indent=1))
+            report_json.explanation(d.explanation))
     _reproducers(d, out)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
     (out / "MANIFEST.sha256").write_text("".join(

@@ -1,17 +1,44 @@
-"""JSON, as the commands print it and the tracker's dashboard writes it:
-the records are gathered elsewhere (the judge, attribution/explain.py, the
-probe, the census, the tracker); here they are written, one way each."""
+"""JSON, as the commands print it (`--json`) and the tracker's dashboard
+writes it: the records are gathered elsewhere (the judge,
+attribution/explain.py, the probe, the kernel cache and catalog, the
+tracker); here they are written, one way each.  Pydantic records (a
+sample, a census) are their own schema and print themselves
+(model_dump_json)."""
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 from dataclasses import asdict
 
+from mmlab.attribution.explain import Explanation
+from mmlab.judge.comparison import Comparison
+from mmlab.kernels.images import Kernel
 from mmlab.track.dashboard import newest_first
 from mmlab.track.evidence import Evidence
 from mmlab.track.session import Result
 from mmlab.track.suite import Suite
+
+
+def records(rows: Iterable) -> str:
+    """Dataclass records (workloads, the probe's facts, the catalog's
+    entries) as a list of objects."""
+    return json.dumps([asdict(r) for r in rows], indent=1)
+
+
+def comparisons(found: list[Comparison]) -> str:
+    """Each comparison with every field (Comparison.as_dict)."""
+    return json.dumps([c.as_dict() for c in found], indent=1)
+
+
+def explanation(found: Explanation) -> str:
+    return json.dumps(found.to_json(), indent=1)
+
+
+def kernels(found: list[Kernel]) -> str:
+    """The cached kernels, each as its summary."""
+    return json.dumps([k.summary() for k in found], indent=1)
 
 
 def track(suite: Suite, result: Result, evidence: list[Evidence]) -> str:
