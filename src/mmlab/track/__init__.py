@@ -12,5 +12,5 @@ the release-ordered series and confirmed by mmlab's own paired verdict.
   spread.py        the cells' blocks handed to fleet machines (track run --machines)
   simulate.py      the method's operating characteristics, by simulation
   dashboard.py     what the dashboard shows: the changes in order, grouped by release
-                   pair (report/ renders it: html, text, json, plots; dashboard.py writes)
+                   pair (report/ renders and writes it)
 """
