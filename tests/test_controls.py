@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from mmlab.experiment.plan import parse
 from mmlab.judge import controls, verdicts
-from mmlab.report import data, terminal, text
+from mmlab.report import data, text
+from mmlab.report.terminal import experiment
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import qemu
@@ -66,7 +67,7 @@ def test_a_kernel_that_changes_thp_backing_gets_matched_state_controls(tmp_path)
     assert matched["thp=hugepage"].verdict == "no change"
     report = text.render(data.gather(store, exp_id))
     assert "in matched state (thp=nohugepage): no change" in report
-    lines = terminal.reasons(judged.comparisons, judged.matched)
+    lines = experiment.reasons(judged.comparisons, judged.matched)
     assert any("different page state; in matched state (thp=hugepage): no change" in line
                for line in lines)
 

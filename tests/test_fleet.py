@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from mmlab.bench import fleet as bench
 from mmlab.experiment.plan import parse
-from mmlab.fleet import bench, coordinator, engine, queue, registry, services, summary
+from mmlab.fleet import coordinator, engine, queue, registry, services, summary
 from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.run.events import Message

@@ -24,9 +24,9 @@ STAGES = [
     {"attribution"},
     {"targets"},
     {"run"},
-    {"report"},
     {"fleet", "census"},
     {"track"},
+    {"report"},
     {"bench", "cli"},
 ]
 LEVEL = {name: i for i, names in enumerate(STAGES) for name in names}
@@ -74,7 +74,7 @@ def test_attribution_and_reports_depend_one_way():
     stored data and never import collection or the targets."""
     for path in (SRC / "attribution").glob("*.py"):
         assert not {m for m in imported(path) if m.startswith("mmlab.report")}, path
-    for path in (SRC / "report").glob("*.py"):
+    for path in (SRC / "report").rglob("*.py"):
         bad = {m for m in imported(path)
                if m.startswith(("mmlab.attribution.collect", "mmlab.targets"))}
         assert not bad, (path, bad)

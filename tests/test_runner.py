@@ -21,7 +21,7 @@ from mmlab.experiment.plan import parse, with_limits
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import verdicts
 from mmlab.machine import knobs
-from mmlab.report import terminal
+from mmlab.report.terminal import experiment
 from mmlab.run import runner
 from mmlab.run.events import Looked
 from mmlab.store import Store
@@ -399,7 +399,7 @@ def test_order_effects_in_the_run_are_named_on_the_comparisons_they_touch(tmp_pa
         (effect,) = c.order_effects
         assert effect.kind == "first in round" and effect.low < 1.08 < effect.high
     assert "order effects found (balanced by the schedule): first in round x1.0" in \
-        "\n".join(terminal.reasons(first.judgement.comparisons))
+        "\n".join(experiment.reasons(first.judgement.comparisons))
     _, _, _, carry, _ = adaptive_run(tmp_path / "carry", Ordered(after="C", carry=1.08, cv=0.01))
     named = {c.arm: [str(e) for e in c.order_effects] for c in carry.judgement.comparisons}
     assert named["B"] == [] and all(e.startswith("after C x1.0") for e in named["C"])

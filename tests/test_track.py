@@ -18,11 +18,12 @@ import pytest
 from mmlab.attribution.functions import FunctionInsns
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.kernels import catalog
+from mmlab.report import dashboard
 from mmlab.run import driver
 from mmlab.run.events import Progressed, TrialStarting
 from mmlab.store import Store
 from mmlab.targets import TargetPool
-from mmlab.track import changepoints, dashboard, evidence, releases, session, simulate, suite
+from mmlab.track import changepoints, evidence, releases, session, simulate, suite
 from mmlab.track.releases import Release
 
 from .conftest import check_golden, mmlab

@@ -40,9 +40,9 @@ from mmlab.experiment.plan import Plan, load
 from mmlab.experiment.profile import Profile
 from mmlab.judge import criteria, verdicts
 from mmlab.judge.stats import summarize
-from mmlab.report import selftest as selftest_report
 from mmlab.report.fmt import num, pct
 from mmlab.report.terminal import console, plain
+from mmlab.report.terminal import selftest as selftest_report
 from mmlab.run import driver, runner
 from mmlab.run.events import Created, Event, Message
 from mmlab.store import Store
@@ -208,9 +208,10 @@ def real_verdicts(profiles: list[Path], results: Path, period_s: float = 3.0,
 
 def print_real(found: list[RealResult]) -> None:
     from mmlab.report import terminal
+    from mmlab.report.terminal import experiment
     out = console()
     for r in found:
-        out.print(terminal.compare_table(
+        out.print(experiment.compare_table(
             r.plan, f"{r.name} under a noisy neighbour: {r.result.rounds} rounds "
                     f"({r.result.stopped})", r.judgement.comparisons))
         for c in r.judgement.comparisons:

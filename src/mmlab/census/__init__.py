@@ -5,6 +5,7 @@ one anon_vma's interval tree; seed 002 asks how many real programs have.
 The census counts them from the kernel's own structures (iterator.py), by
 root anon_vma (groups.py), with the pattern that split them (pattern.py), for
 given PIDs or every process (take.py), a command sampled while it runs
-(command.py) or a recipe of a real program (recipe.py); render.py prints it.
+(command.py) or a recipe of a real program (recipe.py); report/terminal/census.py
+prints it.
 See docs/census.md.
 """

@@ -6,10 +6,11 @@ from pathlib import Path
 
 import typer
 
-from mmlab.census import command, guest, recipe, render, take
+from mmlab.census import command, guest, recipe, take
 from mmlab.cli.options import ALLOW, JSON
 from mmlab.errors import MmlabError
 from mmlab.report import terminal
+from mmlab.report.terminal import census as census_tables
 
 CMD = typer.Argument(None, metavar="[-- CMD ARGS...]",
                      help="a command to start and sample while it runs")
@@ -60,7 +61,7 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
         if as_json:
             typer.echo(found.model_dump_json(indent=1))
         else:
-            render.print_census(out, found)
+            census_tables.print_census(out, found)
         return
     if recipe_path:
         ran = recipe.run(recipe_path, top, allow_host_changes, kernel, memory_mb)
@@ -71,4 +72,4 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
     if as_json:
         typer.echo(ran.model_dump_json(indent=1))
     else:
-        render.print_command(out, ran)
+        census_tables.print_command(out, ran)

@@ -17,6 +17,7 @@ import typer
 
 from mmlab.experiment.plan import Plan
 from mmlab.report import terminal
+from mmlab.report.terminal import experiment
 from mmlab.run import driver
 from mmlab.run.events import Created, Event, Looked, Message, Progressed, TrialStarting
 
@@ -113,14 +114,14 @@ def print_outcome(display: Display, outcome: driver.Outcome) -> None:
     for exp_id in outcome.ids:
         result = outcome.results[exp_id]
         machine = result.plan.machine
-        out.print(terminal.run_line(result, f"machine {machine}, experiment {exp_id}: "
+        out.print(experiment.run_line(result, f"machine {machine}, experiment {exp_id}: "
                                     if machine else ""))
         if exp_id in outcome.attributed:
             out.print(f"attribution stored for {outcome.attributed[exp_id]} arm(s): "
                       f"mmlab explain {exp_id}")
-        for line in terminal.failed_lines(outcome.failed[exp_id]):
+        for line in experiment.failed_lines(outcome.failed[exp_id]):
             out.print(line)
-        terminal.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
+        experiment.print_verdicts(out, exp_id, result.plan, result.measured, result.judgement)
     if outcome.result.plan.machine:
         print_fleet(outcome.store, outcome.ids)
     typer.echo(outcome.exp_id)
@@ -129,7 +130,8 @@ def print_outcome(display: Display, outcome: driver.Outcome) -> None:
 
 def print_fleet(store: Store, ids: list[int]) -> None:
     """On which machines the change reproduced."""
-    from mmlab.fleet import summary, tables
+    from mmlab.fleet import summary
+    from mmlab.report.terminal import fleet as tables
     found = summary.summarize(store, ids)
     out = terminal.console()
     for line in tables.machines_lines(found):

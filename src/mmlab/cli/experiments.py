@@ -22,6 +22,7 @@ from mmlab.cli.options import (
 )
 from mmlab.experiment import plan as experiment_plan
 from mmlab.report import terminal
+from mmlab.report.terminal import experiment
 from mmlab.run import driver
 from mmlab.run.events import Created
 
@@ -44,9 +45,9 @@ def plan_cmd(profile: Path = PROFILE, max_repetitions: int = MAX_REPS,
              budget: float = BUDGET) -> None:
     """Expand PROFILE and show its arms, settings and schedule, and up to which
     noise its rounds reach a verdict (simulated); runs nothing."""
-    from mmlab.report import selftest
+    from mmlab.report.terminal import selftest
     plan = load(profile, max_repetitions, budget)
-    terminal.console().print(terminal.plan_table(plan))
+    terminal.console().print(experiment.plan_table(plan))
     info, warnings = selftest.decisions(plan)
     typer.echo(info)
     for warning in plan.warnings() + warnings:

@@ -38,9 +38,10 @@ def status(results: str = RESULTS) -> None:
     their queues, what they run now.
 
     Example: mmlab fleet status --results postgresql://mmlab@db/mmlab"""
-    from mmlab.fleet import summary, tables
+    from mmlab.fleet import summary
+    from mmlab.report.terminal import fleet as fleet_tables
     store = _fleet_store(results)
-    terminal.console().print(tables.status_table(summary.status(store)))
+    terminal.console().print(fleet_tables.status_table(summary.status(store)))
 
 
 @fleet_app.command("summary")

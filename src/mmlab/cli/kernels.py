@@ -4,9 +4,7 @@ metric."""
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
-import json
 import re
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +17,9 @@ from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.kernels import catalog, images, kbuild, specs
+from mmlab.report import json as report_json
 from mmlab.report import terminal
+from mmlab.report.terminal import kernels as kernel_tables
 from mmlab.run import driver
 from mmlab.run import narrow as narrowing
 from mmlab.run.events import Created
@@ -77,9 +77,9 @@ def available(series: str = typer.Argument(None, metavar="SERIES",
     apt.refresh(force=refresh)
     rows = catalog.catalog_rows(apt, series)
     if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(e) for e in rows], indent=1))
+        typer.echo(report_json.records(rows))
         return
-    terminal.console().print(terminal.catalog_table(rows, every_version=bool(series)))
+    terminal.console().print(kernel_tables.catalog_table(rows, every_version=bool(series)))
     typer.echo(f"suites read: {', '.join(apt.served())}", err=True)
 
 
@@ -90,9 +90,9 @@ def cached(as_json: bool = JSON) -> None:
     Example: mmlab kernels list --json"""
     found = images.cached()
     if as_json:
-        typer.echo(json.dumps([k.summary() for k in found], indent=1))
+        typer.echo(report_json.kernels(found))
         return
-    terminal.console().print(terminal.kernels_table(found))
+    terminal.console().print(kernel_tables.kernels_table(found))
 
 
 @app.command("build")

@@ -3,8 +3,6 @@ mmlab offer, and putting global settings back."""
 
 from __future__ import annotations
 
-import dataclasses
-import json
 from pathlib import Path
 
 import typer
@@ -14,8 +12,10 @@ from mmlab.cli.options import JSON
 from mmlab.experiment import plan as experiment_plan
 from mmlab.judge.selftest import DEFAULTS, Shape
 from mmlab.machine import knobs
-from mmlab.report import selftest as selftest_report
+from mmlab.report import json as report_json
 from mmlab.report import terminal
+from mmlab.report.terminal import machine as machine_tables
+from mmlab.report.terminal import selftest as selftest_report
 from mmlab.targets import probe
 
 selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
@@ -28,9 +28,9 @@ def workloads_cmd(as_json: bool = JSON) -> None:
     Example: mmlab workloads --json"""
     table = workloads.registry()
     if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(w) for w in table.values()], indent=1))
+        typer.echo(report_json.records(table.values()))
         return
-    terminal.console().print(terminal.workloads_table(list(table.values())))
+    terminal.console().print(machine_tables.workloads_table(list(table.values())))
     typer.echo("and exec: any command or C file as a workload (mmlab run exec -- CMD ARGS..., "
                "mmlab run exec --source repro.c; profiles with workload = \"exec\")")
 
@@ -41,9 +41,9 @@ def probe_cmd(as_json: bool = JSON) -> None:
     Example: mmlab probe"""
     facts = probe.facts()
     if as_json:
-        typer.echo(json.dumps([dataclasses.asdict(f) for f in facts], indent=1))
+        typer.echo(report_json.records(facts))
         return
-    terminal.console().print(terminal.probe_table(facts))
+    terminal.console().print(machine_tables.probe_table(facts))
 
 
 def restore() -> None:

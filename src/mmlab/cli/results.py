@@ -4,7 +4,6 @@ store."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
@@ -13,7 +12,10 @@ from mmlab.cli import options
 from mmlab.cli.options import EXPERIMENT, JSON, RESULTS
 from mmlab.errors import MmlabError
 from mmlab.judge import verdicts
+from mmlab.report import csv as report_csv
+from mmlab.report import json as report_json
 from mmlab.report import terminal
+from mmlab.report.terminal import attribution, experiment
 
 
 def experiments(results: str = RESULTS) -> None:
@@ -21,7 +23,7 @@ def experiments(results: str = RESULTS) -> None:
 
     Example: mmlab experiments --results mmlab-results"""
     rows = options.open_store(results).experiments()
-    terminal.console().print(terminal.experiments_table(rows))
+    terminal.console().print(experiment.experiments_table(rows))
 
 
 def show(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
@@ -29,7 +31,7 @@ def show(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
 
     Example: mmlab show 1"""
     store = options.open_store(results)
-    terminal.print_experiment(terminal.console(), store, exp_id)
+    experiment.print_experiment(terminal.console(), store, exp_id)
 
 
 def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
@@ -47,11 +49,11 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     measured = store.measurements(exp_id)
     judged = verdicts.judge(plan, measured)
     if as_json:
-        typer.echo(json.dumps([c.as_dict() for c in judged.comparisons], indent=1))
+        typer.echo(report_json.comparisons(judged.comparisons))
     elif as_csv:
-        typer.echo(terminal.comparisons_csv(judged.comparisons), nl=False)
+        typer.echo(report_csv.comparisons(judged.comparisons), nl=False)
     else:
-        terminal.print_verdicts(terminal.console(), exp_id, plan, measured, judged)
+        experiment.print_verdicts(terminal.console(), exp_id, plan, measured, judged)
 
 
 def explain(exp_id: int = EXPERIMENT, results: str = RESULTS, as_json: bool = JSON,
@@ -79,9 +81,9 @@ def explain(exp_id: int = EXPERIMENT, results: str = RESULTS, as_json: bool = JS
         for path in flamegraph.write(svg, found):
             typer.echo(f"wrote {path}", err=True)
     if as_json:
-        typer.echo(json.dumps(found.to_json(), indent=1))
+        typer.echo(report_json.explanation(found))
     else:
-        terminal.print_explanation(terminal.console(), plan, found)
+        attribution.print_explanation(terminal.console(), plan, found)
 
 
 def report(exp_id: int = EXPERIMENT, results: str = RESULTS,

@@ -21,7 +21,7 @@ from mmlab.cli import options
 from mmlab.cli.display import Display
 from mmlab.errors import MmlabError
 from mmlab.experiment import single
-from mmlab.report import terminal
+from mmlab.report.terminal import attribution, experiment
 from mmlab.run import driver
 from mmlab.targets import TargetPool
 from mmlab.workloads import HARNESS_PARAMS, execwork
@@ -135,7 +135,7 @@ def run(req: single.Request, rest: dict) -> None:
         for s in samples:
             typer.echo(s.model_dump_json())
         return
-    terminal.print_samples(show.out, plan.workload, samples)
+    experiment.print_samples(show.out, plan.workload, samples)
     if req.attribute:
         _print_functions(show, outcome, req)
     typer.echo(f"stored as experiment {outcome.exp_id} in {outcome.store.where} "
@@ -152,7 +152,7 @@ def _print_functions(show: Display, outcome: driver.Outcome, req: single.Request
         windows = ", ".join(w.name for w in plan.workload.windows) or "none"
         raise MmlabError(f"--functions: no timed window of {plan.workload.name} did any "
                          f"work here (windows: {windows})")
-    terminal.print_explanation(show.out, plan, found)
+    attribution.print_explanation(show.out, plan, found)
 
 
 def _common(values: dict) -> dict:

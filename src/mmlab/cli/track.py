@@ -39,7 +39,8 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
     from mmlab.kernels import catalog
-    from mmlab.track import dashboard, evidence, releases, session, spread, suite
+    from mmlab.report import text
+    from mmlab.track import evidence, releases, session, spread, suite
     names = None
     if machines is not None:
         from mmlab import fleet
@@ -67,7 +68,7 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                        f"against {result.reference.name}); {confirmed} confirmed change(s)")
         return
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
-    typer.echo(dashboard.text(found, result, shown, only_new=True), nl=False)
+    typer.echo(text.track_summary(found, result, shown, only_new=True), nl=False)
     show.out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
                    f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
                    "confirmation(s)")
@@ -85,7 +86,8 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     confirmation's report and bundle), an Atom feed, a text summary and JSON.
 
     Example: mmlab track report experiments/suites/seeds.toml -o dashboard/"""
-    from mmlab.track import dashboard, evidence, releases, session, suite
+    from mmlab.report import dashboard
+    from mmlab.track import evidence, releases, session, suite
     found = suite.load(suite_path)
     store = options.open_store(results)
     result = session.run(store, found, driver.Here(TargetPool()), releases.Catalog(),
@@ -108,7 +110,8 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
     from mmlab.track import simulate
     rates = simulate.run(series, seed)
-    terminal.console().print(terminal.changepoint_table(rates))
+    from mmlab.report.terminal import selftest as selftest_report
+    terminal.console().print(selftest_report.changepoint_table(rates))
     missed = simulate.Targets().missed(rates)
     typer.echo("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     if missed:

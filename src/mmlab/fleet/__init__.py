@@ -14,9 +14,9 @@ machines; `summary.py` says on which machines a change reproduced.
   worker.py       `mmlab worker`: register, consume the machine's queue, run trials
   coordinator.py  plan per machine, dispatch each look's trials, notice lost workers
   summary.py      per-machine verdicts side by side; `mmlab fleet status` data
-  tables.py       both as terminal tables
-  services.py     a private PostgreSQL and Redis (tests, `make bench-fleet`)
-  bench.py        10,000 sleeping trials over 50 workers: overhead and write rate
+                  (report/terminal/fleet.py renders both)
+  services.py     a private PostgreSQL and Redis (tests, `make bench-fleet`, which
+                  is bench/fleet.py)
 
 Nothing here is imported by a local run: celery and psycopg (the `fleet`
 extra) load only when a fleet command or a postgresql:// store is used.

@@ -9,14 +9,12 @@ store, so it also works after `mmlab store copy` into a lab directory.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from mmlab.fleet import engine, registry
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
-from mmlab.report.fmt import ratio
 from mmlab.store import Store
 
 
@@ -32,13 +30,6 @@ class Reproduction:
     def reproduced_on(self) -> list[str]:
         """Machines where the verdict is a change (regression or improvement)."""
         return [m for m, c in self.by_machine.items() if c.verdict.changed]
-
-    def sentence(self) -> str:
-        """'regression on a (1.520x), b (1.490x); no change on c (1.010x)'."""
-        groups: dict[str, list[str]] = {}
-        for m, c in self.by_machine.items():
-            groups.setdefault(str(c.verdict), []).append(f"{m} ({ratio(c.ratio, 'x')})")
-        return "; ".join(f"{v} on {', '.join(ms)}" for v, ms in groups.items())
 
 
 @dataclass(frozen=True)
@@ -120,7 +111,3 @@ def _pending_by_machine(store: Store) -> dict[str, list[tuple[int, Any]]]:
             out.setdefault(machine, []).extend(
                 (r["id"], t) for t in store.trials(r["id"]) if t.status in ("planned", "running"))
     return out
-
-
-def ago(t: float | None) -> str:
-    return "-" if t is None else f"{time.time() - t:.0f} s ago"

@@ -3,7 +3,6 @@ manifest of SHA-256 sums, and reproducers that need only gcc."""
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import json
 import shlex
@@ -11,17 +10,11 @@ import tarfile
 from pathlib import Path
 
 from mmlab.names import safe_name
+from mmlab.report import csv as report_csv
 from mmlab.report import flamegraph, plots, reproducer, text
+from mmlab.report import json as report_json
 from mmlab.report.data import ReportData
 from mmlab.workloads import csource
-
-
-def _csv(path: Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as f:
-        if rows:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
 
 
 def _raw_rows(d: ReportData) -> list[dict]:
@@ -68,13 +61,13 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
           "started": t.started, "ended": t.ended, "error": t.error} for t in d.trials], indent=1))
     (out / "raw.json").write_text(json.dumps(
         {arm: [s.model_dump() for s in ss] for arm, ss in d.samples.items()}, indent=1))
-    _csv(out / "raw.csv", _raw_rows(d))
+    report_csv.write(out / "raw.csv", _raw_rows(d))
     summary = text.summary_rows(d)
-    _csv(out / "summary.csv", summary)
+    report_csv.write(out / "summary.csv", summary)
     verdict_rows = [c.as_dict() for c in d.judgement.comparisons]
     (out / "summary.json").write_text(json.dumps({"arms": summary, "comparisons": verdict_rows,
                                                   "missing": d.missing}, indent=1))
-    _csv(out / "verdicts.csv", verdict_rows)
+    report_csv.write(out / "verdicts.csv", verdict_rows)
     (out / "plots").mkdir(exist_ok=True)
     for name, png in plots.all_figures(d).items():
         (out / "plots" / f"{name}.png").write_bytes(png)
@@ -83,7 +76,7 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
         (out / "attribution" / "attribution.json").write_text(json.dumps(
             {arm: a.model_dump(exclude_none=True) for arm, a in d.attributions.items()}))
         (out / "attribution" / "explanation.json").write_text(
-            json.dumps(d.explanation.to_json(), indent=1))
+            report_json.explanation(d.explanation))
     _reproducers(d, out)
     files = sorted(p for p in out.rglob("*") if p.is_file() and p.name != "MANIFEST.sha256")
     (out / "MANIFEST.sha256").write_text("".join(

@@ -38,6 +38,13 @@ def pct(x: float | None) -> str:
     return DASH if missing(x) else f"{x * 100:.1f}%"
 
 
+def spread(rcv: float) -> str:
+    """A robust CV as a percentage, with the digits a count's needs."""
+    if not math.isfinite(rcv):
+        return "?"
+    return f"{rcv:.2%}" if rcv < 0.001 else f"{rcv:.1%}"
+
+
 def change(ratio: float | None) -> str:
     """A ratio as the signed change it means: 1.3 -> +30.0%."""
     return DASH if missing(ratio) else f"{ratio - 1:+.1%}"

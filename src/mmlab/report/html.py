@@ -1,6 +1,12 @@
-"""One self-contained HTML report, rendered from templates/report.html.j2:
-inline CSS, plots as data: URIs, flame graphs as inline SVG; nothing is
-fetched when it is opened."""
+"""HTML, self-contained: nothing is fetched when a page is opened, and
+there is no script.  An experiment's report (templates/report.html.j2:
+inline CSS, plots as data: URIs, flame graphs as inline SVG), and the
+tracker's dashboard (templates/dashboard.html.j2: one trend plot per
+profile, metric and series as inline SVG, each change point linked to its
+explanation; the changes newest first) with its Atom feed of confirmed
+changes (templates/feed.atom.j2).  Both work from a file:// URL with no
+server and no network (asv's pages load their plotting code from a CDN and
+render nothing offline)."""
 
 from __future__ import annotations
 
@@ -12,12 +18,21 @@ from markupsafe import Markup
 from mmlab.judge.criteria import Verdict
 from mmlab.report import flamegraph, fmt, plots, text
 from mmlab.report.data import ReportData
+from mmlab.track.cells import Series
+from mmlab.track.dashboard import SHOWN, groups, newest_first
+from mmlab.track.evidence import Evidence
+from mmlab.track.session import Result, metric_class
+from mmlab.track.suite import Suite
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("mmlab.report", "templates"),
     autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters.update(num=fmt.num, pct=fmt.pct, change=fmt.change, ratio=fmt.ratio, ci=fmt.ci,
                          p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class)
+# The dashboard's templates test for values a change may lack, so undefined is no error.
+DASHBOARD = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.report", "templates"),
+                               autoescape=True, trim_blocks=True, lstrip_blocks=True)
+DASHBOARD.filters.update(spread=fmt.spread, metric_class=metric_class)
 
 
 def data_uri(png: bytes) -> str:
@@ -36,3 +51,25 @@ def render(d: ReportData) -> str:
         guests={g.arm: g for g in found.guests} if found else {},
         flames=[Markup(svg) for svg in flamegraph.graphs(found).values()] if found else [],
         report=text.render(d))
+
+
+def series_anchor(s: Series) -> str:
+    return f"series-{s.profile}-{s.metric}-{s.kind}".replace(".", "_")
+
+
+def dashboard(suite: Suite, result: Result, evidence: list[Evidence], generated: str,
+              bundled: set[int]) -> str:
+    """The tracker's page; `bundled`: the experiments whose report and
+    bundle were written beside it, linked from their change."""
+    return DASHBOARD.get_template("dashboard.html.j2").render(
+        suite=suite, result=result, evidence=newest_first(evidence), groups=groups(evidence),
+        now=generated, shown=SHOWN, bundled=bundled,
+        plots=[(series_anchor(s), plots.trend(s, result.reference.name, result.changes))
+               for s in result.series if len(s.points) > 1])
+
+
+def feed(suite: Suite, evidence: list[Evidence], generated: str) -> str:
+    """The confirmed changes as an Atom feed, newest first."""
+    return DASHBOARD.get_template("feed.atom.j2").render(
+        suite=suite, now=generated,
+        evidence=[e for e in newest_first(evidence) if e.change.confirmed])

@@ -1,9 +1,13 @@
-"""Figures for reports, as PNG bytes (matplotlib, Agg backend, no display).
+"""Figures for reports (matplotlib, Agg backend, no display).
 
-Per metric: each arm's sample distribution, and each comparison's ratio with
-its CI against the tolerance band.  Where an axis is numeric: the metric
-against it, one line per value of the other axes, with the growth exponent
-of a log-log fit (ksm-rmap's cost against the VMA count; ~2 is quadratic).
+An experiment's, as PNG bytes: per metric, each arm's sample distribution,
+and each comparison's ratio with its CI against the tolerance band.  Where
+an axis is numeric: the metric against it, one line per value of the other
+axes, with the growth exponent of a log-log fit (ksm-rmap's cost against the
+VMA count; ~2 is quadratic).
+
+The tracker's, as inline SVG with text as paths (no font is needed to show
+it): one trend per series, each change marked and linked to its explanation.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ import numpy as np  # noqa: E402
 
 from mmlab.report.data import ReportData  # noqa: E402
 from mmlab.report.fmt import VERDICT_COLOR, contrast  # noqa: E402
+from mmlab.track.cells import Series  # noqa: E402
+from mmlab.track.changepoints import Change  # noqa: E402
+from mmlab.track.dashboard import SHOWN  # noqa: E402
+
+COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "state change": "#d68910"}
 
 
 def _png(fig) -> bytes:
@@ -112,3 +121,54 @@ def all_figures(d: ReportData) -> dict[str, bytes]:
         for axis in numeric_axes(d):
             figs[f"{metric}-vs-{axis}"] = scaling(d, metric, axis)
     return figs
+
+
+def trend(s: Series, reference: str, changes: list[Change]) -> str:
+    """One series as inline SVG: each release's ratio to the reference with
+    its interval (hollow where the audit found another page state), the
+    reference line, and each change marked, linked to its explanation."""
+    matplotlib.rcParams["svg.fonttype"] = "path"
+    labels = [p.release.label for p in s.points]
+    x = list(range(len(labels)))
+    ratios = [p.ratio for p in s.points]
+    err = [[max(r - p.ci[0], 0) if math.isfinite(p.ci[0]) else 0 for r, p in zip(ratios, s.points)],
+           [max(p.ci[1] - r, 0) if math.isfinite(p.ci[1]) else 0 for r, p in zip(ratios, s.points)]]
+    fig, ax = plt.subplots(figsize=(7.5, 2.6), dpi=96)
+    ax.axhline(1.0, color="#888", linewidth=1, linestyle="--")
+    ax.errorbar(x, ratios, yerr=err, fmt="-", color="#1f5fa8", capsize=3, linewidth=1)
+    state = [p.comparison is not None and p.comparison.verdict == "not comparable"
+             for p in s.points]
+    ax.scatter([i for i in x if not state[i]], [r for i, r in enumerate(ratios) if not state[i]],
+               color="#1f5fa8", s=16, zorder=3)
+    ax.scatter([i for i in x if state[i]], [r for i, r in enumerate(ratios) if state[i]],
+               facecolors="white", edgecolors="#d68910", s=22, zorder=3)
+    ax.text(0.995, 0.02, f"reference {reference}", transform=ax.transAxes, fontsize=7,
+            color="#666", ha="right")
+    top = ax.get_ylim()[1]
+    for ch in changes:
+        if (ch.profile, ch.metric, ch.kind) != (s.profile, s.metric, s.kind) or \
+                ch.outcome not in SHOWN or ch.after not in labels:
+            continue
+        at = labels.index(ch.after) - 0.5
+        line = ax.axvline(at, color=COLOURS[ch.outcome], linewidth=2, alpha=0.7)
+        mark = ax.text(at, top, ch.id, fontsize=7, ha="center", va="top",
+                       color=COLOURS[ch.outcome])
+        for artist in (line, mark):
+            artist.set_url(f"#change-{ch.id}")
+    ax.set_xticks(x, [_tick(p.release) for p in s.points], fontsize=7, rotation=30)
+    ax.set_ylabel("ratio to reference", fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_title(f"{s.profile}: {s.metric} ({s.kind})", fontsize=9)
+    fig.tight_layout()
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def _tick(r) -> str:
+    """A release's label, and its exact upstream version where it differs."""
+    exact = r.name.removeprefix("debian:")
+    return r.label if exact == r.label or not r.name.startswith("debian:") else \
+        f"{r.label} ({exact})"

@@ -1,4 +1,6 @@
-"""The plain-text report for a mailing list: at most 80 columns, no colour.
+"""Plain text: an experiment's report for a mailing list (at most 80
+columns, no colour), and the tracker's summary of what changed, in the
+style of a 0-day report (`track run`, the dashboard's summary.txt).
 
 Per metric, comparisons that contrast the same two values (debian:6.1 vs
 debian:6.12) form one table with a row per value of the other axes, the
@@ -16,6 +18,10 @@ from mmlab.judge.comparison import Comparison
 from mmlab.judge.stats import summarize
 from mmlab.report import fmt
 from mmlab.report.data import ReportData, regzbot_lines
+from mmlab.track import dashboard
+from mmlab.track.evidence import Evidence
+from mmlab.track.session import Result, metric_class
+from mmlab.track.suite import Suite
 
 WIDTH = 80
 MIN_LOCK_SEEN = 10      # fewer contentions than this are background, not the workload
@@ -211,3 +217,72 @@ def summary_rows(d: ReportData) -> list[dict]:
             s = summarize([x.metrics.get(metric) for x in ss])
             rows.append({"arm": arm, "metric": metric, **s.as_dict()})
     return rows
+
+
+def _spread(value: float, rcv: float) -> str:
+    return f"{value:.6g} ±{fmt.spread(rcv)}"
+
+
+def pair_lines(group: list[Evidence]) -> list[str]:
+    """One release pair as a 0-day report gives it: each change's headline,
+    the two releases, each metric on both with its spread and the change,
+    side metrics, functions, and the commands."""
+    e = group[0]
+    ch = e.change
+    out = [f"[{g.change.id}] {ch.profile}: {_pct(g)} {g.change.outcome} of {g.change.metric}"
+           for g in group]
+    confirmed = {g.change.evidence: g for g in group if g.rounds}
+    out += [f"  between {e.before} and {e.after} (series {ch.kind}"
+            + "".join(f", {metric_class(g.change.metric)} in {g.rounds} rounds" for g in
+                      confirmed.values())
+            + (f", confirmed {e.confirmed_at})" if confirmed else ")"), ""]
+    if e.metrics:
+        w = max(16, *(len(_spread(m.after, m.spread_after)) for m in e.metrics))
+        out.append(f"  {e.before.split()[0]:>{w}}  {'':>8}  {e.after.split()[0]:>{w}}")
+        out.append(f"  {'-' * w}  {'-' * 8}  {'-' * w}")
+        for m in e.metrics:
+            out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {m.ratio - 1:>+8.1%}  "
+                       f"{_spread(m.after, m.spread_after):>{w}}  {m.metric} "
+                       f"({m.ci[0]:.3f}..{m.ci[1]:.3f}, {m.outcome})")
+        out.append("")
+    for v in e.vmstat:
+        out.append(f"  vmstat {v.counter}: {v.per_unit_baseline:.4g} -> {v.per_unit:.4g} per unit")
+    for s in e.state:
+        if s.before != s.after:
+            out.append(f"  page state {s.key}: {s.before} -> {s.after}")
+    out += [f"  audit: {f}" for f in e.findings]
+    for wf in e.functions:
+        rows = ", ".join(f"{r.function} {r.change:+.4g}" for r in wf.rows[:5]) or "no change"
+        out.append(f"  functions ({wf.window}, kernel instructions per {wf.unit}): {rows}")
+    out += [f"  {name}: {cmd}" for name, cmd in e.commands.items()]
+    return out + [""]
+
+
+def _pct(e: Evidence) -> str:
+    m = next((m for m in e.metrics if m.metric == e.change.metric), None)
+    return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
+
+
+def track_summary(suite: Suite, result: Result, evidence: list[Evidence],
+                  only_new: bool = False) -> str:
+    """What changed, in the style of a 0-day report: every confirmed change
+    or state change (with `only_new`, those whose confirmation ran now),
+    one entry per release pair, then the other candidates in a line each."""
+    ref = result.reference
+    now = (f"{result.cells} cell(s) in {len(result.measured)} experiment(s) and "
+           f"{len(result.confirmations)} confirmation(s) measured now; " if only_new else "")
+    releases = len({p.release for s in result.series for p in s.points})
+    lines = [f"mmlab track {suite.name}: {now}{len(result.series)} series over {releases} "
+             f"releases, against {ref.name} ({ref.version})", ""]
+    shown = [e for e in evidence if e.change.outcome in dashboard.SHOWN
+             and (not only_new or e.change.evidence in result.confirmations)]
+    for group in dashboard.groups(shown):
+        lines += pair_lines(group)
+    if not shown:
+        lines += ["no new confirmed change" if only_new else "no confirmed change", ""]
+    for e in dashboard.newest_first(evidence):
+        if e.change.outcome not in dashboard.SHOWN:
+            ch = e.change
+            lines.append(f"candidate {ch.id} {ch.profile} {ch.metric} ({ch.kind}) "
+                         f"{ch.before}..{ch.after}: {ch.outcome}")
+    return "\n".join(lines).rstrip() + "\n"

@@ -11,5 +11,6 @@ the release-ordered series and confirmed by mmlab's own paired verdict.
   evidence.py      what each change shows: the 0-day table, side metrics, functions
   spread.py        the cells' blocks handed to fleet machines (track run --machines)
   simulate.py      the method's operating characteristics, by simulation
-  dashboard.py     the static dashboard, its Atom feed, text and JSON
+  dashboard.py     what the dashboard shows: the changes in order, grouped by release
+                   pair (report/ renders and writes it)
 """

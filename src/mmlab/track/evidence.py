@@ -6,7 +6,7 @@ same-state audit's findings), the kernel functions whose instructions per
 unit moved most (where the profile counts them), and the commands that
 reproduce it, narrow it further and bundle its evidence.
 
-Records only: dashboard.py renders them.
+Records only: report/ renders them (report/dashboard.py writes the dashboard).
 """
 
 from __future__ import annotations

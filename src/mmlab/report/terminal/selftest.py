@@ -1,8 +1,9 @@
-"""`mmlab selftest verdicts`'s report: the simulated operating
+"""`mmlab selftest`'s reports.  verdicts: the simulated operating
 characteristics (judge/selftest.py) of the defaults' shape or of one
 profile's, as a table per noise model, the false alarms by noise level, the
 noise up to which decisions are reached, how surely order effects are named,
-and whether the published targets are met."""
+and whether the published targets are met.  changepoints: the release
+tracker's, per simulated case (track/simulate.py)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from rich.table import Table
 from mmlab.judge import selftest
 from mmlab.judge.noises import NOISES, lognormal, noise
 from mmlab.judge.selftest import DEFAULTS, Cell, Shape, Targets
+from mmlab.report.fmt import DASH, pct
 from mmlab.report.terminal import console
 
 
@@ -110,3 +112,20 @@ def decisions(plan, experiments: int = 400) -> tuple[str, list[str]]:
                   f"change found {twice.called:.0%} (simulated); it decides {upto}"
                   + (f"; more rounds ({more}) decide noisier metrics" if more else "")]
 
+
+def changepoint_table(rates: list) -> Table:
+    """`mmlab selftest changepoints`: per simulated case, how often a
+    candidate, a false change and every true step confirmed, and what the
+    confirmations cost."""
+    table = Table(title="release tracker, simulated 20-release series")
+    for col in ("case", "series", "A/A: a candidate", "a false change", "steps all found",
+                "target", "pairs measured", "rounds each"):
+        table.add_column(col, justify="left" if col == "case" else "right")
+    for r in rates:
+        aa = not r.case.steps
+        table.add_row(r.case.name, str(r.series), pct(r.any_candidate) if aa else DASH,
+                      pct(r.false_confirmed), DASH if aa else pct(r.found_all),
+                      "<= 5%, <= 1%" if aa else (f">= {r.case.target:.0%}" if r.case.target
+                                                 else DASH),
+                      f"{r.confirmations:.2f}", f"{r.rounds:.1f}" if r.confirmations else DASH)
+    return table

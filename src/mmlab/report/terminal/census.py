@@ -1,5 +1,5 @@
-"""The census as a person reads it: a line of totals, a table of the
-processes, and a table of groups per process shown."""
+"""The census on the terminal, as a person reads it: a line of totals, a
+table of the processes, and a table of groups per process shown."""
 
 from __future__ import annotations
 

@@ -1,11 +1,15 @@
-"""The fleet's tables for the terminal: status and the reproduction summary."""
+"""The fleet on the terminal: the machines' status, and where a change
+reproduced (fleet/summary.py gathers both)."""
 
 from __future__ import annotations
 
+import time
+
+from rich.markup import escape
 from rich.table import Table
 
-from mmlab.fleet.summary import FleetSummary, MachineStatus, ago
-from mmlab.report.terminal import escape
+from mmlab.fleet.summary import FleetSummary, MachineStatus, Reproduction
+from mmlab.report.fmt import ratio
 
 
 def status_table(rows: list[MachineStatus]) -> Table:
@@ -24,6 +28,18 @@ def status_table(rows: list[MachineStatus]) -> Table:
     return table
 
 
+def ago(t: float | None) -> str:
+    return "-" if t is None else f"{time.time() - t:.0f} s ago"
+
+
+def sentence(r: Reproduction) -> str:
+    """'regression on a (1.520x), b (1.490x); no change on c (1.010x)'."""
+    groups: dict[str, list[str]] = {}
+    for m, c in r.by_machine.items():
+        groups.setdefault(str(c.verdict), []).append(f"{m} ({ratio(c.ratio, 'x')})")
+    return "; ".join(f"{v} on {', '.join(ms)}" for v, ms in groups.items())
+
+
 def summary_table(s: FleetSummary) -> Table:
     """One row per metric and pair: each machine's verdict and ratio, and
     where the change reproduced."""
@@ -34,7 +50,7 @@ def summary_table(s: FleetSummary) -> Table:
     table.add_column("per machine: verdict (ratio)")
     table.add_column("reproduced on")
     for r in s.rows:
-        table.add_row(r.metric, escape(f"{r.arm} vs {r.baseline}"), escape(r.sentence()),
+        table.add_row(r.metric, escape(f"{r.arm} vs {r.baseline}"), escape(sentence(r)),
                       f"{len(r.reproduced_on)} of {len(r.by_machine)}"
                       + (f": {escape(', '.join(r.reproduced_on))}" if r.reproduced_on else ""))
     return table

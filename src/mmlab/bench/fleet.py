@@ -34,8 +34,9 @@ from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import ArmEntry, Profile
 from mmlab.experiment.schedule import schedule
-from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker
+from mmlab.fleet import coordinator, engine, registry, services, summary, worker
 from mmlab.report.terminal import console
+from mmlab.report.terminal import fleet as fleet_tables
 from mmlab.run.events import Event, Message, OnEvent, TrialStarting
 from mmlab.store import Store
 from mmlab.targets import LocalTarget, TrialResult
@@ -84,7 +85,7 @@ def sleep_plan(rounds: int, ms: float) -> Plan:
 
 def start_workers(names: list[str], results: str, broker: str,
                   logs: Path) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-m", "mmlab.fleet.bench", "--worker", name,
+    return [subprocess.Popen([sys.executable, "-m", "mmlab.bench.fleet", "--worker", name,
                               "--results", results, "--broker", broker],
                              stdin=subprocess.DEVNULL, stdout=open(logs / f"{name}.log", "w"),
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -233,7 +234,7 @@ def run_bench(machines: int, trials: int, ms: float, keep_logs: Path | None) -> 
     for r in found.rows:
         out.print(f"  verdicts: {r.metric} {r.arm} vs {r.baseline}: reproduced on "
                   f"{len(r.reproduced_on)} of {len(r.by_machine)} machines")
-    out.print(tables.summary_table(found) if machines <= 4 else "")
+    out.print(fleet_tables.summary_table(found) if machines <= 4 else "")
 
 
 def _progress(out, total: int) -> OnEvent:
@@ -255,7 +256,7 @@ def _progress(out, total: int) -> OnEvent:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mmlab.fleet.bench",
+    parser = argparse.ArgumentParser(prog="python -m mmlab.bench.fleet",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--machines", type=int, default=50, help="workers, one queue each")
     parser.add_argument("--trials", type=int, default=10_000, help="trials over all machines")

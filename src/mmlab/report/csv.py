@@ -1,0 +1,29 @@
+"""CSV, as `compare --csv` prints it and the evidence bundle writes it: one
+row per dict, the first row's keys as the header."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+
+from mmlab.judge.comparison import Comparison
+
+
+def comparisons(found: list[Comparison]) -> str:
+    """One comparison per row, the columns of Comparison.as_row."""
+    rows = [c.as_row() for c in found]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["metric"])
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def write(path: Path, rows: list[dict]) -> None:
+    """The rows as a file; no rows: an empty file."""
+    with open(path, "w", newline="") as f:
+        if rows:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)

@@ -1,0 +1,128 @@
+"""`mmlab explain` on the terminal: each arm's stacks, lock waits and
+events, each pair's differences, kernel instructions by function, in-guest
+traces, and what collecting them cost.  The data comes from
+attribution/explain.py; only the tables are made here."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from mmlab.attribution.explain import (
+    ArmExplanation,
+    Explanation,
+    GuestExplanation,
+    PairExplanation,
+    WindowFunctions,
+)
+from mmlab.experiment.plan import Plan
+from mmlab.report.fmt import contrast, num, pct, ratio, signed
+
+
+def arm_explanation(a: ArmExplanation) -> Table:
+    table = Table(title=f"{escape(a.arm)}: CPU time {num(a.cpu_ns_per_unit)} ns per {a.unit} "
+                        "(perf cpu-clock)")
+    table.add_column("function")
+    table.add_column("inclusive", justify="right")
+    table.add_column("self", justify="right")
+    for f in a.top:
+        table.add_row(escape(f.function), pct(f.inclusive), pct(f.self_share))
+    if a.callers:
+        table.add_section()
+        for c in a.callers:
+            table.add_row(escape(f"lock wait: {c.caller}"), f"{num(c.wait_us)} us",
+                          f"{c.seen} seen")
+    if a.events:
+        table.add_section()
+        for e in a.events:
+            table.add_row(f"event {e.event}", num(e.count), f"{num(e.per_unit)}/{a.unit}")
+        if a.events_lost:
+            table.add_row(f"[yellow]events lost to a full buffer: {a.events_lost}[/yellow]", "", "")
+    return table
+
+
+def pair_explanation(plan: Plan, p: PairExplanation) -> Table:
+    label = contrast(plan, p.arm, p.baseline).label
+    title = (f"{label}: CPU time per {p.unit} {num(p.cpu_ns_per_unit_baseline)} -> "
+             f"{num(p.cpu_ns_per_unit)} ns ({signed(p.cpu_change)} ns); where the difference is"
+             if p.deltas else f"{label}: vmstat counters that differ (no perf stacks)")
+    table = Table(title=escape(title))
+    for col in ("function", "baseline ns", "arm ns", "change ns", "share of change"):
+        table.add_column(col, justify="left" if col == "function" else "right")
+    for d in p.deltas:
+        table.add_row(escape(d.function), num(d.cost_baseline), num(d.cost), signed(d.change),
+                      pct(d.share_of_change))
+    for kind, rows in (("vmstat", p.vmstat), ("event", p.events)):
+        if rows:
+            table.add_section()
+        for v in rows:
+            table.add_row(f"{kind} {v.counter} per {p.unit}", num(v.per_unit_baseline),
+                          num(v.per_unit), "", "")
+    return table
+
+
+def overhead_table(arms: list[ArmExplanation]) -> Table | str:
+    """Each attribution run's metrics over the clean median: what collection costs."""
+    if not any(a.overhead for a in arms):
+        return ""
+    table = Table(title="attribution overhead: metric under collection / clean median")
+    for col in ("arm", "collection", "metric", "ratio"):
+        table.add_column(col, justify="right" if col == "ratio" else "left")
+    for a in arms:
+        for o in a.overhead:
+            table.add_row(escape(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
+    return table
+
+
+def functions_table(w: WindowFunctions) -> Table:
+    """Kernel instructions per unit by function in one window: an arm's
+    largest, or against its baseline, the largest changes."""
+    per = f"/{w.unit}"
+    if w.baseline is None:
+        table = Table(title=f"{escape(w.arm)}: kernel instructions in '{w.window}' by function "
+                            f"({num(w.kernel)} {per}, unresolved {num(w.unresolved)})")
+        table.add_column("function")
+        table.add_column(f"instructions {per}", justify="right")
+        table.add_column("share", justify="right")
+        for r in w.rows:
+            table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
+        return table
+    table = Table(title=f"{escape(w.arm)} vs {escape(w.baseline)}: kernel instructions in "
+                        f"'{w.window}' {num(w.kernel_baseline)} -> {num(w.kernel)} {per} "
+                        f"({signed(w.change)})")
+    for col in ("function", "baseline", "arm", "change"):
+        table.add_column(f"{col} {per}" if col != "function" else col,
+                         justify="left" if col == "function" else "right")
+    for r in w.rows:
+        table.add_row(r.function, num(r.per_unit_baseline), num(r.per_unit), signed(r.change))
+    return table
+
+
+def guest_trace_table(guests: list[GuestExplanation]) -> Table:
+    """In-guest function counts and call times, side by side for every arm."""
+    table = Table(title="in-guest trace per arm (instrumented trials; TCG times are emulated)")
+    for col in ("arm", "figure", "function", "value", "per unit of work"):
+        table.add_column(col, justify="right" if col in ("value", "per unit of work") else "left")
+    for g in guests:
+        for f in g.figures:
+            table.add_row(escape(g.arm), f.figure, f.function, num(f.value),
+                          f"{num(f.per_unit)} /{g.unit}")
+        if g.skipped:
+            table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
+        table.add_section()
+    return table
+
+
+def print_explanation(out: Console, plan: Plan, found: Explanation) -> None:
+    """`mmlab explain`: guest traces, instructions by function, each arm's
+    stacks, the attribution overhead, and each pair's differences."""
+    if found.guests:
+        out.print(guest_trace_table(found.guests))
+    for w in found.functions:
+        out.print(functions_table(w))
+    for a in found.arms:
+        out.print(arm_explanation(a))
+    out.print(overhead_table(found.arms))
+    for p in found.pairs:
+        out.print(pair_explanation(plan, p))
