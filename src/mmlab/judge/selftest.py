@@ -24,10 +24,10 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats as sps
 
+from mmlab.experiment.plan import pairs
 from mmlab.judge import order, stats
 from mmlab.judge.criteria import HIGHER, LOWER, NO_CHANGE, UNDECIDED, Criteria, outcomes
 from mmlab.judge.noises import NOISES, Layout, Noise, lognormal
-from mmlab.judge.verdicts import pairs
 
 CHUNK = 2000                  # experiments judged at once (memory)
 
@@ -46,7 +46,7 @@ class Shape:
 
     @classmethod
     def of(cls, plan) -> Shape:
-        """A plan's shape (experiment.plan.Plan; pairs as verdicts.pairs makes
+        """A plan's shape (experiment.plan.Plan; pairs as plan.pairs makes
         them).  A profile of one arm is run as two (`mmlab ab` and `narrow`
         add a kernel axis of two), the second against the first."""
         index = {a.name: i for i, a in enumerate(plan.arms)}

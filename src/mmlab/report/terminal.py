@@ -39,10 +39,11 @@ from mmlab.workloads import HARNESS_PARAMS, Workload
 from mmlab.workloads.samples import Sample
 
 if TYPE_CHECKING:
+    from mmlab.judge.measurements import Measurements
     from mmlab.judge.verdicts import Judgement
     from mmlab.kernels.catalog import Entry as CatalogEntry
     from mmlab.run.runner import RunResult
-    from mmlab.store import Measurements, Store, Trial
+    from mmlab.store import Store, Trial
 
 
 def samples_table(workload: Workload, samples: list[Sample]) -> Table:

@@ -35,10 +35,11 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
+from mmlab.judge.measurements import Measurements
 from mmlab.kernels import specs
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
-from mmlab.store import Measurements, Store
+from mmlab.store import Store
 from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 

@@ -23,7 +23,7 @@ import numpy as np
 from mmlab.judge import stats
 from mmlab.judge.comparison import Comparison, of_estimate
 from mmlab.judge.criteria import Criteria
-from mmlab.store.series import Series
+from mmlab.judge.measurements import Observations
 from mmlab.track import changepoints
 from mmlab.track.cells import CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
@@ -99,8 +99,8 @@ def confirmation(case: Case, log_step: float, rng: np.random.Generator) -> Compa
     metric = case.metric
     for look, rounds in enumerate(crit.looks()):
         r = tuple(range(rounds))
-        a = Series(tuple(after[:rounds]), r, tuple(2 * i for i in r))
-        b = Series(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
+        a = Observations(tuple(after[:rounds]), r, tuple(2 * i for i in r))
+        b = Observations(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
         e = stats.estimate("after", "before", a, b, crit, look)
         c = of_estimate(metric, "after", "before", e, e.p_value, False, crit, look, rounds, "")
         if c.verdict.decisive:
