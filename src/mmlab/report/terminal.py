@@ -474,13 +474,13 @@ def changepoint_table(rates: list) -> Table:
     confirmations cost."""
     table = Table(title="release tracker, simulated 20-release series")
     for col in ("case", "series", "A/A: a candidate", "a false change", "steps all found",
-                "target", "pairs measured", "rounds each"):
+                "goal", "pairs measured", "rounds each"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rates:
         aa = not r.case.steps
         table.add_row(r.case.name, str(r.series), pct(r.any_candidate) if aa else DASH,
                       pct(r.false_confirmed), DASH if aa else pct(r.found_all),
-                      "<= 5%, <= 1%" if aa else (f">= {r.case.target:.0%}" if r.case.target
-                                                 else DASH),
+                      "<= 5%, <= 1%" if aa else (f">= {r.case.goal:.0%}" if r.case.goal
+                                               else DASH),
                       f"{r.confirmations:.2f}", f"{r.rounds:.1f}" if r.confirmations else DASH)
     return table

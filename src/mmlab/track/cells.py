@@ -283,8 +283,8 @@ def block_sizes(n: int) -> list[int]:
     return sizes + [2] * (rest // 2) + [1] * (rest % 2)
 
 
-def main(plan: Plan, comparisons: list[Comparison], metric: str,
-         kernel: str | None = None) -> Comparison | None:
+def kernel_comparison(plan: Plan, comparisons: list[Comparison], metric: str,
+                      kernel: str | None = None) -> Comparison | None:
     """The comparison on `metric` of `kernel`'s arm against the first
     kernel (in a two-kernel experiment, the second against the first), not
     of a matched-state control's."""
@@ -372,7 +372,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
                     exp_id = have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
                     if exp_id is None:
                         continue
-                    c = main(*judged.comparisons(exp_id), metric, r.name)
+                    c = kernel_comparison(*judged.comparisons(exp_id), metric, r.name)
                     if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
                         points.append(Point(r, c, exp_id))
                 out.append(Series(tracked.name, metric, line.kind, points))

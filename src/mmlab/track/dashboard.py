@@ -30,7 +30,7 @@ from mmlab.store import Store  # noqa: E402
 from mmlab.track.cells import Series  # noqa: E402
 from mmlab.track.changepoints import CONFIRMED, Change  # noqa: E402
 from mmlab.track.evidence import Evidence  # noqa: E402
-from mmlab.track.session import Result, metric_class  # noqa: E402
+from mmlab.track.session import TrackResult, metric_class  # noqa: E402
 from mmlab.track.suite import Suite  # noqa: E402
 
 TEMPLATES = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.track", "templates"),
@@ -165,7 +165,7 @@ def _pct(e: Evidence) -> str:
     return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
 
 
-def text(suite: Suite, result: Result, evidence: list[Evidence], only_new: bool = False) -> str:
+def text(suite: Suite, result: TrackResult, evidence: list[Evidence], only_new: bool = False) -> str:
     """What changed, in the style of a 0-day report: every confirmed change
     or state change (with `only_new`, those whose confirmation ran now),
     one entry per release pair, then the other candidates in a line each."""
@@ -189,7 +189,7 @@ def text(suite: Suite, result: Result, evidence: list[Evidence], only_new: bool 
     return "\n".join(lines).rstrip() + "\n"
 
 
-def to_json(suite: Suite, result: Result, evidence: list[Evidence]) -> dict:
+def to_json(suite: Suite, result: TrackResult, evidence: list[Evidence]) -> dict:
     """The series and the changes with their evidence; NaN as null."""
     return _finite({
         "suite": suite.name, "reference": asdict(result.reference),
@@ -227,7 +227,7 @@ def write_evidence(store: Store, directory: Path, evidence: list[Evidence]) -> s
     return done
 
 
-def write(directory: Path, suite: Suite, result: Result, evidence: list[Evidence],
+def write(directory: Path, suite: Suite, result: TrackResult, evidence: list[Evidence],
           generated: str, bundled: set[int] = frozenset()) -> list[Path]:
     """index.html, feed.atom, summary.txt and track.json in `directory`;
     `bundled`: the experiments write_evidence wrote, linked from their change."""
