@@ -76,7 +76,7 @@ bench: setup
 
 # 10,000 sleeping trials over 50 local workers: the fleet's own overhead.
 bench-fleet: setup
-	$(PY) -m mmlab.fleet.bench
+	$(PY) -m mmlab.bench.fleet
 
 clean:
 	rm -rf build $(VENV)

@@ -30,11 +30,12 @@ import threading
 import time
 from pathlib import Path
 
+from mmlab.bench import services
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import ArmEntry, Profile
 from mmlab.experiment.schedule import schedule
-from mmlab.fleet import coordinator, engine, registry, services, summary, tables, worker
+from mmlab.fleet import coordinator, engine, registry, summary, tables, worker
 from mmlab.report.terminal import console
 from mmlab.run.events import Event, Message, OnEvent, TrialStarting
 from mmlab.store import Store
@@ -84,7 +85,7 @@ def sleep_plan(rounds: int, ms: float) -> Plan:
 
 def start_workers(names: list[str], results: str, broker: str,
                   logs: Path) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-m", "mmlab.fleet.bench", "--worker", name,
+    return [subprocess.Popen([sys.executable, "-m", "mmlab.bench.fleet", "--worker", name,
                               "--results", results, "--broker", broker],
                              stdin=subprocess.DEVNULL, stdout=open(logs / f"{name}.log", "w"),
                              stderr=subprocess.STDOUT, start_new_session=True)
@@ -255,7 +256,7 @@ def _progress(out, total: int) -> OnEvent:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m mmlab.fleet.bench",
+    parser = argparse.ArgumentParser(prog="python -m mmlab.bench.fleet",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--machines", type=int, default=50, help="workers, one queue each")
     parser.add_argument("--trials", type=int, default=10_000, help="trials over all machines")
