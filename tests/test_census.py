@@ -113,10 +113,10 @@ def test_the_census_of_every_process_is_under_2_s():
 
 @needs_iterator
 def test_a_command_is_sampled_and_reported_at_its_peak(splitter):
-    ran = command.run([str(splitter), "301", "guard", "1.5"], interval_s=0.2, top=1)
-    assert ran.exit_code == 0 and len(ran.samples) >= 3
+    ran = command.survey([str(splitter), "301", "guard", "1.5"], interval_s=0.2, top=1)
+    assert ran.exit_code == 0 and len(ran.moments) >= 3
     assert ran.peak.processes[0].largest_group == 301
-    assert max(s.largest_group for s in ran.samples) == 301
+    assert max(s.largest_group for s in ran.moments) == 301
 
 
 @needs_iterator
@@ -176,7 +176,7 @@ def test_a_thread_is_not_a_process():
 ])
 def test_a_failing_command_is_one_line(argv, message):
     with pytest.raises(MmlabError, match=message):
-        command.run(argv, interval_s=0.05)
+        command.survey(argv, interval_s=0.05)
     done = mmlab_census("--", *argv)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
 
@@ -219,7 +219,7 @@ interval_s = 0.1
 command = ["sleep", "300"]
 ready = ["true"]
 """)
-    ran = recipe.run(path, top=2)
+    ran = recipe.survey(path, top=2)
     assert ran.peak.processes[0].largest_group == 51
     assert subprocess.run(["pgrep", "-f", "^sleep 300$"], check=False).returncode == 1
 
@@ -232,7 +232,7 @@ def test_a_recipe_with_services_travels_only_from_the_host_root(tmp_path):
                     '[[services]]\ncommand = ["sleep", "300"]\n')
     with pytest.raises(MmlabError, match='served.toml: cannot run in a guest: its services.*'
                                          'root = "host"'):
-        recipe.run(path, kernel="debian:7.3")
+        recipe.survey(path, kernel="debian:7.3")
     done = mmlab_census("--recipe", str(path), "--kernel", "debian:7.3")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     path.write_text(path.read_text() + '[guest]\nroot = "host"\n')
@@ -272,12 +272,12 @@ def test_a_host_root_census_samples_the_services_and_names_a_failed_step():
     text = guest.script(["/p"], Path("/m"), 0.5, root=guest.HostRoot(Path("/x"), "true"))
     assert "mount -t virtiofs -o ro hostroot /host" in text
     assert text.index("/tmp/mmlab-steps.sh") < text.index("chroot /host /p > /tmp/cmd.out")
-    out = "\n".join([f"{guest.MARK} also 9", f"{guest.MARK} pid 7", f"{guest.MARK} sample 1.0",
+    out = "\n".join([f"{guest.MARK} also 9", f"{guest.MARK} pid 7", f"{guest.MARK} moment 1.0",
                      "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p",
                      "9 9 1 1000 3000 73 0 0 ffff2 ffff2 db", "9 9 1 3000 5000 73 0 0 ffff2 ffff2 db",
                      f"{guest.MARK} exit 0", f"{guest.MARK} words done"])
     ran = guest.parse(out, ["p"], 2, 1.0, "debian:6.12")
-    assert ran.samples[0].processes == 2 and ran.samples[0].largest_group == 2
+    assert ran.moments[0].processes == 2 and ran.moments[0].largest_group == 2
     with pytest.raises(MmlabError, match="a step before it failed in the guest: step failed"):
         guest.parse(f"{guest.MARK} failed step failed (status 1): cc\n", ["p"], 1, 1.0, "k")
 
@@ -309,13 +309,13 @@ def test_the_files_a_command_names_travel_with_it(tmp_path):
 def test_a_guest_writes_the_settings_and_reports_ksm():
     text = guest.script(["/p"], Path("/m"), 0.5, HostSettings(ksm={"run": 1}))
     assert text.index("echo 1 > /sys/kernel/mm/ksm/run") < text.index("/p > /tmp/cmd.out")
-    out = "\n".join([f"{guest.MARK} pid 7", f"{guest.MARK} sample 1.0",
+    out = "\n".join([f"{guest.MARK} pid 7", f"{guest.MARK} moment 1.0",
                      "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p", f"{guest.MARK} ksm 1 42",
-                     f"{guest.MARK} sample 1.5", "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p",
+                     f"{guest.MARK} moment 1.5", "7 7 1 1000 3000 73 0 0 ffff1 ffff1 p",
                      f"{guest.MARK} ksm 0 0", f"{guest.MARK} exit 0",
                      f"{guest.MARK} words done=1"])
     ran = guest.parse(out, ["p"], 1, 2.0, "debian:6.12")
-    assert [s.ksm_pages_sharing for s in ran.samples] == [42, None]
+    assert [s.ksm_pages_sharing for s in ran.moments] == [42, None]
     assert ran.output == "done=1" and ran.peak.processes[0].largest_group == 1
 
 
@@ -324,7 +324,7 @@ def test_a_guest_writes_the_settings_and_reports_ksm():
 def test_the_guest_census_sees_exactly_n_vmas(k612, tmp_path):
     static = tmp_path / "splitter"
     subprocess.run(["cc", "-O2", "-static", "-o", str(static), str(SPLITTER)], check=True)
-    ran = guest.run("debian:6.12", [str(static), "1001", "guard", "2"], interval_s=0.5, top=1)
+    ran = guest.survey("debian:6.12", [str(static), "1001", "guard", "2"], interval_s=0.5, top=1)
     assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
     (first, *_) = ran.peak.processes
     assert (first.comm, first.largest_group, first.groups[0].anon_vmas) == ("splitter", 1001, 1)
@@ -345,10 +345,10 @@ ksm = {{ run = 1 }}
 [guest]
 memory_mb = 512
 """)
-    ran = recipe.run(path, top=1, kernel="debian:6.12")
+    ran = recipe.survey(path, top=1, kernel="debian:6.12")
     assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
     assert ran.peak.processes[0].largest_group == 301
-    assert all(s.ksm_pages_sharing is not None for s in ran.samples)
+    assert all(s.ksm_pages_sharing is not None for s in ran.moments)
     assert Path("/sys/kernel/mm/ksm/run").read_text() == host_ksm
 
 
@@ -370,8 +370,8 @@ ready = ["test", "-x", "{work}/splitter"]
 memory_mb = 1024
 root = "host"
 """)
-    ran = recipe.run(path, top=2, kernel="debian:6.12")
+    ran = recipe.survey(path, top=2, kernel="debian:6.12")
     assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
     assert ran.peak.processes[0].largest_group == 101
-    assert max(s.processes for s in ran.samples) == 2
+    assert max(s.processes for s in ran.moments) == 2
     assert subprocess.run(["pgrep", "-f", "^sleep 300$"], check=False).returncode == 1

@@ -103,7 +103,7 @@ def test_placeholders_fill_drop_and_refuse():
 # ---------------------------------------------------------------- on the host
 
 def run_one(wl: execwork.ExecWorkload, params: dict | None = None):
-    (sample,) = mmwork.run(wl, params or {}, samples=1)
+    (sample,) = mmwork.sample(wl, params or {}, samples=1)
     return sample
 
 
@@ -280,7 +280,7 @@ def test_debian_stress_ng_runs_in_a_guest_from_its_packed_libraries(stress_ng, k
     packed = wl.programs({})
     assert packed[0].name == "stress-ng" and any("libc.so" in p.name for p in packed)
     guest = boot.Guest(k612, vcpus=1, memory_mb=512, timeout_s=300)
-    (s,) = qemu.run(guest, wl, {}, 1, 0, HostSettings())
+    (s,) = qemu.sample(guest, wl, {}, 1, 0, HostSettings())
     assert s.state["guest_kernel"] == "debian:6.12"
     assert s.metrics["ops_per_s_real"] > 0 and s.metrics["outside_cpu_s"] > 0
     assert s.state["exit_vmas"] > 0

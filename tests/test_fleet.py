@@ -22,9 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from mmlab.bench import fleet as bench
+from mmlab.bench import fleet as fleet_bench
+from mmlab.bench import services
 from mmlab.experiment.plan import parse
-from mmlab.fleet import coordinator, engine, queue, registry, services, summary
+from mmlab.fleet import coordinator, engine, queue, registry, summary
 from mmlab.judge import verdicts
 from mmlab.run import runner
 from mmlab.run.events import Message
@@ -239,10 +240,10 @@ def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp
     """The broker loses the machine's queue mid-run (as a Redis restarted
     without its append-only file would): the planned trials are sent again."""
     url, broker = fresh_db(servers, "lost"), servers[1].url
-    workers += bench.start_workers(["s"], url, broker, tmp_path)   # sleeps, no mmwork
-    bench.wait_for(["s"], url, broker, workers)
+    workers += fleet_bench.start_workers(["s"], url, broker, tmp_path)   # sleeps, no mmwork
+    fleet_bench.wait_for(["s"], url, broker, workers)
     store = Store(url)
-    (exp_id,) = coordinator.create(store, bench.sleep_plan(4, 150), ["s"], False)
+    (exp_id,) = coordinator.create(store, fleet_bench.sleep_plan(4, 150), ["s"], False)
     said: list[str] = []
     run = threading.Thread(target=coordinator.run, args=(
         url, [exp_id], False, True,

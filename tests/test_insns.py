@@ -215,9 +215,9 @@ def test_the_probe_says_which_source_counts(plugin):
 
 
 def counted_boot(kernel, plugin, mapping_kb: int) -> list[Sample]:
-    return qemu.run(boot.Guest(kernel, memory_mb=512), pageout(),
-                    insns.counting_params({**SMALL, "mapping-kb": mapping_kb}), samples=1,
-                    warmups=0, settings=HostSettings(), plugin=plugin)
+    return qemu.sample(boot.Guest(kernel, memory_mb=512), pageout(),
+                       insns.counting_params({**SMALL, "mapping-kb": mapping_kb}), samples=1,
+                       warmups=0, settings=HostSettings(), plugin=plugin)
 
 
 @needs_qemu

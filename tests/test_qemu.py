@@ -70,8 +70,8 @@ def test_frames_are_checked():
 
 def test_a_trial_runs_in_the_guest_with_its_settings(k612):
     guest = boot.Guest(k612, vcpus=1, memory_mb=256, timeout_s=120)
-    samples = qemu.run(guest, workloads.get("pageout-refault"), {**TINY, "thp": "hugepage"},
-                       samples=2, warmups=0, settings=HostSettings(thp="always"))
+    samples = qemu.sample(guest, workloads.get("pageout-refault"), {**TINY, "thp": "hugepage"},
+                          samples=2, warmups=0, settings=HostSettings(thp="always"))
     assert len(samples) == 2
     for s in samples:
         assert s.state["kernel"] == k612.version            # measured inside the guest
@@ -83,13 +83,13 @@ def test_a_trial_runs_in_the_guest_with_its_settings(k612):
 def test_a_broken_command_line_is_a_failed_trial_with_the_console(k612):
     guest = boot.Guest(k612, memory_mb=256, timeout_s=60, extra_cmdline="rdinit=/no/such/init")
     with pytest.raises(boot.BootFailed, match=r"kernel panic in the guest.*console: "):
-        qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings())
+        qemu.sample(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings())
 
 
 def test_a_hung_guest_is_killed_and_reported(k612):
     guest = boot.Guest(k612, memory_mb=256, timeout_s=10)
     with pytest.raises(TrialFailed, match=r"guest hung: no result from debian:6\.12 after 10 s"):
-        qemu.run(guest, workloads.get("mremap-churn"), {"seconds": 120}, 1, 0, HostSettings())
+        qemu.sample(guest, workloads.get("mremap-churn"), {"seconds": 120}, 1, 0, HostSettings())
 
 
 def test_kernel_axis_experiment_end_to_end(k612, tmp_path):
@@ -192,14 +192,14 @@ def test_an_oom_kill_in_the_guest_is_a_failed_trial(k612):
     guest = boot.Guest(k612, vcpus=1, memory_mb=256, timeout_s=120)
     params = {"backing": "anon", "workers": 4, "size-kb": 60000, "rounds": 1, "min-ms": 0}
     with pytest.raises(TrialFailed, match=r"killed by the OOM killer in the guest: Out of memory"):
-        qemu.run(guest, workloads.get("unmap-young"), params, 1, 0, HostSettings())
+        qemu.sample(guest, workloads.get("unmap-young"), params, 1, 0, HostSettings())
 
 
 def test_missing_trace_functions_are_skipped_not_fatal(k612):
     guest = boot.Guest(k612, memory_mb=256, timeout_s=120)
     instrument = Instrumentation(count=("no_such_function_mmlab", "folio_alloc_swap"))
-    (s,) = qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
-                    instrument=instrument)
+    (s,) = qemu.sample(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
+                       instrument=instrument)
     assert s.counts["trace_skipped.no_such_function_mmlab"] == 1
     assert s.counts["trace_calls.folio_alloc_swap"] >= 256
 
@@ -264,7 +264,7 @@ def test_cache_entries_of_other_versions_are_skipped(tmp_path, k612):
 
 def _pageout(k, swap, **guest):
     g = boot.Guest(k, memory_mb=256, timeout_s=180, **guest)
-    (s,) = qemu.run(g, workloads.get("pageout-refault"), {"mapping-kb": 4096, "rounds": 2,
+    (s,) = qemu.sample(g, workloads.get("pageout-refault"), {"mapping-kb": 4096, "rounds": 2,
                                                            "min-ms": 0}, 1, 0,
                     HostSettings(swap=swap))
     return s
@@ -284,7 +284,7 @@ def test_a_guest_swaps_to_zram_or_a_virtio_disk(k73, swap):
 
 def test_numa_guest_migrates_every_ksm_page_with_move_pages(k73):
     g = boot.Guest(k73, memory_mb=512, timeout_s=300, numa_nodes=2)
-    (s,) = qemu.run(g, workloads.get("ksm-rmap"), {"vmas": 200, "trigger": "move",
+    (s,) = qemu.sample(g, workloads.get("ksm-rmap"), {"vmas": 200, "trigger": "move",
                                                    "no-writer": True}, 1, 0, HostSettings())
     assert s.state["numa_nodes"] == 2 and s.state["guest_numa_nodes"] == 2
     assert s.counts["ksm_pages"] > 0 and s.counts["ksm_pages_migrated"] == s.counts["ksm_pages"]
@@ -393,13 +393,13 @@ def test_a_restored_guest_measures_with_the_state_a_booted_one_has(k612):
     snapshot); booted and restored samples carry the same state, labelled
     with how their guest started."""
     wl, settings = workloads.get("pageout-refault"), HostSettings(thp="always")
-    booted = qemu.run(boot.Guest(k612, memory_mb=288, timeout_s=120, start="boot"), wl,
-                      TINY, 1, 0, settings)[0]
+    booted = qemu.sample(boot.Guest(k612, memory_mb=288, timeout_s=120, start="boot"), wl,
+                         TINY, 1, 0, settings)[0]
     guest = boot.Guest(k612, memory_mb=288, timeout_s=120)
-    first = qemu.run(guest, wl, TINY, 1, 0, settings)[0]
+    first = qemu.sample(guest, wl, TINY, 1, 0, settings)[0]
     root = snapshot.snapshot_root(boot.initramfs_cache())
     made = {d.name for d in root.iterdir()}
-    second = qemu.run(guest, wl, TINY, 1, 0, settings)[0]
+    second = qemu.sample(guest, wl, TINY, 1, 0, settings)[0]
     assert {d.name for d in root.iterdir()} == made       # restored, not saved again
     assert booted.state["guest_start"] == "booted"
     assert first.state["guest_start"] == second.state["guest_start"] == "restored"
@@ -431,8 +431,8 @@ def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch)
     monkeypatch.setenv("PATH", str(bindir))
     said = []
     guest = boot.Guest(k612, memory_mb=304, timeout_s=120)
-    (s,) = qemu.run(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
-                    say=said.append)
+    (s,) = qemu.sample(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings(),
+                       say=said.append)
     assert s.state["guest_start"] == "booted"
     assert said and "booting every trial" in said[0] and "could not be saved" in said[0]
 

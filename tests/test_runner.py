@@ -339,7 +339,7 @@ def test_samples_of_one_trial_count_once(tmp_path):
     store, exp_id, plan, result, _ = adaptive_run(tmp_path, FakeTarget({"C": 1.3}), text)
     m = store.measurements(exp_id)
     assert sum(len(t.samples) for t in m.trials) == 72
-    assert len(m.series("C", "cycle_ns_per_page").values) == 8
+    assert len(m.observations("C", "cycle_ns_per_page").values) == 8
     judged = verdicts.judge(plan, m)
     assert {(c.n, c.n_baseline) for c in judged.comparisons} == {(8, 8)}
     assert store.samples_by_arm(exp_id)["C"] == m.by_arm["C"]

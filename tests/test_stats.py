@@ -125,16 +125,16 @@ BEFORE = {"LN2": (0.000, 1.000), "LN5": (0.006, 0.906), "MIX": (0.001, 0.983),
 @pytest.fixture(scope="module")
 def operating_characteristics():
     start = time.monotonic()
-    cells = selftest.run(selftest.DEFAULTS, experiments=1500, seed=2024)
+    cells = selftest.simulate_all(selftest.DEFAULTS, experiments=1500, seed=2024)
     return {(c.noise, c.effect): c for c in cells}, time.monotonic() - start
 
 
-def test_the_verdicts_meet_the_published_targets_at_the_defaults(operating_characteristics):
+def test_the_verdicts_meet_the_published_goals_at_the_defaults(operating_characteristics):
     """Under every noise model held to them: family false alarms <= 2 %, A/A
     "no change" >= 90 %, +3 % (inside the 5 % tolerance) called a change
     <= 5 %, +10 % found >= 95 %, within 25 rounds; never the wrong way."""
     cells, seconds = operating_characteristics
-    assert selftest.Targets().missed(list(cells.values()), Criteria()) == []
+    assert selftest.Goals().missed(list(cells.values()), Criteria()) == []
     assert seconds < 15
     for c in cells.values():
         assert c.rounds <= 25
@@ -186,7 +186,7 @@ def test_an_order_effect_is_balanced_for_every_seed():
 
 def test_shipped_profile_shapes_have_their_characteristics():
     """pageout-thp-modes (3 arms, 3 metrics, 12 to 25 rounds, its own seed)
-    meets the targets at 5 % noise; a 5-round guest profile cannot say "no
+    meets the goals at 5 % noise; a 5-round guest profile cannot say "no
     change" at 5 % noise and decides only at about 1 %."""
     thp = selftest.Shape.of(load(EXPERIMENTS / "pageout-thp-modes.toml"))
     assert (thp.arms, thp.tests, thp.seed) == (3, 6, 1)

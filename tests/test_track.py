@@ -305,11 +305,11 @@ def test_a_store_of_another_suite_is_refused(tmp_path):
     assert len(fake.trials) == trials
 
 
-def test_change_points_meet_their_targets_in_simulation():
+def test_change_points_meet_their_goals_in_simulation():
     """20-release series, a fixed seed: false candidates and changes in A/A
     series, a 10% step in time at 5% noise, a 2% step in counts."""
-    rates = simulate.run(series=300, seed=1)
-    assert simulate.Targets().missed(rates) == []
+    rates = simulate.simulate_all(series=300, seed=1)
+    assert simulate.Goals().missed(rates) == []
     by = {r.case.name: r for r in rates}
     assert by["A/A, times, 5% noise"].any_candidate <= 0.05
     assert by["A/A, times, 5% noise"].false_confirmed <= 0.01

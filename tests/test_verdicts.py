@@ -11,7 +11,7 @@ import pytest
 from scipy import stats as sps
 
 from mmlab.judge import audit, comparison, criteria, stats
-from mmlab.store import series
+from mmlab.judge.measurements import Observations
 from mmlab.workloads.samples import Sample
 
 
@@ -19,9 +19,9 @@ def draws(center: float, cv: float, n: int, seed: int) -> list[float]:
     return list(np.random.default_rng(seed).normal(center, center * cv, n))
 
 
-def rounds(values: list[float]) -> series.Series:
+def rounds(values: list[float]) -> Observations:
     """Values of rounds 0, 1, ... (positions 2r and 2r + 1 of a two-arm plan)."""
-    return series.Series(tuple(values), tuple(range(len(values))),
+    return Observations(tuple(values), tuple(range(len(values))),
                         tuple(2 * r for r in range(len(values))))
 
 
@@ -31,7 +31,7 @@ CRIT = criteria.Criteria(min_rounds=15, max_rounds=15)      # one look: alpha 0.
 def judge(a, b, higher=False, crit=CRIT):
     """One metric of arm A against B at one look of all the rounds given, a
     family of one: the estimate and the verdict rule the runner uses."""
-    a, b = (x if isinstance(x, series.Series) else series.Series.of(x) for x in (a, b))
+    a, b = (x if isinstance(x, Observations) else Observations.of(x) for x in (a, b))
     n = max([*(a.rounds or ()), *(b.rounds or ()), -1]) + 1 or max(len(a.values), len(b.values))
     one = dataclasses.replace(crit, min_rounds=max(n, 1), max_rounds=max(n, 1))
     e = stats.estimate("A", "B", a, b, one, 0)
@@ -101,7 +101,7 @@ def test_several_outlier_rounds_switch_to_median_and_sign_test():
 
 def test_too_few_complete_rounds_fall_back_to_unpaired_with_the_noise_gate():
     a, b = rounds(draws(130, 0.02, 15, 13)), rounds(draws(100, 0.02, 15, 14))
-    few = series.Series(a.values[:5], a.rounds[:5], a.positions[:5])
+    few = Observations(a.values[:5], a.rounds[:5], a.positions[:5])
     c = judge(few, b)                             # 5 common rounds: too few to pair
     assert c.method == "unpaired" and c.verdict == "regression"
     noisy = judge(rounds(draws(100, 0.4, 5, 7)), rounds(draws(100, 0.4, 15, 8)))

@@ -29,9 +29,9 @@ def perf_stacks(wl: Workload, params: dict, cpus: str | None) -> dict:
         data = Path(tmp, "perf.data")
         prefix = ["perf", "record", "-q", "-e", "cpu-clock", "-F", str(PERF_FREQ), "-g",
                   "-o", str(data), "--"]
-        (sample,) = mmwork.run(wl, params, samples=1, cpus=cpus, prefix=prefix)
-        script = proc.run(["perf", "script", "-i", data, "-F", "comm,pid,tid,period,ip,sym"],
-                          what="perf script")
+        (sample,) = mmwork.sample(wl, params, samples=1, cpus=cpus, prefix=prefix)
+        script = proc.call(["perf", "script", "-i", data, "-F", "comm,pid,tid,period,ip,sym"],
+                           what="perf script")
     units, unit = work_units(sample)
     return stacks.StackProfile(folded=stacks.to_text(stacks.fold(script.stdout)), units=units,
                                unit=unit, metrics=sample.metrics).model_dump()
@@ -44,7 +44,7 @@ def lock_contention(wl: Workload, params: dict, cpus: str | None,
     if not tf or not (tf / "events/lock/contention_begin").is_dir():
         return None
     runs: list[Sample] = []
-    found = locks.collect(tf, lambda: runs.extend(mmwork.run(wl, params, samples=1, cpus=cpus)))
+    found = locks.collect(tf, lambda: runs.extend(mmwork.sample(wl, params, samples=1, cpus=cpus)))
     return found.model_copy(update={"metrics_waits": runs[0].metrics,
                                     "metrics_stacks": runs[1].metrics}).model_dump()
 
@@ -56,7 +56,7 @@ def tracepoint_counts(wl: Workload, params: dict, cpus: str | None,
         return None
     runs: list[Sample] = []
     found = events.collect(tf, wl.tracepoints,
-                           lambda: runs.extend(mmwork.run(wl, params, samples=1, cpus=cpus)))
+                           lambda: runs.extend(mmwork.sample(wl, params, samples=1, cpus=cpus)))
     if found is None:
         return None
     units, unit = work_units(runs[0])

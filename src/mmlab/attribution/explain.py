@@ -19,8 +19,7 @@ from mmlab.attribution.functions import FunctionChange, FunctionInsns, changes
 from mmlab.attribution.guest import GuestTrace, TraceFigure
 from mmlab.attribution.locks import Contention, LockCaller, LockWaits
 from mmlab.attribution.stacks import Delta, FunctionCost, StackProfile, diff, top_functions
-from mmlab.experiment.plan import Plan
-from mmlab.judge import verdicts
+from mmlab.experiment.plan import Plan, pairs
 from mmlab.workloads.samples import Sample, work_units
 
 CHANGE_THRESHOLD = 0.2    # counters per unit of work that differ by more are shown
@@ -228,7 +227,7 @@ def _functions(plan: Plan, attributed: dict[str, Attribution], n: int) -> list[W
     with no counted baseline on its own."""
     counted = {arm: a.functions for arm, a in attributed.items() if a.functions}
     out, paired = [], set()
-    for p in verdicts.pairs(plan):
+    for p in pairs(plan):
         a, b = counted.get(p.arm.name), counted.get(p.baseline.name)
         if a and b:
             out += explain_functions(p.arm.name, a, p.baseline.name, b, n)
@@ -246,10 +245,10 @@ def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
     guests = [explain_guest(arm, a.guest_trace) for arm, a in attributed.items() if a.guest_trace]
     arms = [explain_arm(arm, a, samples.get(arm, []), n=n, focus=focus)
             for arm, a in attributed.items() if not a.guest_trace]
-    pairs = [explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
-                          attributed[p.baseline.name], samples.get(p.arm.name, []),
-                          samples.get(p.baseline.name, []), n=n, focus=focus)
-             for p in verdicts.pairs(plan)
-             if p.arm.name in attributed and p.baseline.name in attributed]
-    return Explanation(arms, pairs, guests, _functions(plan, attributed, n), focus,
+    explained = [explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
+                              attributed[p.baseline.name], samples.get(p.arm.name, []),
+                              samples.get(p.baseline.name, []), n=n, focus=focus)
+                 for p in pairs(plan)
+                 if p.arm.name in attributed and p.baseline.name in attributed]
+    return Explanation(arms, explained, guests, _functions(plan, attributed, n), focus,
                        {arm: a.stacks for arm, a in attributed.items() if a.stacks})

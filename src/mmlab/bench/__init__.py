@@ -64,7 +64,7 @@ def stress_ng_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str
 def mmwork_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:
     per_worker = max(4096, total_bytes // workers // 4096 * 4096)
     wl = workloads.get("mremap-churn")
-    (sample,) = mmwork.run(wl, {"workers": workers, "bytes": per_worker, "seconds": seconds},
+    (sample,) = mmwork.sample(wl, {"workers": workers, "bytes": per_worker, "seconds": seconds},
                          samples=1)
     return {k: sample.metrics[k] for k in ("ops_per_s_real", "ops_per_s_cpu")}
 
@@ -95,7 +95,7 @@ def pageout_cv_table(reps: int = 10) -> Table:
     for col in ("thp", "metric", "median", "CV", "min/median", "max/median"):
         table.add_column(col, justify="right")
     for thp in ("default", "hugepage"):
-        samples = [mmwork.run(wl, {"thp": thp}, samples=1)[0] for _ in range(reps)]
+        samples = [mmwork.sample(wl, {"thp": thp}, samples=1)[0] for _ in range(reps)]
         for metric in ("cycle_ns_per_page", "advise_ns_per_page"):
             s = summarize([x.metrics[metric] for x in samples])
             table.add_row(thp, metric, num(s.median), pct(s.cv), f"{s.min / s.median:.3f}",

@@ -82,8 +82,8 @@ def pageout(pairs: int = 10) -> list[Agreement]:
     against the reproducer, as `mmlab run` runs each."""
     wl, repro = workloads.get("pageout-refault"), repro_workload()
     ours, peer = interleaved(
-        pairs, lambda: mmwork.run(wl, {"align": "none"}, samples=1)[0].metrics,
-        lambda: mmwork.run(repro, {}, samples=1)[0].metrics)
+        pairs, lambda: mmwork.sample(wl, {"align": "none"}, samples=1)[0].metrics,
+        lambda: mmwork.sample(repro, {}, samples=1)[0].metrics)
     case = "pageout-refault vs pageout_repro.c (host)"
     return [Agreement(case, f"{m}_total", m, [o[f"{m}_total"] for o in ours],
                       [p[m] for p in peer], PAGEOUT_BOUND)
@@ -96,7 +96,7 @@ def stress_ng_workload() -> execwork.ExecWorkload:
 
 def stress_ng_host(pairs: int = 5) -> list[Agreement]:
     wl = stress_ng_workload()
-    ours, peer = interleaved(pairs, lambda: mmwork.run(wl, {}, samples=1)[0].metrics,
+    ours, peer = interleaved(pairs, lambda: mmwork.sample(wl, {}, samples=1)[0].metrics,
                              lambda: execwork.run_stress_ng(STRESS_NG, STRESS_NG_METRICS))
     return [Agreement("mmlab run exec -- stress-ng vs stress-ng (host)", m, m,
                       [o[m] for o in ours], [p[m] for p in peer], STRESS_NG_BOUND)
@@ -113,7 +113,7 @@ def stress_ng_guest(kernel: str, pairs: int = 8, vcpus: int = 1) -> list[Agreeme
     script = (" ".join([*STRESS_NG, "-Y", GUEST_YAML]) + " > /dev/null 2>&1\n"
               f"cat {GUEST_YAML}\n")
     ours, peer = interleaved(
-        pairs, lambda: qemu.run(guest, wl, {}, 1, 0, HostSettings())[0].metrics,
+        pairs, lambda: qemu.sample(guest, wl, {}, 1, 0, HostSettings())[0].metrics,
         lambda: execwork.stress_ng_figures(boot.run_script(guest, script, archives),
                                            STRESS_NG_METRICS))
     return [Agreement(f"mmlab run exec -- stress-ng vs stress-ng ({kernel}, {vcpus} vCPUs, "

@@ -30,11 +30,12 @@ import threading
 import time
 from pathlib import Path
 
+from mmlab.bench import services
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import ArmEntry, Profile
 from mmlab.experiment.schedule import schedule
-from mmlab.fleet import coordinator, engine, registry, services, summary, worker
+from mmlab.fleet import coordinator, engine, registry, summary, worker
 from mmlab.report.terminal import console
 from mmlab.report.terminal import fleet as fleet_tables
 from mmlab.run.events import Event, Message, OnEvent, TrialStarting

@@ -31,7 +31,7 @@ SIZES = {"fixed cost (1 MiB, 1 sample, no warm-up)": ({"mapping-kb": 1024, "roun
 
 def _trial(guest: Guest, params: dict, warmups: int) -> float:
     t0 = time.perf_counter()
-    qemu.run(guest, workloads.get("pageout-refault"), params, 1, warmups, HostSettings())
+    qemu.sample(guest, workloads.get("pageout-refault"), params, 1, warmups, HostSettings())
     return time.perf_counter() - t0
 
 

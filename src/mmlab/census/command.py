@@ -1,5 +1,5 @@
-"""A command's census: started here, its whole process tree sampled while it
-runs, and reported at its peak (the sample whose largest group was
+"""A command's census: started here, its whole process tree read at moments
+while it runs, and reported at its peak (the moment whose largest group was
 largest).  A program builds and drops VMAs as it goes (a JVM's heap grows
 and shrinks, a database forks backends), so a census taken once, at the
 start or the end, would miss the moment a KSM walk would be longest.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from mmlab.census import groups, iterator, take
 from mmlab.census.iterator import Vma
-from mmlab.census.records import Census, CommandCensus, Sample
+from mmlab.census.records import Census, CommandCensus, Moment
 from mmlab.errors import MmlabError
 
 KSM = "/sys/kernel/mm/ksm"
@@ -37,34 +37,34 @@ def tree(vmas: list[Vma], roots: set[int]) -> set[int]:
     return out
 
 
-class Watch:
-    """Samples of a process tree, keeping the census of the peak: the
-    sample whose largest group, counted over all the tree's processes (a
+class Moments:
+    """A process tree read at moments, keeping the census of the peak: the
+    moment whose largest group, counted over all the tree's processes (a
     forked server's children share their parent's root), was largest."""
 
     def __init__(self, roots: set[int], top: int, patterns: bool = True):
         self.roots, self.top, self.patterns = roots, top, patterns
         self.t0 = time.monotonic()
-        self.samples: list[Sample] = []
+        self.taken: list[Moment] = []
         self.peak: Census | None = None
         self.peak_at_s, self.peak_largest = 0.0, -1
 
-    def sample(self) -> None:
+    def read(self) -> None:
         """One census here, now."""
         t0 = time.perf_counter()
         self.add(time.monotonic() - self.t0, iterator.read(), t0, ksm_sharing())
 
     def add(self, at_s: float, everyone: list[Vma], t0: float,
             ksm: int | None = None) -> None:
-        """The sample of `everyone`'s VMAs (every process's, read at
+        """The moment of `everyone`'s VMAs (every process's, read at
         `at_s`, the reading started at perf_counter `t0`); `ksm`: the pages
         KSM shared then, if ksmd ran."""
         pids = tree(everyone, self.roots)
         vmas = [v for v in everyone if v.tgid in pids]
         largest = max(groups.root_sizes(vmas).values(), default=0)
-        self.samples.append(Sample(at_s=at_s, processes=len({v.tgid for v in vmas}),
-                                   vmas=len(vmas), largest_group=largest,
-                                   ksm_pages_sharing=ksm))
+        self.taken.append(Moment(at_s=at_s, processes=len({v.tgid for v in vmas}),
+                                 vmas=len(vmas), largest_group=largest,
+                                 ksm_pages_sharing=ksm))
         if vmas and largest > self.peak_largest:
             self.peak = take.of(everyone, pids, self.top, t0, strict=False,
                                 patterns=self.patterns)
@@ -75,12 +75,12 @@ class Watch:
         if self.peak is None:
             raise MmlabError(f"{' '.join(argv)}: exited before the first census could see it")
         return CommandCensus(command=argv, exit_code=code, seconds=seconds, output=output,
-                             samples=self.samples, peak_at_s=self.peak_at_s, peak=self.peak)
+                             moments=self.taken, peak_at_s=self.peak_at_s, peak=self.peak)
 
 
 def ksm_sharing() -> int | None:
     """The pages KSM shares on this machine (pages_sharing), or None when
-    ksmd is not running: a KSM recipe's samples show that merging happened."""
+    ksmd is not running: a KSM recipe's moments show that merging happened."""
     try:
         if Path(KSM, "run").read_text().strip() != "1":
             return None
@@ -89,11 +89,11 @@ def ksm_sharing() -> int | None:
         return None
 
 
-def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
+def survey(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
         timeout_s: float | None = None) -> CommandCensus:
-    """Start `argv`, sample its tree (and the trees of `also`, a recipe's
+    """Start `argv`, read its tree (and the trees of `also`, a recipe's
     services) every `interval_s` until it exits, and return the peak.  A
-    command that cannot start, fails, or exits before any sample saw it is
+    command that cannot start, fails, or exits before any moment saw it is
     an error naming it; its process group is killed on the way out."""
     with tempfile.TemporaryFile("w+") as log:
         try:
@@ -101,25 +101,25 @@ def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] =
                                      stderr=subprocess.STDOUT, start_new_session=True)
         except (FileNotFoundError, PermissionError) as exc:
             raise MmlabError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
-        watch = Watch({child.pid, *also}, top)
+        moments = Moments({child.pid, *also}, top)
         try:
-            code = _follow(child, watch, interval_s, timeout_s, argv)
+            code = _follow(child, moments, interval_s, timeout_s, argv)
         finally:
             stop(child)
         if code:
             raise MmlabError(f"{' '.join(argv)}: exited with status {code}: {_last_words(log)}")
         output = _last_words(log)
-    return watch.result(argv, code, time.monotonic() - watch.t0, output)
+    return moments.result(argv, code, time.monotonic() - moments.t0, output)
 
 
-def _follow(child: subprocess.Popen, watch: Watch, interval_s: float,
+def _follow(child: subprocess.Popen, moments: Moments, interval_s: float,
             timeout_s: float | None, argv: list[str]) -> int:
-    """Sample until the child exits; its exit status."""
+    """Read the tree until the child exits; its exit status."""
     while child.poll() is None:
-        if timeout_s is not None and time.monotonic() - watch.t0 > timeout_s:
+        if timeout_s is not None and time.monotonic() - moments.t0 > timeout_s:
             raise MmlabError(f"{' '.join(argv)}: still running after {timeout_s:g} s")
         next_at = time.monotonic() + interval_s
-        watch.sample()
+        moments.read()
         try:
             child.wait(max(0.0, next_at - time.monotonic()))
         except subprocess.TimeoutExpired:

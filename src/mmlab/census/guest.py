@@ -16,8 +16,8 @@ database needs its users and data folder) runs instead in a chroot of this
 machine's root, mounted read-only in the guest (HostRoot, hostroot.py),
 after its recipe's steps have run there too.
 
-The guest samples the command's tree with mmcensus every interval until it
-exits and prints the samples; the host groups them as it groups its own.
+The guest reads the command's tree with mmcensus every interval until it
+exits and prints each moment; the host groups them as it groups its own.
 The guest's smaps stays in the guest, so its groups have no pattern.
 """
 
@@ -83,7 +83,7 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         # until it exits: a zombie has no maps, but neither has a process
         # in the middle of its exec (the chroot's), so ask for its state
         "while grep -q '^State:[^Z]*$' /proc/$pid/status 2>/dev/null; do",
-        f'  echo "{MARK} sample $(cut -d" " -f1 /proc/uptime)"',
+        f'  echo "{MARK} moment $(cut -d" " -f1 /proc/uptime)"',
         f"  {mmcensus} || exit 90",
         f'  [ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"',
         f"  sleep {interval_s:g}",
@@ -106,11 +106,11 @@ def _in_host_root(root: HostRoot) -> list[str]:
             f"for p in $(cat {hostroot.MOUNTED}{SERVICES}); do echo \"{MARK} also $p\"; done"]
 
 
-def run(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
+def survey(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
         memory_mb: int = 1024, vcpus: int = 1, settings: HostSettings = HostSettings(),
         timeout_s: float = 600, root: HostRoot | None = None) -> CommandCensus:
     """Boot `kernel` (debian:6.12, ...), write `settings` there, run `argv`
-    there and return its census at the peak, as command.run does on the
+    there and return its census at the peak, as command.survey does on the
     host.  Without `root` the command travels in the initramfs, and
     `memory_mb` must hold it (the program and its libraries, unpacked)
     besides what the program maps; with it, the command runs in a chroot of
@@ -174,13 +174,13 @@ def _kept(program: Path, cache: Path) -> Path:
 
 
 def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> CommandCensus:
-    """The guest's samples, grouped; its peak as in command.Watch."""
+    """The guest's moments, grouped; its peak as in command.Moments."""
     pid, code, words, also = 0, None, "", set()
-    samples: list[tuple[float, list[str], int | None]] = []
+    seen: list[tuple[float, list[str], int | None]] = []
     for line in out.splitlines():
         if not line.startswith(MARK):
-            if samples:
-                samples[-1][1].append(line)
+            if seen:
+                seen[-1][1].append(line)
             continue
         _, what, value = line.split(" ", 2)
         if what == "pid":
@@ -190,11 +190,11 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
         elif what == "failed":
             raise MmlabError(f"{' '.join(argv)}: a step before it failed in the guest: "
                              f"{value.strip() or '(no output)'}")
-        elif what == "sample":
-            samples.append((float(value), [], None))
-        elif what == "ksm" and samples:
+        elif what == "moment":
+            seen.append((float(value), [], None))
+        elif what == "ksm" and seen:
             run, sharing = value.split()
-            samples[-1] = (*samples[-1][:2], int(sharing) if run == "1" else None)
+            seen[-1] = (*seen[-1][:2], int(sharing) if run == "1" else None)
         elif what == "words":
             words = value.strip()
         else:
@@ -204,10 +204,10 @@ def parse(out: str, argv: list[str], top: int, seconds: float, kernel: str) -> C
     if code:
         raise MmlabError(f"{' '.join(argv)}: exited with status {code} in the guest: "
                          f"{words or '(no output)'}")
-    watch = command.Watch({pid, *also}, top, patterns=False)
-    start = samples[0][0] if samples else 0.0
-    for at, lines, ksm in samples:
-        watch.add(at - start, iterator.parse("\n".join(lines)), time.perf_counter(), ksm)
-    found = watch.result(argv, code, seconds, words or "(no output)")
+    moments = command.Moments({pid, *also}, top, patterns=False)
+    start = seen[0][0] if seen else 0.0
+    for at, lines, ksm in seen:
+        moments.add(at - start, iterator.parse("\n".join(lines)), time.perf_counter(), ksm)
+    found = moments.result(argv, code, seconds, words or "(no output)")
     found.peak.kernel = kernel
     return found

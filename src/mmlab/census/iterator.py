@@ -40,7 +40,7 @@ def read() -> list[Vma]:
     """Every process's VMAs (one thread per process: the iterator skips the
     threads that share their leader's files, and a second view of one mm is
     dropped here)."""
-    done = proc.run([built("mmcensus")], what="mmcensus", check=False, timeout=60)
+    done = proc.call([built("mmcensus")], what="mmcensus", check=False, timeout=60)
     if done.returncode:
         raise MmlabError(f"census: {proc.last_words(done, 1).removeprefix('mmcensus: ')}")
     return parse(done.stdout)

@@ -20,7 +20,7 @@ services' process trees are sampled; the services are killed at the end.
 The whole recipe holds mmlab's machine lock: it loads the machine, and any
 [settings] are journaled and restored however it ends.
 
-With a kernel (run(..., kernel="debian:6.12")) the command runs in a guest
+With a kernel (survey(..., kernel="debian:6.12")) the command runs in a guest
 of that kernel (guest.py) and [settings] are written inside the guest, so
 they need no --allow-host-changes.  By default the prepare and setup steps
 still run here (a compiler is not carried into a guest) and the command
@@ -114,7 +114,7 @@ def travels(path: Path, recipe: Recipe) -> None:
         raise MmlabError(f"{path}: cannot run in a guest: {why}")
 
 
-def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
+def survey(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
         memory_mb: int | None = None) -> CommandCensus:
     """Run the recipe at `path` and return its command's census: here, or
     with `kernel` in a guest of it (`memory_mb`: the guest's memory, the
@@ -131,7 +131,7 @@ def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
         if kernel != "host":
             for argv in recipe.prepare + recipe.setup:
                 _step(_fill(argv, names))
-            return guest.run(kernel, _fill(recipe.command, names), recipe.interval_s, top,
+            return guest.survey(kernel, _fill(recipe.command, names), recipe.interval_s, top,
                              memory_mb=memory_mb or recipe.guest.memory_mb,
                              settings=recipe.settings, timeout_s=recipe.timeout_s)
         with knobs.Journal().session() as journal, ExitStack() as services:
@@ -141,7 +141,7 @@ def run(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
             pids = {_start(s, names, services) for s in recipe.services}
             for argv in recipe.setup:
                 _step(_fill(argv, names))
-            return command.run(_fill(recipe.command, names), recipe.interval_s, top, also=pids,
+            return command.survey(_fill(recipe.command, names), recipe.interval_s, top, also=pids,
                                timeout_s=recipe.timeout_s)
     finally:
         shutil.rmtree(work, ignore_errors=True)
@@ -152,7 +152,7 @@ def _in_host_root(path: Path, recipe: Recipe, top: int, kernel: str,
     """Every step and the command in a guest, in a chroot of this machine's
     root, {work} on the guest's tmpfs."""
     names = {"here": hostroot.HERE, "work": hostroot.WORK, "port": str(_free_port())}
-    return guest.run(kernel, _fill(recipe.command, names), recipe.interval_s, top,
+    return guest.survey(kernel, _fill(recipe.command, names), recipe.interval_s, top,
                      memory_mb=memory_mb or recipe.guest.memory_mb, settings=recipe.settings,
                      timeout_s=recipe.timeout_s,
                      root=guest.HostRoot(path.resolve().parent, guest_steps(recipe, names)))
@@ -191,7 +191,7 @@ def _fill(argv: list[str], names: dict[str, str]) -> list[str]:
 
 
 def _step(argv: list[str]) -> None:
-    proc.run(argv, what=" ".join(argv[:3]), timeout=600)
+    proc.call(argv, what=" ".join(argv[:3]), timeout=600)
 
 
 def _start(service: Service, names: dict[str, str], stack: ExitStack) -> int:
@@ -209,7 +209,7 @@ def _start(service: Service, names: dict[str, str], stack: ExitStack) -> int:
         if child.poll() is not None:
             raise MmlabError(f"{' '.join(argv[:3])}: exited with status {child.returncode} "
                              "before it was ready")
-        if proc.run(_fill(service.ready, names), check=False, timeout=30).returncode == 0:
+        if proc.call(_fill(service.ready, names), check=False, timeout=30).returncode == 0:
             break
         if time.monotonic() > deadline:
             raise MmlabError(f"{' '.join(argv[:3])}: not ready after "

@@ -62,7 +62,7 @@ class Census(BaseModel):
     shown: int                # processes with a table (the rest are in `processes` only)
 
 
-class Sample(BaseModel):
+class Moment(BaseModel):
     """A command's process tree at one moment while it ran; largest_group
     counts a root's VMAs over all the tree's processes.  ksm_pages_sharing:
     the machine's KSM pages_sharing then (in a guest, the command's alone),
@@ -75,14 +75,14 @@ class Sample(BaseModel):
 
 
 class CommandCensus(BaseModel):
-    """A command sampled while it ran; `peak` is the census of the first
-    sample whose largest group (over its processes) was largest.  `output`:
+    """A command's moments while it ran; `peak` is the census of the
+    first moment whose largest group (over its processes) was largest.  `output`:
     the last lines it printed (a program's own figures, such as how much
     work it did: a guest's emulated CPU does far less in the same time)."""
     command: list[str]
     exit_code: int
     seconds: float
     output: str = ""
-    samples: list[Sample]
+    moments: list[Moment]
     peak_at_s: float
     peak: Census

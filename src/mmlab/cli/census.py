@@ -21,7 +21,7 @@ RECIPE = typer.Option(None, "--recipe", metavar="RECIPE",
 TOP = typer.Option(5, "--top", min=1, metavar="N",
                    help="processes with a table, and groups per process")
 INTERVAL = typer.Option(0.5, "--interval", min=0.01, metavar="SECONDS",
-                        help="CMD: seconds between samples")
+                        help="CMD: seconds between moments")
 KERNEL = typer.Option("host", "--kernel", metavar="KERNEL",
                       help="CMD or RECIPE: run it in a QEMU guest on this kernel "
                            "(debian:6.12, debian:7.3)")
@@ -64,11 +64,11 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
             census_tables.print_census(out, found)
         return
     if recipe_path:
-        ran = recipe.run(recipe_path, top, allow_host_changes, kernel, memory_mb)
+        ran = recipe.survey(recipe_path, top, allow_host_changes, kernel, memory_mb)
     elif kernel != "host":
-        ran = guest.run(kernel, cmd, interval_s, top, memory_mb=memory_mb or 1024)
+        ran = guest.survey(kernel, cmd, interval_s, top, memory_mb=memory_mb or 1024)
     else:
-        ran = command.run(cmd, interval_s, top)
+        ran = command.survey(cmd, interval_s, top)
     if as_json:
         typer.echo(ran.model_dump_json(indent=1))
     else:

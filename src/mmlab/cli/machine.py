@@ -71,7 +71,7 @@ def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min
     """The verdicts' operating characteristics by simulation, at the defaults or
     for one profile: false alarms, "no change" in A/A runs, changes inside the
     tolerance called, power and rounds used, per test and per profile, under
-    noise that follows the schedule; exit status 1 when a target is missed.
+    noise that follows the schedule; exit status 1 when a goal is missed.
 
     Example: mmlab selftest verdicts --profile experiments/pageout-thp-modes.toml"""
     shape = Shape.of(experiment_plan.load(profile)) if profile else DEFAULTS

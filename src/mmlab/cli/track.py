@@ -105,14 +105,14 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
                                                    help="the simulation's random seed")) -> None:
     """The tracker's operating characteristics by simulation: false candidates
     and false confirmed changes in 20-release A/A series, and how often steps
-    are confirmed; exit status 1 when a target is missed.
+    are confirmed; exit status 1 when a goal is missed.
 
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
     from mmlab.track import simulate
-    rates = simulate.run(series, seed)
+    rates = simulate.simulate_all(series, seed)
     from mmlab.report.terminal import selftest as selftest_report
     terminal.console().print(selftest_report.changepoint_table(rates))
-    missed = simulate.Targets().missed(rates)
-    typer.echo("targets: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
+    missed = simulate.Goals().missed(rates)
+    typer.echo("goals: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     if missed:
         raise typer.Exit(1)

@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import math
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import tomli_w
@@ -285,6 +286,29 @@ def baseline_for(plan: Plan, arm: Arm) -> Arm | None:
         return None
     return next((a for a in arms
                  if all(axis_text(a.values[k]) == axis_text(v) for k, v in want.items())), None)
+
+
+@dataclass(frozen=True)
+class Pair:
+    """An arm and the arm it is judged against: what verdicts compare and
+    attribution explains."""
+    arm: Arm
+    baseline: Arm
+
+    @property
+    def differing_axes(self) -> set[str]:
+        return {k for k in self.arm.values.keys() | self.baseline.values.keys()
+                if str(self.arm.values.get(k)) != str(self.baseline.values.get(k))}
+
+
+def pairs(plan: Plan) -> list[Pair]:
+    """Every arm that has a baseline, with it, in arm order."""
+    out = []
+    for arm in plan.arms:
+        base = baseline_for(plan, arm)
+        if base is not None:
+            out.append(Pair(arm, base))
+    return out
 
 
 def with_limits(plan: Plan, max_repetitions: int | None = None,

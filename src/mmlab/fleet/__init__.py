@@ -15,8 +15,9 @@ machines; `summary.py` says on which machines a change reproduced.
   coordinator.py  plan per machine, dispatch each look's trials, notice lost workers
   summary.py      per-machine verdicts side by side; `mmlab fleet status` data
                   (report/terminal/fleet.py renders both)
-  services.py     a private PostgreSQL and Redis (tests, `make bench-fleet`, which
-                  is bench/fleet.py)
+
+The fleet's benchmark (`make bench-fleet`) and the private PostgreSQL and
+Redis it and the tests start are in bench/ (fleet.py, services.py).
 
 Nothing here is imported by a local run: celery and psycopg (the `fleet`
 extra) load only when a fleet command or a postgresql:// store is used.

@@ -38,7 +38,7 @@ from mmlab.store import Store, Trial
 from mmlab.targets import Announce, TargetPool
 
 POLL_S = 0.5            # how often a machine's look reads its trials from the store
-WATCH_S = 2.0           # how often the workers are asked what they run
+ROLL_CALL_S = 2.0       # how often the workers are asked what they run
 LOST_S = float(os.environ.get("MMLAB_FLEET_LOST_S", "30"))   # silent this long: killed
 
 
@@ -72,11 +72,11 @@ def check(plan: Plan, allow_host_changes: bool) -> None:
     HostTarget(allow_host_changes).check(plan)
 
 
-class Watch(threading.Thread):
-    """Asks every WATCH_S which workers answer and which trials they run."""
+class RollCall(threading.Thread):
+    """Asks every ROLL_CALL_S which workers answer and which trials they run."""
 
     def __init__(self, celery: Any, stop: threading.Event):
-        super().__init__(daemon=True, name="mmlab-fleet-watch")
+        super().__init__(daemon=True, name="mmlab-fleet-roll-call")
         self.celery, self.stop = celery, stop
         self.lock = threading.Lock()
         self.started = time.monotonic()
@@ -93,10 +93,10 @@ class Watch(threading.Thread):
             with self.lock:
                 self.answered.update({node: asked for node in answers})
                 self.views = (self.views + [(asked, answers)])[-3:]
-            self.stop.wait(WATCH_S)
+            self.stop.wait(ROLL_CALL_S)
 
     def silent_for(self, node: str) -> float:
-        """Seconds since `node` last answered (since the watch began if never)."""
+        """Seconds since `node` last answered (since the roll call began if never)."""
         with self.lock:
             return time.monotonic() - self.answered.get(node, self.started)
 
@@ -126,7 +126,7 @@ class MachineTarget:
     celery: Any
     machine: registry.Machine
     allow_host_changes: bool
-    watch: Watch
+    roll_call: RollCall
     stop: threading.Event
     say: Callable[[str], None]
     sent: dict[int, str] = field(default_factory=dict)     # trial id -> task id
@@ -183,7 +183,7 @@ class MachineTarget:
             self.stalled_since = None
             return
         self.stalled_since = self.stalled_since or time.monotonic()
-        if self.watch.idle(self.machine.node, self.stalled_since):
+        if self.roll_call.idle(self.machine.node, self.stalled_since):
             self.say(f"{self.machine.name}: {len(planned)} planned trial(s) had no message "
                      "in its queue; sent again")
             for t in planned:
@@ -192,7 +192,7 @@ class MachineTarget:
 
     def _tell_silence(self, waiting: int) -> None:
         """Say once that trials wait for a worker that does not answer."""
-        silent = self.watch.silent_for(self.machine.node)
+        silent = self.roll_call.silent_for(self.machine.node)
         if silent <= LOST_S:
             self.told_silent = False
         elif waiting and not self.told_silent:
@@ -204,7 +204,7 @@ class MachineTarget:
 
     def _follow(self, store: Store, exp_id: int, t: Trial, running_since: dict[int, float]) -> None:
         since = running_since.setdefault(t.id, time.monotonic())
-        why = self.watch.orphaned(self.machine.node, t.id, since)
+        why = self.roll_call.orphaned(self.machine.node, t.id, since)
         if why and store.replan_trial(t.id):
             self.say(f"{self.machine.name}: trial {t.position} ({t.arm}) re-queued: {why}")
             running_since.pop(t.id)
@@ -236,7 +236,7 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, with_control
     celery = engine.app(next(iter(found.values())).broker)
     engine.reachable(celery)
     stop = threading.Event()
-    watch = Watch(celery, stop)
+    watch = RollCall(celery, stop)
     watch.start()
     done: dict[int, runner.RunResult] = {}
     errors: list[BaseException] = []

@@ -48,15 +48,15 @@ class Worker:
             self._store = Store(self.results)
         return self._store
 
-    def run(self, exp_id: int, trial_id: int, allow_host_changes: bool) -> str:
+    def handle(self, exp_id: int, trial_id: int, allow_host_changes: bool) -> str:
         """One message: the trial run and committed, or why not, in words."""
         try:
-            return self._run(self.store(), exp_id, trial_id, allow_host_changes)
+            return self._handle(self.store(), exp_id, trial_id, allow_host_changes)
         except Exception:
             self._store = None      # a broken connection is not reused
             raise
 
-    def _run(self, store: Store, exp_id: int, trial_id: int, allow: bool) -> str:
+    def _handle(self, store: Store, exp_id: int, trial_id: int, allow: bool) -> str:
         trial = store.trial(exp_id, trial_id)
         if trial is None:
             return f"skipped: experiment {exp_id} has no trial {trial_id}"
@@ -125,7 +125,7 @@ def serve(name: str, results: str, broker: str, make_target: MakeTarget | None =
     registry.register(store, name, me, broker, probe.machine())
     store.close()
     worker = Worker(name, results, make_target)
-    celery.task(name=engine.TASK)(worker.run)
+    celery.task(name=engine.TASK)(worker.handle)
     print(f"mmlab worker {name}: queue {queue(name)} on {backend.redacted(broker)}, "
           f"store {backend.redacted(results)}", flush=True)
     celery.worker_main(["worker", "--queues", queue(name), "--concurrency", "1",

@@ -24,7 +24,6 @@ import itertools
 from mmlab.experiment.plan import Arm, Plan, baseline_for
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
-from mmlab.machine.knobs import HostSettings
 from mmlab.workloads import Workload
 
 # The audit checks a control can answer, by the state it forces.
@@ -50,12 +49,14 @@ def _forcings(wl: Workload, state: str) -> list[tuple[str, dict, dict]]:
 
 
 def control_arm(arm: Arm, label: str, params: dict, settings: dict) -> Arm:
-    """`arm` with one state forced, named and marked as its control."""
+    """`arm` with one state forced, named and marked as its control.  The
+    settings are re-validated as the arm's own type, so the judge needs
+    nothing of the machine's."""
     return arm.model_copy(update={
         "name": f"{arm.name} [control {label}]",
         "values": {**arm.values, "control": label},
         "params": {**arm.params, **params},
-        "settings": HostSettings.model_validate({**arm.settings.model_dump(), **settings}),
+        "settings": type(arm.settings).model_validate({**arm.settings.model_dump(), **settings}),
         "control_of": arm.name, "control": label})
 
 

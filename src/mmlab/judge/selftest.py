@@ -24,10 +24,10 @@ from functools import lru_cache
 import numpy as np
 from scipy import stats as sps
 
+from mmlab.experiment.plan import pairs
 from mmlab.judge import order, stats
 from mmlab.judge.criteria import HIGHER, LOWER, NO_CHANGE, UNDECIDED, Criteria, outcomes
 from mmlab.judge.noises import NOISES, Layout, Noise, lognormal
-from mmlab.judge.verdicts import pairs
 
 CHUNK = 2000                  # experiments judged at once (memory)
 
@@ -46,7 +46,7 @@ class Shape:
 
     @classmethod
     def of(cls, plan) -> Shape:
-        """A plan's shape (experiment.plan.Plan; pairs as verdicts.pairs makes
+        """A plan's shape (experiment.plan.Plan; pairs as plan.pairs makes
         them).  A profile of one arm is run as two (`mmlab ab` and `narrow`
         add a kernel axis of two), the second against the first."""
         index = {a.name: i for i, a in enumerate(plan.arms)}
@@ -125,7 +125,7 @@ def judge_looks(x: np.ndarray, shape: Shape) -> tuple[np.ndarray, np.ndarray]:
 
 
 @dataclass(frozen=True)
-class Cell:
+class NoiseRates:
     """One noise model at one true change (on one arm), over `experiments`
     simulated profiles: rates per test and per profile."""
     noise: str
@@ -142,7 +142,7 @@ class Cell:
 
 
 def rates(outcome: np.ndarray, stopped: np.ndarray, truth: np.ndarray, noise: str,
-          effect: float) -> Cell:
+          effect: float) -> NoiseRates:
     """The rates of judged outcomes (experiments, tests) against the truth."""
     sign = np.sign(math.log(effect)) * truth
     null, moved = sign == 0, sign != 0
@@ -155,17 +155,17 @@ def rates(outcome: np.ndarray, stopped: np.ndarray, truth: np.ndarray, noise: st
     def share(x, cols) -> float:
         return float(x[:, cols].mean()) if cols.any() else nan
 
-    return Cell(noise, effect, len(outcome), float(wrong.any(1).mean()),
-                share(outcome == NO_CHANGE, null),
-                float((outcome[:, null] == NO_CHANGE).all(1).mean()) if null.any() else nan,
-                share(right, moved),
-                float(right[:, moved].all(1).mean()) if moved.any() else nan,
-                share(claimed & ~right, moved), share(outcome == NO_CHANGE, moved),
-                float(stopped.mean()))
+    return NoiseRates(noise, effect, len(outcome), float(wrong.any(1).mean()),
+                      share(outcome == NO_CHANGE, null),
+                      float((outcome[:, null] == NO_CHANGE).all(1).mean()) if null.any() else nan,
+                      share(right, moved),
+                      float(right[:, moved].all(1).mean()) if moved.any() else nan,
+                      share(claimed & ~right, moved), share(outcome == NO_CHANGE, moved),
+                      float(stopped.mean()))
 
 
 def simulate(noise: Noise, effect: float, shape: Shape = DEFAULTS, experiments: int = 2000,
-             seed: int = 1, schedules: tuple[int, ...] | None = None) -> Cell:
+             seed: int = 1, schedules: tuple[int, ...] | None = None) -> NoiseRates:
     """`experiments` simulated profiles of `shape` under `noise`, the changed
     arm slower by `effect` (1.0: an A/A run).  Each runs the profile's own
     schedule, or with no profile seed one of its own (`schedules`: which)."""
@@ -195,15 +195,16 @@ def effects(tolerance: float) -> tuple[float, ...]:
     return 1.0, 1 + 0.6 * tolerance, 1 + tolerance, 1 + 2 * tolerance
 
 
-def run(shape: Shape = DEFAULTS, experiments: int = 2000, seed: int = 1,
-        noises: tuple[Noise, ...] = NOISES) -> list[Cell]:
+def simulate_all(shape: Shape = DEFAULTS, experiments: int = 2000, seed: int = 1,
+                 noises: tuple[Noise, ...] = NOISES) -> list[NoiseRates]:
+    """Every noise model at each of `effects`: the table the goals are held to."""
     return [simulate(n, e, shape, experiments, seed) for n in noises
             for e in effects(shape.criteria.tolerance)]
 
 
 @dataclass(frozen=True)
-class Targets:
-    """The published targets: false alarms over a profile's family, "no
+class Goals:
+    """The published goals: false alarms over a profile's family, "no
     change" in A/A runs, a change inside the tolerance rarely called one and
     twice the tolerance found, within 25 rounds; the noise models they are
     held to (the others are reported, not promised)."""
@@ -214,12 +215,12 @@ class Targets:
     max_rounds: int = 25
     held: tuple[str, ...] = ("LN2", "LN5", "MIX", "DRIFT", "TREND", "FIRST", "AR1", "T3")
 
-    def missed(self, cells: list[Cell], criteria: Criteria) -> list[str]:
+    def missed(self, rated: list[NoiseRates], criteria: Criteria) -> list[str]:
         out = []
         if criteria.max_rounds > self.max_rounds:
             out.append(f"maximum rounds {criteria.max_rounds} > {self.max_rounds}")
         tol = criteria.tolerance
-        for c in (c for c in cells if c.noise in self.held):
+        for c in (c for c in rated if c.noise in self.held):
             change = f"{c.noise} {c.effect - 1:+.0%}"
             if c.effect == 1.0 and c.family_alarms > self.family_alarms:
                 out.append(f"{c.noise}: family false alarms {c.family_alarms:.1%} > "
@@ -235,11 +236,11 @@ class Targets:
         return out
 
 
-def table_rows(cells: list[Cell], noises: tuple[Noise, ...] = NOISES) -> list[list[str]]:
+def table_rows(rated: list[NoiseRates], noises: tuple[Noise, ...] = NOISES) -> list[list[str]]:
     """One row per noise model: the columns of `header`."""
     rows = []
     for noise in noises:
-        aa, inside, at, twice = sorted((c for c in cells if c.noise == noise.name),
+        aa, inside, at, twice = sorted((c for c in rated if c.noise == noise.name),
                                        key=lambda c: c.effect)
         rows.append([noise.name, _pct(aa.family_alarms),
                      _pct(aa.no_change), _pct(aa.all_no_change), f"{aa.rounds:.1f}",
@@ -267,19 +268,19 @@ CVS = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10, 0.15, 
 
 
 def reach(shape: Shape, experiments: int = 400, seed: int = 1,
-          targets: Targets = Targets()) -> float | None:
+          goals: Goals = Goals()) -> float | None:
     """The largest lognormal CV (of `CVS`) up to which the shape reaches its
-    decisions: A/A "no change" and twice the tolerance found at the target
+    decisions: A/A "no change" and twice the tolerance found at the goal
     rates; None when not even the smallest.  The rates fall as noise grows,
     so the search stops at the first CV that misses."""
     best = None
     for cv in CVS:
         aa = simulate(lognormal(cv), 1.0, shape, experiments, seed)
-        if aa.no_change < targets.aa_no_change:
+        if aa.no_change < goals.aa_no_change:
             break
         twice = simulate(lognormal(cv), 1 + 2 * shape.criteria.tolerance, shape,
                          experiments, seed)
-        if twice.called < targets.detect:
+        if twice.called < goals.detect:
             break
         best = cv
     return best

@@ -28,7 +28,7 @@ import numpy as np
 from scipy import stats
 
 from mmlab.judge.criteria import Criteria
-from mmlab.store.series import Series
+from mmlab.judge.measurements import Observations
 
 MIN_SAMPLES = 3       # trials per arm below which nothing is judged
 MIN_PAIRS = 6         # complete rounds for the paired analysis: 5 pairs cannot give p < 0.05
@@ -264,7 +264,7 @@ class Estimate:
                                self.margin_high))
 
 
-def estimate(arm: str, baseline: str, a: Series, b: Series, criteria: Criteria,
+def estimate(arm: str, baseline: str, a: Observations, b: Observations, criteria: Criteria,
              look: int) -> Estimate:
     """Centre, interval (at this look's confidence) and p of arm / baseline,
     and whether the noise the verdict sees is above `max_cv`: paired, the

@@ -1,6 +1,6 @@
 """Stored trials -> one verdict per metric and pair of arms, look by look.
 
-Pairs come from the profile's baseline and the figures from stats.  The
+Pairs come from the profile's baseline (plan.pairs) and the figures from stats.  The
 profile's rounds are judged at the planned looks (criteria.Criteria.looks): at
 each look every (metric, pair) is estimated on the rounds so far, the family's
 p-values are corrected together (Holm), and a comparison's verdict is the
@@ -19,31 +19,11 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from mmlab.experiment.plan import Arm, Plan, baseline_for
+from mmlab.experiment.plan import Plan, pairs
 from mmlab.judge import audit, comparison, controls, criteria, order, stats
 from mmlab.judge.criteria import Verdict
-from mmlab.store import Measurements
+from mmlab.judge.measurements import Measurements
 from mmlab.workloads.samples import Sample
-
-
-@dataclass(frozen=True)
-class Pair:
-    arm: Arm
-    baseline: Arm
-
-    @property
-    def differing_axes(self) -> set[str]:
-        return {k for k in self.arm.values.keys() | self.baseline.values.keys()
-                if str(self.arm.values.get(k)) != str(self.baseline.values.get(k))}
-
-
-def pairs(plan: Plan) -> list[Pair]:
-    out = []
-    for arm in plan.arms:
-        base = baseline_for(plan, arm)
-        if base is not None:
-            out.append(Pair(arm, base))
-    return out
 
 
 @dataclass(frozen=True)
@@ -94,12 +74,12 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
             if relevant:
                 overrule[key] = "; ".join(map(str, relevant))
 
-    series = {(m, arm): measured.series(arm, m) for m, a, b in keys for arm in (a, b)}
+    observed = {(m, arm): measured.observations(arm, m) for m, a, b in keys for arm in (a, b)}
     final: dict[tuple[str, str, str], comparison.Comparison] = {}
     decided: set[tuple[str, str, str]] = set()
     for look, rounds in _looks_reached(crit, measured):
-        ests = {key: stats.estimate(key[1], key[2], series[(key[0], key[1])].upto(rounds),
-                                    series[(key[0], key[2])].upto(rounds), crit, look)
+        ests = {key: stats.estimate(key[1], key[2], observed[(key[0], key[1])].upto(rounds),
+                                    observed[(key[0], key[2])].upto(rounds), crit, look)
                 for key in keys if key not in decided}
         # The family of this look: the tests still open (a decided comparison
         # claims nothing new), not overruled by the audit.

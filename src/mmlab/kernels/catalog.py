@@ -141,8 +141,8 @@ class Apt:
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "status").touch()
         (self.root / "sources.list").write_text(text)
-        out = proc.run(["apt-get", *self.options(), "update"], check=False, timeout=900,
-                       what="apt-get update (mmlab's Debian catalog)")
+        out = proc.call(["apt-get", *self.options(), "update"], check=False, timeout=900,
+                        what="apt-get update (mmlab's Debian catalog)")
         archive, security = mirrors()
         served = [s for uri, suites in ((archive, SUITES), (security, SECURITY_SUITES)) if uri
                   for s in suites if self._has_release(uri, s)]
@@ -166,17 +166,18 @@ class Apt:
     def served(self) -> list[str]:
         return self._state().get("served", [])
 
-    def run(self, tool: str, *args: str, cwd: Path | None = None, what: str = "") -> str:
-        return proc.run([tool, *self.options(), *args], cwd=cwd, timeout=1800,
-                        what=what or f"{tool} {args[0] if args else ''}").stdout
+    def call(self, tool: str, *args: str, cwd: Path | None = None, what: str = "") -> str:
+        """An apt tool's output, run with this apt's own lists and options."""
+        return proc.call([tool, *self.options(), *args], cwd=cwd, timeout=1800,
+                         what=what or f"{tool} {args[0] if args else ''}").stdout
 
     def _read_catalog(self) -> list[dict]:
         names = [n for prefix in ("linux-image-", "linux-binary-", "linux-source-")
-                 for n in self.run("apt-cache", "pkgnames", prefix).split()
+                 for n in self.call("apt-cache", "pkgnames", prefix).split()
                  if PACKAGE.match(n)]
         rows = []
         if names:
-            for line in self.run("apt-cache", "madison", *sorted(set(names))).splitlines():
+            for line in self.call("apt-cache", "madison", *sorted(set(names))).splitlines():
                 parts = [p.strip() for p in line.split("|")]
                 if len(parts) == 3:
                     m = re.search(r"\s(\S+?)/\S+\s+\S+\s+Packages", parts[2])

@@ -134,18 +134,18 @@ def _download(apt: Apt, packages: tuple[str, ...], version: str, where: Path,
     the pool because the Packages index does not list them."""
     listed, unlisted = [], []
     for p in packages:
-        have = apt.run("apt-cache", "madison", p, what=f"apt-cache madison {p}")
+        have = apt.call("apt-cache", "madison", p, what=f"apt-cache madison {p}")
         (listed if any(line.split("|")[1].strip() == version
                        for line in have.splitlines()
                        if line.count("|") == 2 and line.rstrip().endswith(" Packages"))
          else unlisted).append(p)
     if listed:
-        apt.run("apt-get", "download", *(f"{p}={version}" for p in listed), cwd=where,
-                what=f"debian:{spec}: apt-get download {' '.join(listed)}")
+        apt.call("apt-get", "download", *(f"{p}={version}" for p in listed), cwd=where,
+                 what=f"debian:{spec}: apt-get download {' '.join(listed)}")
     for p in unlisted:
         _from_pool(apt, p, version, where, spec)
     for deb in where.glob("*.deb"):
-        proc.run(["dpkg-deb", "-x", str(deb), str(where / "x")], what=f"dpkg-deb -x {deb.name}")
+        proc.call(["dpkg-deb", "-x", str(deb), str(where / "x")], what=f"dpkg-deb -x {deb.name}")
     return unlisted
 
 
@@ -154,7 +154,7 @@ def _from_pool(apt: Apt, package: str, version: str, where: Path, spec: str) -> 
     """A package the image depends on (name and version from its Depends) that
     the Packages index does not list: fetched from the directory the Sources
     index gives for the source package that builds it."""
-    text = apt.run("apt-cache", "showsrc", package, what=f"apt-cache showsrc {package}")
+    text = apt.call("apt-cache", "showsrc", package, what=f"apt-cache showsrc {package}")
     directory = None
     for stanza in re.split(r"\n\s*\n", text):
         if re.search(rf"^Version: {re.escape(version)}$", stanza, re.M):
@@ -165,8 +165,8 @@ def _from_pool(apt: Apt, package: str, version: str, where: Path, spec: str) -> 
                          "the Sources index, so its config and modules cannot be fetched")
     name = f"{package}_{version.split(':')[-1]}_amd64.deb"
     url = f"{mirrors()[0]}/{directory}/{name}"
-    proc.run(["/usr/lib/apt/apt-helper", *apt.options(), "download-file", url, str(where / name)],
-             timeout=1800, what=f"debian:{spec}: apt-helper download-file {name}")
+    proc.call(["/usr/lib/apt/apt-helper", *apt.options(), "download-file", url, str(where / name)],
+              timeout=1800, what=f"debian:{spec}: apt-helper download-file {name}")
 
 
 

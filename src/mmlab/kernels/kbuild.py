@@ -93,7 +93,7 @@ def build_cache() -> Path:
 
 
 def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
-    return proc.run(argv, cwd=cwd, what=what or argv[0]).stdout
+    return proc.call(argv, cwd=cwd, what=what or argv[0]).stdout
 
 
 def source_tree(spec: str) -> tuple[Path, str]:
@@ -110,7 +110,7 @@ def source_tree(spec: str) -> tuple[Path, str]:
     tree = Path(spec).resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"{spec}: not a kernel source tree (no Makefile and Kconfig)")
-    head = proc.run(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False)
+    head = proc.call(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False)
     return tree, f"{tree} {head.stdout.strip() or 'no git'}"
 
 
@@ -137,8 +137,8 @@ def _unpack_source(pkg: str, version: str, tree: Path) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     try:
-        apt.run("apt-get", "download", f"{pkg}={version}", cwd=tmp,
-                what=f"apt-get download {pkg}={version}")
+        apt.call("apt-get", "download", f"{pkg}={version}", cwd=tmp,
+                 what=f"apt-get download {pkg}={version}")
         (deb,) = tmp.glob("*.deb")
         _run(["dpkg-deb", "-x", str(deb), str(tmp / "x")], what=f"dpkg-deb -x {deb.name}")
         deb.unlink()
@@ -185,7 +185,7 @@ def apply_patch(tree: Path, patch: Path) -> None:
     """Dry run first; a patch that does not apply names its file and hunk."""
     if not patch.is_file():
         raise MmlabError(f"{patch}: no such patch")
-    dry = proc.run(["patch", "-p1", "--dry-run", "--batch", "-d", str(tree), "-i",
+    dry = proc.call(["patch", "-p1", "--dry-run", "--batch", "-d", str(tree), "-i",
                     str(patch.resolve())], check=False)
     if dry.returncode:
         current, failed = "?", []
@@ -347,7 +347,7 @@ def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
     tree = tree.resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"--source {tree}: not a kernel source tree (no Makefile and Kconfig)")
-    inside = proc.run(["git", "-C", str(tree), "rev-parse", "--is-inside-work-tree"], check=False)
+    inside = proc.call(["git", "-C", str(tree), "rev-parse", "--is-inside-work-tree"], check=False)
     if inside.returncode or inside.stdout.strip() != "true":
         raise MmlabError(f"--source {tree}: not a git tree (--commits needs one)")
     for f in fragments:

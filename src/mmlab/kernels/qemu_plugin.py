@@ -38,7 +38,7 @@ def cache_dir() -> Path:
 
 def source_version() -> str:
     """The Debian source version of the installed QEMU (1:7.2+dfsg-7+deb12u18)."""
-    out = proc.run(["dpkg-query", "-W", "-f", "${source:Version}", PACKAGE], check=False)
+    out = proc.call(["dpkg-query", "-W", "-f", "${source:Version}", PACKAGE], check=False)
     if out.returncode or not out.stdout.strip():
         raise MmlabError(f"{PACKAGE} is not installed (make setup installs it)")
     return out.stdout.strip()
@@ -57,13 +57,13 @@ def header(version: str, fetch: bool = True) -> Path:
     apt.refresh()
     with tempfile.TemporaryDirectory(prefix="mmlab-qemu-src-") as tmp:
         work = Path(tmp)
-        apt.run("apt-get", "source", "--download-only", f"qemu={version}", cwd=work,
-                what=f"apt-get source qemu={version} (the plugin header)")
+        apt.call("apt-get", "source", "--download-only", f"qemu={version}", cwd=work,
+                 what=f"apt-get source qemu={version} (the plugin header)")
         dsc = next(work.glob("qemu_*.dsc"), None)
         if dsc is None:
             raise MmlabError(f"apt-get source qemu={version} fetched no .dsc")
-        proc.run(["dpkg-source", "--no-check", "-x", dsc.name, "src"], cwd=work, timeout=600,
-                 what="dpkg-source -x (qemu)")
+        proc.call(["dpkg-source", "--no-check", "-x", dsc.name, "src"], cwd=work, timeout=600,
+                  what="dpkg-source -x (qemu)")
         kept.parent.mkdir(parents=True, exist_ok=True)
         tmp_header = kept.with_suffix(f".tmp{os.getpid()}")
         shutil.copyfile(work / "src" / HEADER, tmp_header)
@@ -84,12 +84,12 @@ def _built(version: str, hdr: Path) -> Path:
 
 
 def _compile(hdr: Path, dest: Path) -> None:
-    glib = proc.run(["pkg-config", "--cflags", "--libs", "glib-2.0"], check=False)
+    glib = proc.call(["pkg-config", "--cflags", "--libs", "glib-2.0"], check=False)
     if glib.returncode:
         raise MmlabError("glib's headers are missing (pkg-config glib-2.0): install "
                          "libglib2.0-dev (make setup does)")
     tmp = dest.with_suffix(f".tmp{os.getpid()}")
-    proc.run(["gcc", "-shared", "-fPIC", "-O2", "-Wall", f"-I{hdr.parent}", SOURCE,
+    proc.call(["gcc", "-shared", "-fPIC", "-O2", "-Wall", f"-I{hdr.parent}", SOURCE,
               *glib.stdout.split(), "-o", tmp], what="building the QEMU plugin")
     tmp.rename(dest)
 

@@ -51,7 +51,7 @@ def _write(path: str, value: str) -> None:
 
 
 def _run(*argv: str) -> None:
-    proc.run(list(argv), what=" ".join(argv))
+    proc.call(list(argv), what=" ".join(argv))
 
 
 def active_swaps() -> list[tuple[str, int]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from mmlab.errors import MmlabError
 
 
-def run(argv: list[str], *, what: str = "", cwd: str | Path | None = None,
+def call(argv: list[str], *, what: str = "", cwd: str | Path | None = None,
         timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `argv` with its output captured; `what` names it in errors.
     With check=False a non-zero exit is the caller's to judge."""

@@ -12,7 +12,7 @@ from mmlab.report import json as report_json
 from mmlab.store import Store
 from mmlab.track.dashboard import SHOWN
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import Result
+from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
 
 
@@ -32,7 +32,7 @@ def write_evidence(store: Store, directory: Path, evidence: list[Evidence]) -> s
     return done
 
 
-def write(directory: Path, suite: Suite, result: Result, evidence: list[Evidence],
+def write(directory: Path, suite: Suite, result: TrackResult, evidence: list[Evidence],
           generated: str, bundled: set[int] = frozenset()) -> list[Path]:
     """index.html, feed.atom, summary.txt and track.json in `directory`;
     `bundled`: the experiments write_evidence wrote, linked from their change."""

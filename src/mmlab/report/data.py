@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from mmlab import workloads
 from mmlab.attribution import explain
-from mmlab.experiment.plan import Plan
+from mmlab.experiment.plan import Pair, Plan
 from mmlab.judge import verdicts
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.stats import MIN_SAMPLES
@@ -87,7 +87,7 @@ def regzbot_lines(d: ReportData) -> list[str]:
         if c.verdict != Verdict.REGRESSION:
             continue
         a, b = d.plan.arm(c.arm), d.plan.arm(c.baseline)
-        if verdicts.Pair(a, b).differing_axes == {"kernel"}:
+        if Pair(a, b).differing_axes == {"kernel"}:
             line = (f"#regzbot introduced: "
                     f"{_kernel_label(d, b.kernel)}..{_kernel_label(d, a.kernel)}")
             if line not in out:

@@ -21,7 +21,7 @@ from mmlab.report.data import ReportData
 from mmlab.track.cells import Series
 from mmlab.track.dashboard import SHOWN, groups, newest_first
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import Result, metric_class
+from mmlab.track.session import TrackResult, metric_class
 from mmlab.track.suite import Suite
 
 TEMPLATES = jinja2.Environment(
@@ -57,7 +57,7 @@ def series_anchor(s: Series) -> str:
     return f"series-{s.profile}-{s.metric}-{s.kind}".replace(".", "_")
 
 
-def dashboard(suite: Suite, result: Result, evidence: list[Evidence], generated: str,
+def dashboard(suite: Suite, result: TrackResult, evidence: list[Evidence], generated: str,
               bundled: set[int]) -> str:
     """The tracker's page; `bundled`: the experiments whose report and
     bundle were written beside it, linked from their change."""

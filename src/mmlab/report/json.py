@@ -17,7 +17,7 @@ from mmlab.judge.comparison import Comparison
 from mmlab.kernels.images import Kernel
 from mmlab.track.dashboard import newest_first
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import Result
+from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
 
 
@@ -41,7 +41,7 @@ def kernels(found: list[Kernel]) -> str:
     return json.dumps([k.summary() for k in found], indent=1)
 
 
-def track(suite: Suite, result: Result, evidence: list[Evidence]) -> str:
+def track(suite: Suite, result: TrackResult, evidence: list[Evidence]) -> str:
     """The series and the changes with their evidence; NaN as null."""
     return json.dumps(_finite({
         "suite": suite.name, "reference": asdict(result.reference),

@@ -20,7 +20,7 @@ from mmlab.report import fmt
 from mmlab.report.data import ReportData, regzbot_lines
 from mmlab.track import dashboard
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import Result, metric_class
+from mmlab.track.session import TrackResult, metric_class
 from mmlab.track.suite import Suite
 
 WIDTH = 80
@@ -263,7 +263,7 @@ def _pct(e: Evidence) -> str:
     return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
 
 
-def track_summary(suite: Suite, result: Result, evidence: list[Evidence],
+def track_summary(suite: Suite, result: TrackResult, evidence: list[Evidence],
                   only_new: bool = False) -> str:
     """What changed, in the style of a 0-day report: every confirmed change
     or state change (with `only_new`, those whose confirmation ran now),

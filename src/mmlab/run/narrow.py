@@ -56,7 +56,7 @@ def place(c: Comparison, end_to_end: float | None) -> tuple[bool, str]:
 
 
 @dataclass(frozen=True)
-class Result:
+class NarrowResult:
     first_changed: int | None      # index into the kernel list, None if nothing changed
     steps: list[Step]
 
@@ -75,7 +75,7 @@ class Result:
         return f"{verdict} introduced between {kernels[i - 1]} and {kernels[i]}"
 
 
-def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Result:
+def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> NarrowResult:
     """`compare(reference, kernel)` runs and judges one pair; the reference is
     always the oldest kernel, so every verdict is against the same baseline."""
     if len(kernels) < 2:
@@ -91,7 +91,7 @@ def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Res
         return moved
 
     if not changed(len(kernels) - 1):
-        return Result(None, steps)
+        return NarrowResult(None, steps)
     lo, hi = 0, len(kernels) - 1          # kernels[lo] unchanged, kernels[hi] changed
     while hi - lo > 1:
         mid = (lo + hi) // 2
@@ -99,7 +99,7 @@ def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> Res
             hi = mid
         else:
             lo = mid
-    return Result(hi, steps)
+    return NarrowResult(hi, steps)
 
 
 def decisive(comparisons: list[Comparison], metric: str) -> Comparison:
@@ -155,7 +155,7 @@ def experiment_step(store: Store, plan: Plan, ref: str, kernel: str, metric: str
 
 def search(store: Store, plan: Plan, kernels: list[str], metric: str,
            place: driver.Place, ensure: Callable[[str], None],
-           on_event: OnEvent = ignore) -> Result:
+           on_event: OnEvent = ignore) -> NarrowResult:
     """bisect over `kernels` with each step a stored two-kernel experiment;
     `ensure(name)` makes a kernel ready first (a commit's build), and
     `on_event` hears the runs and one Message per step as it is decided."""

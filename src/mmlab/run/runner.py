@@ -22,8 +22,9 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan
 from mmlab.experiment.schedule import schedule
 from mmlab.judge import controls, verdicts
+from mmlab.judge.measurements import Measurements
 from mmlab.run.events import Looked, Message, OnEvent, TrialStarting, ignore
-from mmlab.store import Measurements, Store, Trial
+from mmlab.store import Store, Trial
 from mmlab.targets import TargetPool
 
 

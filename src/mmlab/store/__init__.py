@@ -9,8 +9,6 @@ sees half a trial.
 from __future__ import annotations
 
 import json
-import math
-import statistics
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,8 +18,8 @@ from typing import Any
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.schedule import slots
+from mmlab.judge.measurements import Measurements, TrialSamples
 from mmlab.store import backend
-from mmlab.store.series import Series
 from mmlab.workloads.samples import Sample
 
 SCHEMA = """
@@ -91,57 +89,6 @@ class Trial:
     started: float | None
     ended: float | None
     error: str | None
-
-
-@dataclass(frozen=True)
-class TrialSamples:
-    """One finished trial's samples and where it stood in the plan."""
-    arm: str
-    round: int | None
-    position: int | None
-    samples: tuple[Sample, ...]
-    slot: int | None = None          # position within its round
-
-
-@dataclass
-class Measurements:
-    """The samples of an experiment trial by trial, and how far its plan has got."""
-    arms: list[str]
-    trials: list[TrialSamples]      # trials with samples, in planned order
-    rounds: int = 0                 # rounds in the stored plan
-    pending: int = 0                # trials planned or running
-    seconds: float = 0.0            # time the finished trials took, start to end
-    finished: int = 0               # trials done or failed
-
-    @classmethod
-    def of(cls, by_arm: Mapping[str, list[Sample]]) -> Measurements:
-        """Samples without their rounds (each its own trial): judged unpaired."""
-        return cls(list(by_arm), [TrialSamples(arm, None, None, (s,))
-                                  for arm, ss in by_arm.items() for s in ss])
-
-    @property
-    def by_arm(self) -> dict[str, list[Sample]]:
-        out: dict[str, list[Sample]] = {a: [] for a in self.arms}
-        for t in self.trials:
-            out.setdefault(t.arm, []).extend(t.samples)
-        return out
-
-    def series(self, arm: str, metric: str) -> Series:
-        """One value per trial of `arm`: the median of its samples' `metric`
-        (samples of one process are not independent observations)."""
-        values, rounds, positions = [], [], []
-        for t in self.trials:
-            if t.arm != arm:
-                continue
-            xs = [x for x in (s.metrics.get(metric) for s in t.samples)
-                  if x is not None and math.isfinite(x)]
-            if xs:
-                values.append(float(statistics.median(xs)))
-                rounds.append(t.round)
-                positions.append(t.position)
-        if any(r is None for r in rounds):
-            return Series(tuple(values))
-        return Series(tuple(values), tuple(rounds), tuple(positions))
 
 
 def _trial(r: Mapping[str, Any]) -> Trial:

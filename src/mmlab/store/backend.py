@@ -1,6 +1,6 @@
 """The store's database: SQLite in a lab directory, or a shared PostgreSQL.
 
-store.py holds the one schema and every query, written once in SQLite's
+store/__init__.py holds the one schema and every query, written once in SQLite's
 dialect; this module is the small seam under it: how to connect, how a
 write transaction begins, how the schema's types and the `?` placeholders
 read in PostgreSQL.  The embedded default (a directory) needs nothing

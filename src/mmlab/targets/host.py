@@ -54,10 +54,10 @@ class HostTarget(LocalTarget):
                 if insns.only(plan.workload, plan.profile.metrics):
                     return TrialResult(insns.alone(self._counting_pass(arm, plan),
                                                    plan.workload), env)
-                samples = mmwork.run(plan.workload, arm.params,
-                                     samples=plan.profile.samples_per_trial,
-                                     warmups=plan.profile.warmups, journal=self.journal,
-                                     cpus=arm.cpus)
+                samples = mmwork.sample(plan.workload, arm.params,
+                                        samples=plan.profile.samples_per_trial,
+                                        warmups=plan.profile.warmups, journal=self.journal,
+                                        cpus=arm.cpus)
                 if insns.wanted(plan.workload, plan.profile.metrics):
                     insns.add_counts(samples, plan.workload,
                                      lambda: self._counting_pass(arm, plan))
@@ -71,9 +71,9 @@ class HostTarget(LocalTarget):
         ok, why = insns.perf_status()
         if not ok:
             raise insns.Unavailable(why)
-        return mmwork.run(plan.workload, insns.counting_params(arm.params),
-                          samples=plan.profile.samples_per_trial, warmups=plan.profile.warmups,
-                          journal=self.journal, cpus=arm.cpus)
+        return mmwork.sample(plan.workload, insns.counting_params(arm.params),
+                             samples=plan.profile.samples_per_trial, warmups=plan.profile.warmups,
+                             journal=self.journal, cpus=arm.cpus)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One run under perf, two under lock tracing, one counting

@@ -100,7 +100,7 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
     return "\n".join(lines + ["exit $rc"]) + "\n"
 
 
-def run(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
+def sample(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
         warmups: int | None, settings: HostSettings, cache: Path | None = None,
         instrument: Instrumentation | None = None, plugin: Path | None = None,
         say: Callable[[str], None] | None = None) -> list[Sample]:
@@ -298,7 +298,7 @@ class QemuTarget(LocalTarget):
             if insns.only(plan.workload, plan.profile.metrics):
                 return TrialResult(insns.alone(self._counting_pass(guest, accel, arm, plan),
                                                plan.workload), env)
-            samples = run(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
+            samples = sample(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
                           plan.profile.warmups, arm.settings, say=self._once)
             if insns.wanted(plan.workload, plan.profile.metrics):
                 insns.add_counts(samples, plan.workload,
@@ -316,7 +316,7 @@ class QemuTarget(LocalTarget):
                 plugin = qemu_plugin.ensure()
             except MmlabError as exc:
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
-        return run(guest, plan.workload, insns.counting_params(arm.params),
+        return sample(guest, plan.workload, insns.counting_params(arm.params),
                    plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
                    plugin=plugin, say=self._once)
 
@@ -334,7 +334,7 @@ class QemuTarget(LocalTarget):
         if "guest_trace" in wanted:
             count = tuple(plan.profile.trace_count) or wl.mm_paths
             time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
-            got = run(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
+            got = sample(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
                       settings=arm.settings, instrument=Instrumentation(count, time_))
             found["guest_trace"] = guest_trace_record(got)
         counted = self._functions(guest, arm, plan) if "functions" in wanted else None

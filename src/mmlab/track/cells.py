@@ -35,10 +35,11 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
+from mmlab.judge.measurements import Measurements
 from mmlab.kernels import specs
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
-from mmlab.store import Measurements, Store
+from mmlab.store import Store
 from mmlab.track.releases import Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 
@@ -282,8 +283,8 @@ def block_sizes(n: int) -> list[int]:
     return sizes + [2] * (rest // 2) + [1] * (rest % 2)
 
 
-def main(plan: Plan, comparisons: list[Comparison], metric: str,
-         kernel: str | None = None) -> Comparison | None:
+def kernel_comparison(plan: Plan, comparisons: list[Comparison], metric: str,
+                      kernel: str | None = None) -> Comparison | None:
     """The comparison on `metric` of `kernel`'s arm against the first
     kernel (in a two-kernel experiment, the second against the first), not
     of a matched-state control's."""
@@ -371,7 +372,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
                     exp_id = have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
                     if exp_id is None:
                         continue
-                    c = main(*judged.comparisons(exp_id), metric, r.name)
+                    c = kernel_comparison(*judged.comparisons(exp_id), metric, r.name)
                     if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
                         points.append(Point(r, c, exp_id))
                 out.append(Series(tracked.name, metric, line.kind, points))

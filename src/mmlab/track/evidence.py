@@ -70,14 +70,14 @@ class Evidence:
 def gather(store: Store, suite: Suite, change: Change, results: str,
            judged: cells.Judgements) -> Evidence:
     """A change's evidence; a candidate never measured has its commands
-    only.  `judged` holds the run's judgements (session.Result.judged)."""
+    only.  `judged` holds the run's judgements (session.TrackResult.judged)."""
     tracked = next(t for t in suite.profiles if t.name == change.profile)
     commands = _commands(tracked.plan.path, change, results)
     if change.evidence is None or change.releases is None:
         return Evidence(change, change.before, change.after, "", 0, commands=commands)
     exp_id = change.evidence
     j = judged[exp_id]
-    mine = cells.main(j.plan, j.judgement.comparisons, change.metric)
+    mine = cells.kernel_comparison(j.plan, j.judgement.comparisons, change.metric)
     arm, base = (mine.arm, mine.baseline) if mine else ("", "")
     samples = j.measured.by_arm
     b, a = change.releases
@@ -99,12 +99,12 @@ def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
     where the pair has that confirmation too (they are confirmed apart)."""
     both = [judged.comparisons(e) for e in (exp_id, also) if e is not None]
     rows = [_row(p, comps, m) for p, comps in both for m in p.profile.metrics
-            if cells.main(p, comps, m)]
+            if cells.kernel_comparison(p, comps, m)]
     return sorted(rows, key=lambda r: tracked.index(r.metric))
 
 
 def _row(plan, comparisons, metric: str) -> MetricRow:
-    c = cells.main(plan, comparisons, metric)
+    c = cells.kernel_comparison(plan, comparisons, metric)
     return MetricRow(metric, plan.workload.metric(metric).unit, c.median_baseline, c.median,
                      c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high), str(c.verdict),
                      changepoints.outcome_of(metric, c))

@@ -49,7 +49,7 @@ CONFIRM = re.compile(r"^track-confirm (?P<suite>\S+) (?P<profile>\S+) (?P<digest
 
 
 @dataclass
-class Result:
+class TrackResult:
     reference: Release
     lines: list[Line]
     measured: list[int]             # experiments of the cells measured (or finished) now
@@ -181,7 +181,7 @@ class Confirmations:
             self._attribute(ask, exp_id)
 
     def comparison(self, exp_id: int, metric: str) -> Comparison | None:
-        return cells.main(*self.judged.comparisons(exp_id), metric)
+        return cells.kernel_comparison(*self.judged.comparisons(exp_id), metric)
 
     def _attribute(self, ask: Ask, exp_id: int) -> None:
         """Instructions by function for both releases, where the profile
@@ -226,7 +226,7 @@ class Confirmations:
         for s in self.found.values():
             plan, comps = self.judged.comparisons(s.experiment)
             for metric in plan.profile.metrics:
-                c = cells.main(plan, comps, metric)
+                c = cells.kernel_comparison(plan, comps, metric)
                 if c is not None and not changepoints.is_count(metric):
                     out[(s.experiment, metric)] = (s.run, c)
         return out
@@ -248,7 +248,7 @@ def metric_class(metric: str) -> str:
 
 def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         on_event: OnEvent = ignore, t: Thresholds = Thresholds(), measure: bool = True,
-        fleet: Fleet | None = None) -> Result:
+        fleet: Fleet | None = None) -> TrackResult:
     """Measure what is missing and confirm the changes, series by series
     (across releases first, then each branch), so a run stopped among a
     branch's cells has already confirmed the series before it; with
@@ -282,7 +282,7 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
-    return Result(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
+    return TrackResult(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
 
 
 def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: Resolver,

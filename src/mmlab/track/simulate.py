@@ -23,7 +23,7 @@ import numpy as np
 from mmlab.judge import stats
 from mmlab.judge.comparison import Comparison, of_estimate
 from mmlab.judge.criteria import Criteria
-from mmlab.store.series import Series
+from mmlab.judge.measurements import Observations
 from mmlab.track import changepoints
 from mmlab.track.cells import CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
@@ -40,7 +40,7 @@ class Case:
     metric: str           # a count metric or a time metric, by name
     cv: float             # trial-to-trial noise
     steps: tuple[tuple[int, float], ...]   # (release index, ratio), cumulative
-    target: float | None = None            # issue 20's share of series found, if any
+    goal: float | None = None              # issue 20's share of series found, if any
     outliers: float = 0.0                  # share of trials 30 % slower (heavy tail)
 
     def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -99,8 +99,8 @@ def confirmation(case: Case, log_step: float, rng: np.random.Generator) -> Compa
     metric = case.metric
     for look, rounds in enumerate(crit.looks()):
         r = tuple(range(rounds))
-        a = Series(tuple(after[:rounds]), r, tuple(2 * i for i in r))
-        b = Series(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
+        a = Observations(tuple(after[:rounds]), r, tuple(2 * i for i in r))
+        b = Observations(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
         e = stats.estimate("after", "before", a, b, crit, look)
         c = of_estimate(metric, "after", "before", e, e.p_value, False, crit, look, rounds, "")
         if c.verdict.decisive:
@@ -156,9 +156,9 @@ def simulate(case: Case, series: int = 1000, releases: int = 20, seed: int = 1,
 
 
 @dataclass(frozen=True)
-class Targets:
-    """The published targets at the defaults (issue 20): A/A series with a
-    candidate and with a false change; each stepped case's own target."""
+class Goals:
+    """The published goals at the defaults (issue 20): A/A series with a
+    candidate and with a false change; each stepped case's own goal."""
     any_candidate: float = 0.05
     false_confirmed: float = 0.01
 
@@ -169,10 +169,12 @@ class Targets:
                 out.append(f"{r.case.name}: candidates in {r.any_candidate:.1%} of series")
             if not r.case.steps and r.false_confirmed > self.false_confirmed:
                 out.append(f"{r.case.name}: false changes in {r.false_confirmed:.1%}")
-            if r.case.target is not None and r.found_all < r.case.target:
-                out.append(f"{r.case.name}: found in {r.found_all:.1%} < {r.case.target:.0%}")
+            if r.case.goal is not None and r.found_all < r.case.goal:
+                out.append(f"{r.case.name}: found in {r.found_all:.1%} < {r.case.goal:.0%}")
         return out
 
 
-def run(series: int = 1000, seed: int = 1, t: Thresholds = Thresholds()) -> list[Rates]:
+def simulate_all(series: int = 1000, seed: int = 1,
+                 t: Thresholds = Thresholds()) -> list[Rates]:
+    """Every case of `CASES`, `series` simulated series each."""
     return [simulate(c, series, seed=seed + i, t=t) for i, c in enumerate(CASES)]

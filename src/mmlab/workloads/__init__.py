@@ -115,8 +115,8 @@ class Workload:
 
     def check(self, params: dict[str, object]) -> None:
         """Validate values with mmwork's own rules (ranges, memory size, paths)."""
-        checked = proc.run([mmwork_path(), self.name, *self.args(params), "--check"],
-                           check=False)
+        checked = proc.call([mmwork_path(), self.name, *self.args(params), "--check"],
+                            check=False)
         if checked.returncode:
             raise MmlabError(proc.last_words(checked, 1).removeprefix("mmwork: "))
 
@@ -140,7 +140,7 @@ def _load(raw: list[dict]) -> dict[str, Workload]:
 
 @cache
 def _described() -> list[dict]:
-    return json.loads(proc.run([mmwork_path(), "describe"], what="mmwork describe").stdout)
+    return json.loads(proc.call([mmwork_path(), "describe"], what="mmwork describe").stdout)
 
 
 def registry() -> dict[str, Workload]:

@@ -30,7 +30,7 @@ def cache_dir() -> Path:
 @cache
 def compiler() -> str:
     """The compiler's identity, part of the cache key."""
-    return proc.run([CC, "--version"], what=f"{CC} --version").stdout.splitlines()[0]
+    return proc.call([CC, "--version"], what=f"{CC} --version").stdout.splitlines()[0]
 
 
 def key(text: str) -> str:
@@ -56,7 +56,7 @@ def binary(text: str, name: str, cache: Path | None = None) -> Path:
     src = dest.parent / f"{stem}.c"
     src.write_text(text)
     tmp = dest.with_name(f"{stem}.tmp{os.getpid()}")
-    built = proc.run([CC, *CFLAGS, "-o", tmp, src, *LIBS], what=f"{CC} {name}", check=False)
+    built = proc.call([CC, *CFLAGS, "-o", tmp, src, *LIBS], what=f"{CC} {name}", check=False)
     if built.returncode:
         first = next((line for line in built.stderr.splitlines() if "error" in line),
                      proc.last_words(built, 1))

@@ -209,7 +209,7 @@ def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float]:
     mmlab beside), its figures read back from its own YAML (-Y)."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp, "stress-ng.yaml")
-        proc.run([*argv, "-Y", str(out)], what=" ".join(argv[:3]))
+        proc.call([*argv, "-Y", str(out)], what=" ".join(argv[:3]))
         return stress_ng_figures(out.read_text(), names)
 
 
@@ -248,7 +248,7 @@ def placeholders(command: tuple[str, ...]) -> list[str]:
 def shared_libraries(program: Path) -> list[Path]:
     """The ELF interpreter and shared libraries `program` loads (ldd), or
     nothing for a static binary."""
-    found = proc.run(["ldd", program], what=f"ldd {program}", check=False)
+    found = proc.call(["ldd", program], what=f"ldd {program}", check=False)
     if found.returncode or "statically linked" in found.stdout:
         return []
     libs = []

@@ -63,7 +63,7 @@ def argv(workload: Workload, params: dict[str, object], samples: int,
     return out + workload.args(params)
 
 
-def run(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
+def sample(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
         journal: knobs.Journal | None = None, cpus: str | None = None,
         on_sample: Callable[[Sample], None] | None = None,
         prefix: list[str] | None = None) -> list[Sample]:

@@ -22,14 +22,14 @@ def print_census(out: Console, census: Census) -> None:
 
 
 def print_command(out: Console, found: CommandCensus) -> None:
-    peak = max((s.largest_group for s in found.samples), default=0)
+    peak = max((s.largest_group for s in found.moments), default=0)
     out.print(f"{' '.join(found.command)}: exit {found.exit_code} after "
-              f"{found.seconds:.1f} s, {len(found.samples)} samples; largest group "
+              f"{found.seconds:.1f} s, {len(found.moments)} moments; largest group "
               f"{peak:,} VMAs over its processes, first reached {found.peak_at_s:.1f} s in")
-    shared = [s.ksm_pages_sharing for s in found.samples if s.ksm_pages_sharing is not None]
+    shared = [s.ksm_pages_sharing for s in found.moments if s.ksm_pages_sharing is not None]
     if shared:
         out.print(f"ksmd ran: up to {max(shared):,} pages shared (KSM's pages_sharing, "
-                  f"in {len(shared)} of {len(found.samples)} samples)")
+                  f"in {len(shared)} of {len(found.moments)} moments)")
     if found.output:
         out.print(f"it printed last: {found.output}", markup=False)
     out.print("the census at that moment:")

@@ -35,7 +35,8 @@ from mmlab.workloads.samples import Sample
 if TYPE_CHECKING:
     from mmlab.judge.verdicts import Judgement
     from mmlab.run.runner import RunResult
-    from mmlab.store import Measurements, Store, Trial
+    from mmlab.judge.measurements import Measurements
+    from mmlab.store import Store, Trial
 
 
 def experiments_table(rows) -> Table:

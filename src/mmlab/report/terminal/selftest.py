@@ -2,7 +2,7 @@
 characteristics (judge/selftest.py) of the defaults' shape or of one
 profile's, as a table per noise model, the false alarms by noise level, the
 noise up to which decisions are reached, how surely order effects are named,
-and whether the published targets are met.  changepoints: the release
+and whether the published goals are met.  changepoints: the release
 tracker's, per simulated case (track/simulate.py)."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ from rich.table import Table
 
 from mmlab.judge import selftest
 from mmlab.judge.noises import NOISES, lognormal, noise
-from mmlab.judge.selftest import DEFAULTS, Cell, Shape, Targets
+from mmlab.judge.selftest import DEFAULTS, Goals, NoiseRates, Shape
 from mmlab.report.fmt import DASH, pct
 from mmlab.report.terminal import console
 
 
-def table(cells: list[Cell], shape: Shape, experiments: int, seed: int) -> Table:
+def table(cells: list[NoiseRates], shape: Shape, experiments: int, seed: int) -> Table:
     """The operating characteristics as a rich table, one row per noise model."""
     schedule = (f"its schedule (seed {shape.seed})" if shape.seed is not None
                 else "a schedule of its own each")
@@ -34,23 +34,23 @@ def models() -> str:
     return "noise models: " + "; ".join(f"{n.name} {n.description}" for n in NOISES)
 
 
-def noise_lines(shape: Shape, experiments: int, seed: int, targets: Targets) -> list[str]:
+def noise_lines(shape: Shape, experiments: int, seed: int, goals: Goals) -> list[str]:
     """The false alarms by noise level, the noise up to which the stated
     figure holds (against max_cv, the noisy flag), and up to which the
     profile reaches its decisions."""
     curve = selftest.alarms_by_noise(shape, experiments, seed)
-    holds = selftest.alarm_bound(curve, targets.family_alarms)
-    reach = selftest.reach(shape, experiments, seed, targets)
+    holds = selftest.alarm_bound(curve, goals.family_alarms)
+    reach = selftest.reach(shape, experiments, seed, goals)
     twice = f"{2 * shape.criteria.tolerance:+.0%}"
     return [
         "A/A false alarms (profile) by lognormal noise per trial: "
         + ", ".join(f"{cv:.1%} {a:.1%}" for cv, a in curve),
-        f"false alarms <= {targets.family_alarms:.0%} up to "
+        f"false alarms <= {goals.family_alarms:.0%} up to "
         + (f"{holds:.1%} noise per trial" if holds else "no noise level simulated")
         + f" (alpha {shape.criteria.alpha:g} bounds them at any noise); comparisons noisier "
         f"than max_cv {shape.criteria.max_cv:.0%} are flagged noisy",
-        f"decisions (A/A no change >= {targets.aa_no_change:.0%}, {twice} found >= "
-        f"{targets.detect:.0%}) reached up to "
+        f"decisions (A/A no change >= {goals.aa_no_change:.0%}, {twice} found >= "
+        f"{goals.detect:.0%}) reached up to "
         + (f"{reach:.1%} noise per trial" if reach else "no noise level simulated: "
            "more rounds are needed"),
     ]
@@ -66,18 +66,18 @@ def order_line(shape: Shape, experiments: int, seed: int) -> str:
 
 def print_report(experiments: int = 2000, seed: int = 1, shape: Shape = DEFAULTS) -> list[str]:
     """Simulate the shape, print the table, the noise levels and the
-    targets; returns the targets missed (none when all are met)."""
-    cells = selftest.run(shape, experiments, seed)
+    goals; returns the goals missed (none when all are met)."""
+    cells = selftest.simulate_all(shape, experiments, seed)
     out = console()
     out.print(table(cells, shape, experiments, seed))
     out.print(models())
-    t = Targets()
+    t = Goals()
     for line in noise_lines(shape, experiments, seed, t) + [order_line(shape, experiments, seed)]:
         out.print(line)
     missed = t.missed(cells, shape.criteria)
     verdict = "met" if not missed else "MISSED: " + "; ".join(missed)
     tol = shape.criteria.tolerance
-    out.print(f"targets under {', '.join(t.held)}: false alarms (profile) <= "
+    out.print(f"goals under {', '.join(t.held)}: false alarms (profile) <= "
               f"{t.family_alarms:.0%}, A/A no change >= {t.aa_no_change:.0%}, "
               f"{0.6 * tol:+.0%} called <= {t.inside_called:.0%}, {2 * tol:+.0%} found >= "
               f"{t.detect:.0%}, at most {t.max_rounds} rounds: {verdict}")
@@ -89,7 +89,7 @@ def decisions(plan, experiments: int = 400) -> tuple[str, list[str]]:
     shape and schedule: up to which noise per trial its rounds reach their
     decisions, and a warning when that is below its tolerance (at noise equal
     to the tolerance it then cannot decide)."""
-    shape, t = Shape.of(plan), Targets()
+    shape, t = Shape.of(plan), Goals()
     tol = shape.criteria.tolerance
     reach = selftest.reach(shape, experiments, 1, t)
     what = (f"A/A 'no change' >= {t.aa_no_change:.0%} and a {2 * tol:+.0%} change found >= "
@@ -119,13 +119,13 @@ def changepoint_table(rates: list) -> Table:
     confirmations cost."""
     table = Table(title="release tracker, simulated 20-release series")
     for col in ("case", "series", "A/A: a candidate", "a false change", "steps all found",
-                "target", "pairs measured", "rounds each"):
+                "goal", "pairs measured", "rounds each"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for r in rates:
         aa = not r.case.steps
         table.add_row(r.case.name, str(r.series), pct(r.any_candidate) if aa else DASH,
                       pct(r.false_confirmed), DASH if aa else pct(r.found_all),
-                      "<= 5%, <= 1%" if aa else (f">= {r.case.target:.0%}" if r.case.target
+                      "<= 5%, <= 1%" if aa else (f">= {r.case.goal:.0%}" if r.case.goal
                                                  else DASH),
                       f"{r.confirmations:.2f}", f"{r.rounds:.1f}" if r.confirmations else DASH)
     return table

@@ -49,7 +49,7 @@ class Postgres:
         self.as_user = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
 
     def _tool(self, name: str, *args: str) -> None:
-        proc.run([*self.as_user, str(pg_bin() / name), *args], what=name, timeout=120)
+        proc.call([*self.as_user, str(pg_bin() / name), *args], what=name, timeout=120)
 
     def __enter__(self) -> Postgres:
         if self.as_user:
