@@ -7,6 +7,7 @@ start or the end, would miss the moment a KSM walk would be longest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -120,10 +121,8 @@ def _follow(child: subprocess.Popen, watch: Watch, interval_s: float,
             raise MmlabError(f"{' '.join(argv)}: still running after {timeout_s:g} s")
         next_at = time.monotonic() + interval_s
         watch.sample()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(max(0.0, next_at - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     return child.returncode
 
 

@@ -66,7 +66,7 @@ def profile_text(req: Request, metrics: list[str]) -> str:
     doc: dict[str, object] = {
         "name": f"run {req.workload}", "workload": req.workload, "kernel": req.kernel,
         "repetitions": 1, "samples_per_trial": req.samples, "metrics": metrics,
-        "baseline": ARM, "params": {k: v for k, v in req.params.items()},
+        "baseline": ARM, "params": dict(req.params),
         "arms": [{"name": ARM, "set": arm}], **req.exec_keys}
     if req.memory_mb:
         doc["memory_mb"] = req.memory_mb

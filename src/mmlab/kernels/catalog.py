@@ -190,7 +190,8 @@ class Apt:
 
 
 # linux-image-ABI-FLAVOUR[-unsigned], linux-binary-ABI-FLAVOUR, linux-source-X.Y
-PACKAGE = re.compile(r"^linux-(?:(image|binary)-(\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+deb\d+(?:\.\d+)?)?)"
+PACKAGE = re.compile(r"^linux-(?:(image|binary)-"
+                     r"(\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+deb\d+(?:\.\d+)?)?)"
                      r"-(cloud-amd64|amd64)(-unsigned)?|source-(\d+\.\d+))$")
 
 

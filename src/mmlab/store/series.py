@@ -5,6 +5,7 @@ what the estimators pair by round.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,10 @@ class Series:
         if isinstance(values, Series):
             return values
         keep = [i for i, v in enumerate(values) if v is not None and np.isfinite(v)]
-        pick = (lambda xs: tuple(int(xs[i]) for i in keep) if xs is not None else None)
+
+        def pick(xs: Sequence[int] | None) -> tuple[int, ...] | None:
+            return tuple(int(xs[i]) for i in keep) if xs is not None else None
+
         return cls(tuple(float(values[i]) for i in keep), pick(rounds), pick(positions))
 
     def upto(self, rounds: int) -> Series:

@@ -127,13 +127,15 @@ def run(guest: Guest, workload: Workload, params: dict[str, object], samples: in
         insns.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
-        raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: {stderr[-300:]}")
+        raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: "
+                          f"{stderr[-300:]}")
     numa = NUMA_MARK.search(boot.console)
     for s in got:
         s.counts.update(traced)
         s.state["instrumented"] = 1.0 if instrument else 0.0
         s.state.update({"target": "qemu", "accelerator": accel, "guest_kernel": guest.kernel.name,
-                        "guest_kernel_package": guest.kernel.package_version or guest.kernel.version,
+                        "guest_kernel_package": (guest.kernel.package_version
+                                                 or guest.kernel.version),
                         "guest_vcpus": float(guest.vcpus),
                         "guest_memory_mb": float(guest.memory_mb),
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),

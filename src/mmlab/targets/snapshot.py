@@ -123,7 +123,8 @@ def _save_retrying(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -
     here on 6.12 and 6.18 under TCG) and the next one is fine."""
     for retry in range(BOOT_RETRIES + 1):
         try:
-            return _save(guest, accel, snap, swap)
+            _save(guest, accel, snap, swap)
+            return
         except SnapshotUnavailable as exc:
             if not isinstance(exc.__cause__, BootFailed) or retry == BOOT_RETRIES:
                 raise

@@ -14,7 +14,7 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from mmlab.attribution import explain
 from mmlab.attribution.explain import CountChange, WindowFunctions
@@ -81,7 +81,7 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
     arm, base = (mine.arm, mine.baseline) if mine else ("", "")
     samples = j.measured.by_arm
     b, a = change.releases
-    created = datetime.fromtimestamp(store.experiment(exp_id)["created"], timezone.utc)
+    created = datetime.fromtimestamp(store.experiment(exp_id)["created"], UTC)
     return Evidence(
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
         created.strftime("%Y-%m-%dT%H:%M:%SZ"), j.measured.rounds,

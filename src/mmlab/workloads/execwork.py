@@ -34,7 +34,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
@@ -318,7 +318,7 @@ class ExecWorkload(Workload):
                 raise MmlabError(f"parameter '{name}': {{{name}}} is mmlab's own placeholder")
             if name not in names:
                 raise MmlabError(f"parameter '{name}' is not used by the command (its "
-                                 f"placeholders: {', '.join('{%s}' % n for n in names) or 'none'})")
+                                 f"placeholders: {', '.join(f'{{{n}}}' for n in names) or 'none'})")
         if not self.argv(params):
             raise MmlabError("the command is empty")
         self.program(params)
@@ -348,8 +348,8 @@ class ExecWorkload(Workload):
                                          "counts": counts})
 
 
-AnyWorkload = Annotated[Union[Annotated[Workload, Tag("mmwork")],
-                              Annotated[ExecWorkload, Tag("exec")]],
+AnyWorkload = Annotated[Annotated[Workload, Tag("mmwork")]
+                        | Annotated[ExecWorkload, Tag("exec")],
                         Discriminator(lambda v: (v.get("kind") if isinstance(v, dict)
                                                  else getattr(v, "kind", None)) or "mmwork")]
 
@@ -380,7 +380,8 @@ def _metrics(metrics_from: str | None, declared: dict[str, ExecMetric | str]
                             "(_ns, _us, _ms, _s, _per_s, _pages, _bytes, _kb), e.g. "
                             "advise_ns_per_page")
         if name in OUTSIDE:
-            raise ProfileKeyError(f"exec_metrics.{name}", "is measured by mmlab outside the command")
+            raise ProfileKeyError(f"exec_metrics.{name}",
+                                  "is measured by mmlab outside the command")
         specs[name] = spec if isinstance(spec, ExecMetric) else ExecMetric(direction=spec)
     if specs and not metrics_from:
         raise ProfileKeyError("metrics_from", "declared metrics need metrics_from = "
