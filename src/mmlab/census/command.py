@@ -13,6 +13,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from mmlab.census import groups, iterator, take
@@ -90,7 +91,7 @@ def ksm_sharing() -> int | None:
         return None
 
 
-def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
+def run(argv: list[str], interval_s: float = 0.5, top: int = 5, also: Iterable[int] = frozenset(),
         timeout_s: float | None = None) -> CommandCensus:
     """Start `argv`, sample its tree (and the trees of `also`, a recipe's
     services) every `interval_s` until it exits, and return the peak.  A

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 import tomli_w
 
@@ -36,7 +37,8 @@ class Request:
     trace_count: tuple[str, ...] = ()
     trace_time: tuple[str, ...] = ()
     functions: int = 0
-    exec_keys: dict[str, object] = field(default_factory=dict)   # command, source, ...
+    # command, source, ...: profile keys as TOML holds them, their types by key
+    exec_keys: dict[str, Any] = field(default_factory=dict)
     argv: tuple[str, ...] = ()          # the command line, for the profile's comment
 
     @property

@@ -19,7 +19,7 @@ import base64
 import gzip
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from mmlab.attribution import functions
@@ -72,7 +72,7 @@ def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
     return lines + [f"mkswap {dev} > /dev/null", f"swapon {dev}"]
 
 
-def trial_script(workload: Workload, params: dict[str, object], samples: int,
+def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
                  kernel: images.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
@@ -100,7 +100,7 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
     return "\n".join(lines + ["exit $rc"]) + "\n"
 
 
-def run(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
+def run(guest: Guest, workload: Workload, params: Mapping[str, object], samples: int,
         warmups: int | None, settings: HostSettings, cache: Path | None = None,
         instrument: Instrumentation | None = None, plugin: Path | None = None,
         say: Callable[[str], None] | None = None) -> list[Sample]:
@@ -164,7 +164,7 @@ def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
     return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 
-def _programs(workload: Workload, params: dict[str, object], cache: Path) -> tuple[Path, ...]:
+def _programs(workload: Workload, params: Mapping[str, object], cache: Path) -> tuple[Path, ...]:
     """The initramfs part holding an exec workload's program and libraries, if any."""
     packed = workload.programs(params)
     return (initramfs.files_archive(packed, cache),) if packed else ()
@@ -187,7 +187,7 @@ def _samples(boot: BootResult, guest: Guest, workload: Workload,
     return got, stderr
 
 
-def count_functions(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
+def count_functions(guest: Guest, workload: Workload, params: Mapping[str, object], samples: int,
                     warmups: int | None, settings: HostSettings, plugin: Path,
                     cache: Path | None = None) -> functions.FunctionInsns:
     """One TCG boot counting the kernel's instructions per function inside

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from mmlab.attribution import explain
 from mmlab.attribution.explain import CountChange, WindowFunctions
 from mmlab.judge import audit
+from mmlab.judge.comparison import Comparison
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change
@@ -98,13 +99,12 @@ def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
     suite's order: the change's own class of metric, and the other class
     where the pair has that confirmation too (they are confirmed apart)."""
     both = [judged.comparisons(e) for e in (exp_id, also) if e is not None]
-    rows = [_row(p, comps, m) for p, comps in both for m in p.profile.metrics
-            if cells.main(p, comps, m)]
+    rows = [_row(p, c, m) for p, comps in both for m in p.profile.metrics
+            if (c := cells.main(p, comps, m))]
     return sorted(rows, key=lambda r: tracked.index(r.metric))
 
 
-def _row(plan, comparisons, metric: str) -> MetricRow:
-    c = cells.main(plan, comparisons, metric)
+def _row(plan, c: Comparison, metric: str) -> MetricRow:
     return MetricRow(metric, plan.workload.metric(metric).unit, c.median_baseline, c.median,
                      c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high), str(c.verdict),
                      changepoints.outcome_of(metric, c))
@@ -122,8 +122,9 @@ def _typical(samples: list[Sample], key: str) -> str:
     values = [s.state[key] for s in samples if key in s.state]
     if not values:
         return "-"
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return f"{statistics.median(values):.4g}"
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) == len(values):
+        return f"{statistics.median(numbers):.4g}"
     return str(Counter(map(str, values)).most_common(1)[0][0])
 
 
