@@ -27,7 +27,7 @@ DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpi
 	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \
 	openjdk-17-jdk-headless nodejs zstd
 
-.PHONY: setup system venv build demo test test-slow bench bench-fleet clean
+.PHONY: setup system venv build demo lint test test-slow bench bench-fleet clean
 
 setup: system venv build
 
@@ -65,7 +65,12 @@ demo: setup
 	$(MMLAB) report $$(tail -1 build/demo-thp.out)
 	$(MMLAB) experiment run experiments/aa-pageout.toml
 
-test: setup
+# The gates before the tests; both tools read their settings from pyproject.toml.
+lint: setup
+	$(VENV)/bin/ruff check src
+	$(VENV)/bin/mypy
+
+test: setup lint
 	$(PY) -m pytest -q
 
 test-slow: setup

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 
-def axis_text(value: str | int | float | bool) -> str:
+def axis_text(value: object) -> str:
     """An axis value as arm names and baselines spell it: true, 2, hugepage."""
     return str(value).lower() if isinstance(value, bool) else str(value)
 

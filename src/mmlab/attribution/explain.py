@@ -130,7 +130,7 @@ class Explanation:
 
 
 def _median(samples: list[Sample], metric: str) -> float | None:
-    values = [s.metrics[metric] for s in samples if s.metrics.get(metric) is not None]
+    values = [v for s in samples if (v := s.metrics.get(metric)) is not None]
     return float(np.median(values)) if values else None
 
 
@@ -155,7 +155,8 @@ def explain_arm(arm: str, a: Attribution, clean: list[Sample], n: int = 12,
     locks = a.locks or Contention()
     return ArmExplanation(
         arm=arm, unit=a.stacks.unit if a.stacks else "sample",
-        cpu_ns_per_unit=sum(folded.values()) / a.stacks.units if folded else float("nan"),
+        cpu_ns_per_unit=(sum(folded.values()) / a.stacks.units if folded and a.stacks
+                         else float("nan")),
         top=top_functions(folded, n) if folded else [],
         callers=locks.caller_waits()[:8], lock_waits=locks.waits[:5],
         overhead=overheads(a, clean), events=a.events.rows()[:n] if a.events else [],
@@ -213,11 +214,12 @@ def explain_functions(arm: str, f: FunctionInsns, baseline: str | None = None,
     counted the same window, the functions whose instructions moved most."""
     out = []
     for window, kernel in f.kernel.items():
-        paired = base is not None and window in base.kernel
-        rows = (changes(f, base, window, n) if paired else
+        paired = base if base is not None and window in base.kernel else None
+        rows = (changes(f, paired, window, n) if paired is not None else
                 [FunctionChange(fn, v, 0.0) for fn, v in f.top(window, n)])
-        out.append(WindowFunctions(arm, baseline if paired else None, window, f.units[window],
-                                   kernel, base.kernel[window] if paired else None,
+        out.append(WindowFunctions(arm, baseline if paired is not None else None, window,
+                                   f.units[window], kernel,
+                                   paired.kernel[window] if paired is not None else None,
                                    f.unresolved.get(window, 0.0), rows))
     return out
 

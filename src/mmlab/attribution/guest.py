@@ -36,7 +36,8 @@ class Instrumentation:
             # hist, never written to the ring buffer the timings are read from.
             # A function this kernel lacks (or blacklists for kprobes) is skipped.
             lines += [f"{{ echo 'p:mmlab/{f} {f}' >> {t}/kprobe_events && "
-                      f"echo 'hist:keys=common_pid:vals=hitcount' > {t}/events/mmlab/{q}/trigger; }}"
+                      f"echo 'hist:keys=common_pid:vals=hitcount' "
+                      f"> {t}/events/mmlab/{q}/trigger; }}"
                       f" 2>/dev/null || echo 'SKIP {f}' >&2"]
         if self.time:
             lines += [f"echo {shlex.quote(f)} >> {t}/set_ftrace_filter 2>/dev/null || "

@@ -24,7 +24,8 @@ def fold(perf_script: str) -> Counter[str]:
     """`perf script -F comm,pid,tid,period,ip,sym` output -> folded stacks
     weighted by the sample period (ns for cpu-clock)."""
     folded: Counter[str] = Counter()
-    weight, frames = 0, []
+    weight = 0
+    frames: list[str] = []
 
     def flush() -> None:
         if frames:
@@ -84,7 +85,8 @@ def diff(folded: Counter[str], units: float, base: Counter[str], base_units: flo
         incl: Counter[str] = Counter()
         for stack, w in f.items():
             for fn in dict.fromkeys(stack.split(";")):
-                incl[fn] += w / u
+                # typeshed types a Counter's counts as int; the docs allow floats
+                incl[fn] += w / u  # type: ignore[assignment]
         return incl, sum(f.values()) / u
     a, total_a = per_unit(folded, units)
     b, total_b = per_unit(base, base_units)

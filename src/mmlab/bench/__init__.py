@@ -54,14 +54,14 @@ SECONDS = 3
 ROUNDS = 2
 
 
-def stress_ng_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:
+def stress_ng_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float | None]:
     """stress-ng's own figures for one run, read from its YAML output."""
     return execwork.run_stress_ng(["stress-ng", "--mremap", str(workers), "--mremap-bytes",
                                    str(total_bytes), "--timeout", f"{seconds}s",
                                    "--metrics-brief"], ("ops_per_s_real", "ops_per_s_cpu"))
 
 
-def mmwork_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float]:
+def mmwork_mremap(workers: int, total_bytes: int, seconds: float) -> dict[str, float | None]:
     per_worker = max(4096, total_bytes // workers // 4096 * 4096)
     wl = workloads.get("mremap-churn")
     (sample,) = mmwork.sample(wl, {"workers": workers, "bytes": per_worker, "seconds": seconds},
@@ -82,8 +82,8 @@ def mremap_table() -> Table:
             ours.append(mmwork_mremap(workers, total, SECONDS))
         row = [str(workers), str(total)]
         for key in ("ops_per_s_real", "ops_per_s_cpu"):
-            p = summarize([r[key] for r in peer]).median
-            o = summarize([r[key] for r in ours]).median
+            p = summarize([v for r in peer if (v := r[key]) is not None]).median
+            o = summarize([v for r in ours if (v := r[key]) is not None]).median
             row += [num(p), num(o), f"{o / p:.2f}x"]
         table.add_row(*row)
     return table
@@ -97,7 +97,7 @@ def pageout_cv_table(reps: int = 10) -> Table:
     for thp in ("default", "hugepage"):
         samples = [mmwork.sample(wl, {"thp": thp}, samples=1)[0] for _ in range(reps)]
         for metric in ("cycle_ns_per_page", "advise_ns_per_page"):
-            s = summarize([x.metrics[metric] for x in samples])
+            s = summarize([v for x in samples if (v := x.metrics[metric]) is not None])
             table.add_row(thp, metric, num(s.median), pct(s.cv), f"{s.min / s.median:.3f}",
                           f"{s.max / s.median:.3f}")
     return table

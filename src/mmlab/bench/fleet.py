@@ -100,7 +100,7 @@ def wait_for(names: list[str], results: str, broker: str, procs: list[subprocess
     store, celery = Store(results), engine.app(broker)
     try:
         while time.monotonic() - start < timeout:
-            dead = [p.args[4] for p in procs if p.poll() is not None]
+            dead = [n for n, p in zip(names, procs) if p.poll() is not None]
             if dead:
                 raise MmlabError(f"worker {dead[0]} exited while starting")
             known = registry.machines(store)
@@ -131,17 +131,19 @@ def measure(store: Store, exp_ids: list[int], wall_s: float, ms: float) -> list[
     gaps, inside, per_machine, ends = [], [], [], []
     samples = 0
     for exp_id in exp_ids:
-        trials = sorted((t for t in store.trials(exp_id) if t.status == "done"),
-                        key=lambda t: t.started)
-        slept = [s.metrics["slept_ms"] / 1000 for ts in store.measurements(exp_id).trials
-                 for s in ts.samples]
+        # (started, ended, position) of each done trial, by start
+        spans = sorted(((t.started, t.ended, t.position) for t in store.trials(exp_id)
+                        if t.status == "done" and t.started is not None and t.ended is not None),
+                       key=lambda span: span[0])
+        slept = [v / 1000 for ts in store.measurements(exp_id).trials for s in ts.samples
+                 if (v := s.metrics["slept_ms"]) is not None]
         samples += len(slept)
-        gaps += [b.started - a.ended for a, b in zip(trials, trials[1:])]
-        inside += [(t.ended - t.started) - s for t, s in
-                   zip(sorted(trials, key=lambda t: t.position), slept)]
-        busy = trials[-1].ended - trials[0].started
-        per_machine.append((busy - sum(slept)) / len(trials))
-        ends += [t.ended for t in trials]
+        gaps += [b_start - a_end for (_, a_end, _), (b_start, _, _) in zip(spans, spans[1:])]
+        inside += [(end - start) - s for (start, end, _), s in
+                   zip(sorted(spans, key=lambda span: span[2]), slept)]
+        busy = spans[-1][1] - spans[0][0]
+        per_machine.append((busy - sum(slept)) / len(spans))
+        ends += [end for _, end, _ in spans]
     done = len(ends)
     ends.sort()
     busiest = max(bisect.bisect_left(ends, e + 1) - i for i, e in enumerate(ends))
@@ -213,11 +215,11 @@ def run_bench(machines: int, trials: int, ms: float, keep_logs: Path | None) -> 
             out.print(f"{machines} workers registered and answering after {took:.0f} s")
             store = Store(url)
             ids = coordinator.create(store, sleep_plan(rounds, ms), names, False)
-            before = cpu_split(procs, pg.pid(), redis.proc.pid)
+            before = cpu_split(procs, pg.pid(), redis.pid())
             start = time.monotonic()
             coordinator.run(url, ids, False, True, _progress(out, machines * rounds * 2))
             wall = time.monotonic() - start
-            after = cpu_split(procs, pg.pid(), redis.proc.pid)
+            after = cpu_split(procs, pg.pid(), redis.pid())
             rows = measure(store, ids, wall, ms)
             n = machines * rounds * 2
             rows.append(("CPU per trial", ", ".join(

@@ -94,6 +94,12 @@ class Redis:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    def pid(self) -> int:
+        """redis-server's process id, once started."""
+        if self.proc is None:
+            raise MmlabError("redis-server is not running")
+        return self.proc.pid
+
     def __enter__(self) -> Redis:
         exe = shutil.which("redis-server")
         if not exe:

@@ -7,11 +7,13 @@ start or the end, would miss the moment a KSM walk would be longest.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 from mmlab.census import groups, iterator, take
@@ -89,8 +91,9 @@ def ksm_sharing() -> int | None:
         return None
 
 
-def survey(argv: list[str], interval_s: float = 0.5, top: int = 5, also: set[int] = frozenset(),
-        timeout_s: float | None = None) -> CommandCensus:
+def survey(argv: list[str], interval_s: float = 0.5, top: int = 5,
+           also: Iterable[int] = frozenset(),
+           timeout_s: float | None = None) -> CommandCensus:
     """Start `argv`, read its tree (and the trees of `also`, a recipe's
     services) every `interval_s` until it exits, and return the peak.  A
     command that cannot start, fails, or exits before any moment saw it is
@@ -120,10 +123,8 @@ def _follow(child: subprocess.Popen, moments: Moments, interval_s: float,
             raise MmlabError(f"{' '.join(argv)}: still running after {timeout_s:g} s")
         next_at = time.monotonic() + interval_s
         moments.read()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             child.wait(max(0.0, next_at - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            pass
     return child.returncode
 
 

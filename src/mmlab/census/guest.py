@@ -42,6 +42,7 @@ from mmlab.workloads.execwork import shared_libraries
 
 MARK = "MMLAB-CENSUS"
 KSM = "/sys/kernel/mm/ksm"
+UNCHANGED = HostSettings()      # the default: the guest's settings as it boots
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ SERVICES = "/tmp/mmlab-services"      # in the chroot
 
 
 def script(argv: list[str], mmcensus: Path, interval_s: float,
-           settings: HostSettings = HostSettings(), root: HostRoot | None = None) -> str:
+           settings: HostSettings = UNCHANGED, root: HostRoot | None = None) -> str:
     """The guest's /trial.sh: write the settings (and with `root`, mount the
     host's root and run its steps in a chroot of it), start the command,
     census every interval until it exits (with KSM's shared pages when
@@ -107,8 +108,8 @@ def _in_host_root(root: HostRoot) -> list[str]:
 
 
 def survey(kernel: str, argv: list[str], interval_s: float = 0.5, top: int = 5,
-        memory_mb: int = 1024, vcpus: int = 1, settings: HostSettings = HostSettings(),
-        timeout_s: float = 600, root: HostRoot | None = None) -> CommandCensus:
+           memory_mb: int = 1024, vcpus: int = 1, settings: HostSettings = UNCHANGED,
+           timeout_s: float = 600, root: HostRoot | None = None) -> CommandCensus:
     """Boot `kernel` (debian:6.12, ...), write `settings` there, run `argv`
     there and return its census at the peak, as command.survey does on the
     host.  Without `root` the command travels in the initramfs, and

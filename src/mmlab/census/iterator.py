@@ -56,6 +56,6 @@ def parse(text: str) -> list[Vma]:
         tgid_i, tid_i = int(tgid), int(tid)
         if first_tid.setdefault(tgid_i, tid_i) != tid_i:
             continue
-        out.append(Vma(tgid_i, int(ppid), int(start, 16), int(end, 16), int(flags, 16), int(pgoff, 16),
-                       file == "1", int(anon, 16), int(root, 16), " ".join(comm)))
+        out.append(Vma(tgid_i, int(ppid), int(start, 16), int(end, 16), int(flags, 16),
+                       int(pgoff, 16), file == "1", int(anon, 16), int(root, 16), " ".join(comm)))
     return out

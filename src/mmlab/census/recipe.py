@@ -115,7 +115,7 @@ def travels(path: Path, recipe: Recipe) -> None:
 
 
 def survey(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host",
-        memory_mb: int | None = None) -> CommandCensus:
+           memory_mb: int | None = None) -> CommandCensus:
     """Run the recipe at `path` and return its command's census: here, or
     with `kernel` in a guest of it (`memory_mb`: the guest's memory, the
     recipe's by default)."""

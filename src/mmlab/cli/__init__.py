@@ -55,7 +55,7 @@ app.command("census", context_settings={"allow_extra_args": True,
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"mmlab {__version__}")
-        raise typer.Exit()
+        raise typer.Exit
 
 
 @app.callback()

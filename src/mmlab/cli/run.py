@@ -157,12 +157,13 @@ def _print_functions(show: Display, outcome: driver.Outcome, req: single.Request
 
 def _common(values: dict) -> dict:
     """The Request fields among the common options (the rest stay in `values`)."""
-    split = lambda text: tuple(f for f in text.split(",") if f)  # noqa: E731
-    return dict(samples=values["samples"], kernel=values["kernel"], vcpus=values["vcpus"],
-                memory_mb=values["memory_mb"], numa_nodes=values["numa_nodes"],
-                count_insns=values["count_insns"], trace_count=split(values["trace_count"]),
-                trace_time=split(values["trace_time"]), functions=values["functions"],
-                argv=tuple(sys.argv[2:]))
+    def split(text: str) -> tuple[str, ...]:
+        return tuple(f for f in text.split(",") if f)
+    return {"samples": values["samples"], "kernel": values["kernel"], "vcpus": values["vcpus"],
+            "memory_mb": values["memory_mb"], "numa_nodes": values["numa_nodes"],
+            "count_insns": values["count_insns"], "trace_count": split(values["trace_count"]),
+            "trace_time": split(values["trace_time"]), "functions": values["functions"],
+            "argv": tuple(sys.argv[2:])}
 
 
 def _option(p: workloads.Param) -> tuple[type, object]:

@@ -6,7 +6,7 @@ of these commands runs."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -93,7 +93,7 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
     result = session.run(store, found, driver.Here(TargetPool()), releases.Catalog(),
                          measure=False)
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     bundled = dashboard.write_evidence(store, output, shown) if bundles else set()
     for path in dashboard.write(output, found, result, shown, now, bundled):
         typer.echo(f"wrote {path}", err=True)

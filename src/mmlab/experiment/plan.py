@@ -88,7 +88,8 @@ class Plan(BaseModel):
 
     def warnings(self) -> list[str]:
         p, n, alpha = self.smallest_p(), self.profile.rounds_at_most, self.profile.alpha
-        never = "this profile can show 'no change' but never a significant regression or improvement"
+        never = ("this profile can show 'no change' but never a significant regression or "
+                 "improvement")
         if p >= alpha:
             return [f"{self.path}: with at most {n} rounds the smallest possible p is "
                     f"{p:.3g} >= alpha {alpha}: {never} (use 4 or more)"]
@@ -227,7 +228,8 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
         raise fail(loc + ("numa_nodes",), f"{nodes} NUMA nodes in {memory_mb} MiB: a guest "
                    f"node needs {MIN_NODE_MB} MiB or more (raise memory_mb)")
     settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
-                                  ksm=axes.ksm, sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
+                                  ksm=axes.ksm,
+                                  sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
                                   damon=axes.damon)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
                kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, field
+from typing import Any
 
 import tomli_w
 
@@ -36,7 +37,8 @@ class Request:
     trace_count: tuple[str, ...] = ()
     trace_time: tuple[str, ...] = ()
     functions: int = 0
-    exec_keys: dict[str, object] = field(default_factory=dict)   # command, source, ...
+    # command, source, ...: profile keys as TOML holds them, their types by key
+    exec_keys: dict[str, Any] = field(default_factory=dict)
     argv: tuple[str, ...] = ()          # the command line, for the profile's comment
 
     @property
@@ -66,7 +68,7 @@ def profile_text(req: Request, metrics: list[str]) -> str:
     doc: dict[str, object] = {
         "name": f"run {req.workload}", "workload": req.workload, "kernel": req.kernel,
         "repetitions": 1, "samples_per_trial": req.samples, "metrics": metrics,
-        "baseline": ARM, "params": {k: v for k, v in req.params.items()},
+        "baseline": ARM, "params": dict(req.params),
         "arms": [{"name": ARM, "set": arm}], **req.exec_keys}
     if req.memory_mb:
         doc["memory_mb"] = req.memory_mb

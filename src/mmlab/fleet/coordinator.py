@@ -91,7 +91,7 @@ class RollCall(threading.Thread):
             except Exception:        # a broker hiccup: ask again next time
                 answers = {}
             with self.lock:
-                self.answered.update({node: asked for node in answers})
+                self.answered.update(dict.fromkeys(answers, asked))
                 self.views = (self.views + [(asked, answers)])[-3:]
             self.stop.wait(ROLL_CALL_S)
 

@@ -42,7 +42,8 @@ class FleetSummary:
 
 def summarize(store: Store, exp_ids: list[int]) -> FleetSummary:
     """Every machine's own verdicts, side by side."""
-    experiments, classes, rows = {}, {}, {}
+    experiments, classes = {}, {}
+    rows: dict[tuple[str, str, str], Reproduction] = {}
     known = registry.machines(store) if store.dir is None else {}
     for exp_id in exp_ids:
         plan = store.plan(exp_id)

@@ -74,7 +74,9 @@ class Worker:
             if claim is not None:
                 store.fail_trial(trial.id, str(exc), None, claim)
             return f"failed: {exc}"
-        outcome = run_one(store, trial, plan, pool.target(plan.arm(trial.arm)))
+        target = pool.target(plan.arm(trial.arm))
+        assert isinstance(target, LocalTarget)      # a worker's pool makes local targets only
+        outcome = run_one(store, trial, plan, target)
         return {True: "done", False: "failed", None: "skipped: not planned"}[outcome]
 
     def _plan(self, store: Store, exp_id: int, arm: str) -> Plan:

@@ -34,6 +34,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from fnmatch import fnmatch
+from typing import TypeVar
 
 import numpy as np
 
@@ -195,7 +196,10 @@ def _values(samples: list[Sample], check: Check, key: str) -> list:
     return [getattr(s, check.section)[key] for s in samples if key in getattr(s, check.section)]
 
 
-def _amount(v: object) -> object:
+_V = TypeVar("_V")
+
+
+def _amount(v: _V) -> _V | float:
     """An event count; "not available" (the kernel cannot do it) is none."""
     return 0.0 if v == NOT_AVAILABLE else v
 

@@ -79,14 +79,14 @@ def of_estimate(metric: str, arm: str, baseline: str, e: Estimate, p_adjusted: f
     """The verdict of one estimate at one look, with its reason."""
     tol = f"±{criteria.tolerance:.0%}"
     level = f"{e.confidence:.1%}"
-    common = dict(p_adjusted=p_adjusted, correction=correction, method=e.method,
-                  confidence=e.confidence, rounds=rounds, look=look + 1,
-                  looks=len(criteria.looks()), noisy=e.noisy, outliers=e.outliers)
 
     def make(verdict: Verdict, reason: str) -> Comparison:
         return Comparison(metric, arm, baseline, e.n, e.n_baseline, e.median, e.median_baseline,
                           e.ratio, e.ci_low, e.ci_high, e.p_value, e.cv, e.cv_baseline, e.rcv,
-                          e.rcv_baseline, verdict, reason, **common)
+                          e.rcv_baseline, verdict, reason, p_adjusted=p_adjusted,
+                          correction=correction, method=e.method, confidence=e.confidence,
+                          rounds=rounds, look=look + 1, looks=len(criteria.looks()),
+                          noisy=e.noisy, outliers=e.outliers)
 
     if e.problem:
         return make(Verdict.UNRELIABLE, e.problem)

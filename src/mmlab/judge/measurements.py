@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +30,10 @@ class Observations:
         if isinstance(values, Observations):
             return values
         keep = [i for i, v in enumerate(values) if v is not None and np.isfinite(v)]
-        pick = (lambda xs: tuple(int(xs[i]) for i in keep) if xs is not None else None)
+
+        def pick(xs: Sequence[int] | None) -> tuple[int, ...] | None:
+            return tuple(int(xs[i]) for i in keep) if xs is not None else None
+
         return cls(tuple(float(values[i]) for i in keep), pick(rounds), pick(positions))
 
     def upto(self, rounds: int) -> Observations:

@@ -125,9 +125,13 @@ def found(fits: list[tuple], names: list[str],
     if not flat:
         return []
     adjusted = holm(np.array([f[5] for f in flat]))
-    return [OrderEffect(metric, FIRST if arm is None else f"after {names[arm]}",
-                        None if arm is None else names[arm], *np.exp([e, lo, hi]), p)
-            for (metric, arm, e, lo, hi, p), q in zip(flat, adjusted) if q < alpha]
+    out = []
+    for (metric, arm, e, lo, hi, p), q in zip(flat, adjusted):
+        if q < alpha:
+            factor, low, high = np.exp([e, lo, hi])
+            out.append(OrderEffect(metric, FIRST if arm is None else f"after {names[arm]}",
+                                   None if arm is None else names[arm], factor, low, high, p))
+    return out
 
 
 def effects(trials, arms: list[str], metrics: list[str],

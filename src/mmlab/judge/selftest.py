@@ -92,7 +92,7 @@ def _estimates(xa: np.ndarray, xb: np.ndarray, crit: Criteria,
     level, margin = crit.confidence_at(look), crit.margin_at(look)
     if n >= stats.MIN_PAIRS:
         res = stats.paired((xa - xb).reshape(-1, n), level, margin, crit.outlier_z)
-        out = (res.low, res.high, res.margin_low, res.margin_high, res.p)
+        out: tuple[np.ndarray, ...] = (res.low, res.high, res.margin_low, res.margin_high, res.p)
         return (*(v.reshape(rows, tests) for v in out), np.zeros((rows, tests), bool))
     va, vb = np.exp(xa).reshape(-1, n), np.exp(xb).reshape(-1, n)
     (lo, hi), (mlo, mhi) = stats.bootstrap_ratio(va, vb, (level, margin))
@@ -186,7 +186,8 @@ def judged(noise: Noise, effect: float, shape: Shape, experiments: int, seed: in
         x = noise.draw(rng, lay)
         x[:, shape.changed] += math.log(effect)
         parts.append(judge_looks(x, shape))
-    return tuple(np.concatenate(p) for p in zip(*parts))
+    outcomes, rounds = zip(*parts)
+    return np.concatenate(outcomes), np.concatenate(rounds)
 
 
 def effects(tolerance: float) -> tuple[float, ...]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 from scipy import stats
@@ -97,7 +97,7 @@ def paired_noise(d) -> np.ndarray:
 
 # ---------------------------------------------------------------- vectorised inference
 
-@lru_cache(maxsize=None)
+@cache
 def _signed_rank_cdf(n: int) -> np.ndarray:
     """P(T+ <= t), t = 0..n(n+1)/2, for the signed-rank statistic of n pairs
     without ties (exact, by counting subsets)."""
@@ -322,7 +322,7 @@ def _culprit(rnd: int, arm: str, baseline: str, a: tuple[float, int | None],
     return Outlier(rnd, baseline, b[1], fb)
 
 
-@lru_cache(maxsize=None)
+@cache
 def median_law(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The exact bootstrap distribution of the median of n values: a
     resample's median is (x_(i) + x_(j)) / 2 of the sorted sample with

@@ -105,9 +105,9 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
         out.append(c)
     next_rounds, stopped = _next_step(plan, crit, measured, out)
     out = [c if c.stopped else replace(c, stopped=stopped) for c in out]
-    found = order.effects(measured.trials, [a.name for a in plan.arms if a.control_of is None],
-                          metrics or profile.metrics)
-    out = [replace(c, order_effects=tuple(e for e in found if e.metric == c.metric
+    effects = order.effects(measured.trials, [a.name for a in plan.arms if a.control_of is None],
+                            metrics or profile.metrics)
+    out = [replace(c, order_effects=tuple(e for e in effects if e.metric == c.metric
                                           and e.arm in (None, c.arm, c.baseline)))
            for c in out]
     return Judgement(out, findings, arm_findings, crit, measured.rounds, next_rounds, stopped,

@@ -46,9 +46,9 @@ def _host_sources(etc: Path = Path("/etc/apt")) -> list[tuple[str, list[str]]]:
         if not f.is_file():
             continue
         for line in f.read_text(errors="replace").splitlines():
-            line = re.sub(r"\[[^\]]*\]", "", line.split("#", 1)[0]).split()
-            if len(line) >= 3 and line[0] == "deb":
-                out.append((line[1], [line[2]]))
+            words = re.sub(r"\[[^\]]*\]", "", line.split("#", 1)[0]).split()
+            if len(words) >= 3 and words[0] == "deb":
+                out.append((words[1], [words[2]]))
     for f in sorted((etc / "sources.list.d").glob("*.sources")):
         for stanza in re.split(r"\n\s*\n", f.read_text(errors="replace")):
             fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.*)$", stanza, re.M))
@@ -191,7 +191,8 @@ class Apt:
 
 
 # linux-image-ABI-FLAVOUR[-unsigned], linux-binary-ABI-FLAVOUR, linux-source-X.Y
-PACKAGE = re.compile(r"^linux-(?:(image|binary)-(\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+deb\d+(?:\.\d+)?)?)"
+PACKAGE = re.compile(r"^linux-(?:(image|binary)-"
+                     r"(\d+\.\d+(?:\.\d+)?(?:-\d+)?(?:\+deb\d+(?:\.\d+)?)?)"
                      r"-(cloud-amd64|amd64)(-unsigned)?|source-(\d+\.\d+))$")
 
 

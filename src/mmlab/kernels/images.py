@@ -132,7 +132,8 @@ def _download(apt: Apt, packages: tuple[str, ...], version: str, where: Path,
               spec: str) -> list[str]:
     """Download and unpack `packages` at `version`; returns those fetched from
     the pool because the Packages index does not list them."""
-    listed, unlisted = [], []
+    listed: list[str] = []
+    unlisted: list[str] = []
     for p in packages:
         have = apt.call("apt-cache", "madison", p, what=f"apt-cache madison {p}")
         (listed if any(line.split("|")[1].strip() == version

@@ -259,7 +259,8 @@ def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | 
         _make(copy, log, on_line)
         release = _run(["make", "-s", "kernelrelease"], cwd=copy).strip()
         details = {"build_key": key, "source": source_id,
-                   "patches": [{"file": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+                   "patches": [{"file": str(p),
+                                "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                                for p in patches],
                    "fragments": [str(f) for f in fragments]}
         k = images.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),

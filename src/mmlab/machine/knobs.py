@@ -148,7 +148,7 @@ class Journal:
         return pid != os.getpid() and not _pid_alive(pid)
 
     @contextmanager
-    def session(self) -> Iterator["Journal"]:
+    def session(self) -> Iterator[Journal]:
         """Restore what was recorded inside the block when it ends, however it
         ends; what an enclosing session recorded stays for that one.  The
         block holds the machine lock: settings are global, so two mmlab

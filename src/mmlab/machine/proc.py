@@ -8,13 +8,14 @@ prints one line and exits non-zero instead of a traceback.
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 from mmlab.errors import MmlabError
 
 
-def call(argv: list[str], *, what: str = "", cwd: str | Path | None = None,
-        timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
+def call(argv: Sequence[str | Path], *, what: str = "", cwd: str | Path | None = None,
+         timeout: float | None = None, check: bool = True) -> subprocess.CompletedProcess:
     """Run `argv` with its output captured; `what` names it in errors.
     With check=False a non-zero exit is the caller's to judge."""
     what = what or " ".join(map(str, argv[:2]))

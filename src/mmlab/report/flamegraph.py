@@ -46,7 +46,7 @@ def _diverging(change: float, scale: float) -> str:
 
 
 def render(folded: Counter[str], title: str,
-           color_of: "callable | None" = None, note: str = "") -> str:
+           color_of: callable | None = None, note: str = "") -> str:
     """The SVG text; `color_of(path)` may colour a frame by its path from the root."""
     root = _tree(folded)
     total = root["value"] or 1

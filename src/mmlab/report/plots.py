@@ -19,14 +19,14 @@ from collections import defaultdict
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from mmlab.report.data import ReportData  # noqa: E402
-from mmlab.report.fmt import VERDICT_COLOR, contrast  # noqa: E402
-from mmlab.track.cells import Series  # noqa: E402
-from mmlab.track.changepoints import Change  # noqa: E402
-from mmlab.track.dashboard import SHOWN  # noqa: E402
+from mmlab.report.data import ReportData
+from mmlab.report.fmt import VERDICT_COLOR, contrast
+from mmlab.track.cells import Series
+from mmlab.track.changepoints import Change
+from mmlab.track.dashboard import SHOWN
 
 COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "state change": "#d68910"}
 

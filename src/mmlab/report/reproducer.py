@@ -37,7 +37,10 @@ def source(wl: Workload, params: dict[str, object], title: str) -> str:
                          if f not in pieces and f'.name = "{wl.name}"' in f.read_text())
     args = wl.args(params)
     defaults = " ".join(_c_string(a) + "," for a in args)
-    symbol = re.search(r"const struct mm_workload (wl_\w+) = \{", workload_file.read_text()).group(1)
+    found = re.search(r"const struct mm_workload (wl_\w+) = \{", workload_file.read_text())
+    if found is None:
+        raise MmlabError(f"{workload_file}: no `const struct mm_workload` in it")
+    symbol = found.group(1)
     parts = [
         f"/*\n * mmlab reproducer: {title}\n"
         f" * workload {wl.name} ({wl.seed})\n"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from mmlab.experiment.plan import Plan
@@ -61,7 +61,7 @@ class Progressed:
     total: int
 
 
-Event = Union[Created, Message, TrialStarting, Looked, Progressed]
+Event = Created | Message | TrialStarting | Looked | Progressed
 OnEvent = Callable[[Event], None]
 
 

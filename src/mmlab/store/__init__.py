@@ -291,7 +291,8 @@ class Store:
             "SELECT e.*, "
             "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id=e.id) AS trials, "
             "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id=e.id AND status='done') AS done, "
-            "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id=e.id AND status='failed') AS failed "
+            "(SELECT COUNT(*) FROM trials t WHERE t.experiment_id=e.id AND status='failed') "
+            "AS failed "
             "FROM experiments e ORDER BY e.id").fetchall()
 
     def trials(self, exp_id: int, status: str | None = None) -> list[Trial]:

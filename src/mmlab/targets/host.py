@@ -81,7 +81,7 @@ class HostTarget(LocalTarget):
         (those of them the profile's `attribution` asks for)."""
         wl, params, cpus = plan.workload, arm.params, arm.cpus
         wanted = set(plan.profile.attribution) or {"stacks", "locks", "events"}
-        found = {}
+        found: dict[str, dict | None] = {}
         with self.journal.session():
             knobs.apply(arm.settings, self.journal, self._allowed(plan))
             if "stacks" in wanted:

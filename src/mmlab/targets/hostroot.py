@@ -34,7 +34,8 @@ SOCKET_WAIT_S = 10
 # tmpfs; `here` (a folder of the host's, possibly under its /tmp) is bound
 # first, so it stays visible at /tmp/mmlab-here once /tmp is covered.
 MOUNT = f"""mkdir -p {MOUNTED} /mmlab-here
-mount -t virtiofs -o ro {TAG} {MOUNTED} || {{ echo 'virtiofs: cannot mount the host root' >&2; exit 95; }}
+mount -t virtiofs -o ro {TAG} {MOUNTED} ||
+    {{ echo 'virtiofs: cannot mount the host root' >&2; exit 95; }}
 mount --bind {MOUNTED}"$MMLAB_HERE" /mmlab-here
 mount -t proc proc {MOUNTED}/proc
 mount -t sysfs sysfs {MOUNTED}/sys

@@ -6,8 +6,9 @@ The base archive is built once per (mmwork, busybox, init) and cached by
 their hash.  Each trial appends a tiny archive holding /trial.sh: the kernel
 unpacks concatenated cpio archives in order, so no rebuild is needed per
 trial.  A trial that needs the kernel's own modules (zram, virtio_blk for
-guest swap) gets a third archive between them, made once per kernel.  The archives are written here in the "newc" format
-(what the kernel's initramfs unpacker reads), so no cpio tool is needed.
+guest swap) gets a third archive between them, made once per kernel.  The
+archives are written here in the "newc" format (what the kernel's initramfs
+unpacker reads), so no cpio tool is needed.
 """
 
 from __future__ import annotations
@@ -95,8 +96,8 @@ def base_archive(cache: Path) -> Path:
     if path.exists():
         return path
     cache.mkdir(parents=True, exist_ok=True)
-    files = {d: (0o040755, b"") for d in ("bin", "dev", "proc", "sys", "tmp", "sbin", "usr",
-                                          "usr/bin", "usr/sbin")}
+    files = dict.fromkeys(("bin", "dev", "proc", "sys", "tmp", "sbin", "usr", "usr/bin",
+                           "usr/sbin"), (0o040755, b""))
     files.update({"init": (0o100755, INIT.encode()), "bin/busybox": (0o100755, bb),
                   "bin/sh": (0o100755, bb), "bin/mmwork": (0o100755, mmwork)})
     tmp = path.with_suffix(f".tmp{os.getpid()}")
@@ -123,7 +124,7 @@ def modules_archive(kernel) -> Path:
     path = Path(kernel.dir) / "modules.cpio.gz"
     if path.exists():
         return path
-    files = {d: (0o040755, b"") for d in ("lib", "lib/modules", "lib/modules/mmlab")}
+    files = dict.fromkeys(("lib", "lib/modules", "lib/modules/mmlab"), (0o040755, b""))
     for name in kernel.modules:
         files[f"lib/modules/mmlab/{name}.ko"] = (0o100644,
                                                   (Path(kernel.dir) / "modules" / f"{name}.ko")

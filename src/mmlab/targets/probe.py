@@ -82,8 +82,8 @@ def _thp() -> Fact:
     defrag = _read("/sys/kernel/mm/transparent_hugepage/defrag")
     sizes = sorted(p.name.removeprefix("hugepages-")
                    for p in Path("/sys/kernel/mm/transparent_hugepage").glob("hugepages-*"))
-    return Fact("THP", f"enabled: {enabled}; defrag: {defrag}; sizes: {', '.join(sizes) or '2048kB'}",
-                True)
+    return Fact("THP", f"enabled: {enabled}; defrag: {defrag}; "
+                f"sizes: {', '.join(sizes) or '2048kB'}", True)
 
 
 def _mglru() -> Fact:

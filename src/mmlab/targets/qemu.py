@@ -19,7 +19,7 @@ import base64
 import gzip
 import re
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from mmlab.attribution import functions
@@ -72,7 +72,7 @@ def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
     return lines + [f"mkswap {dev} > /dev/null", f"swapon {dev}"]
 
 
-def trial_script(workload: Workload, params: dict[str, object], samples: int,
+def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
                  kernel: images.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
@@ -100,10 +100,10 @@ def trial_script(workload: Workload, params: dict[str, object], samples: int,
     return "\n".join(lines + ["exit $rc"]) + "\n"
 
 
-def sample(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
-        warmups: int | None, settings: HostSettings, cache: Path | None = None,
-        instrument: Instrumentation | None = None, plugin: Path | None = None,
-        say: Callable[[str], None] | None = None) -> list[Sample]:
+def sample(guest: Guest, workload: Workload, params: Mapping[str, object], samples: int,
+           warmups: int | None, settings: HostSettings, cache: Path | None = None,
+           instrument: Instrumentation | None = None, plugin: Path | None = None,
+           say: Callable[[str], None] | None = None) -> list[Sample]:
     """Start `guest` (restored or booted), run one trial in it, and return
     its samples, labelled; `say` hears why a guest meant to be restored
     had to boot.
@@ -127,13 +127,15 @@ def sample(guest: Guest, workload: Workload, params: dict[str, object], samples:
         insns.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
-        raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: {stderr[-300:]}")
+        raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: "
+                          f"{stderr[-300:]}")
     numa = NUMA_MARK.search(boot.console)
     for s in got:
         s.counts.update(traced)
         s.state["instrumented"] = 1.0 if instrument else 0.0
         s.state.update({"target": "qemu", "accelerator": accel, "guest_kernel": guest.kernel.name,
-                        "guest_kernel_package": guest.kernel.package_version or guest.kernel.version,
+                        "guest_kernel_package": (guest.kernel.package_version
+                                                 or guest.kernel.version),
                         "guest_vcpus": float(guest.vcpus),
                         "guest_memory_mb": float(guest.memory_mb),
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
@@ -162,7 +164,7 @@ def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
     return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 
-def _programs(workload: Workload, params: dict[str, object], cache: Path) -> tuple[Path, ...]:
+def _programs(workload: Workload, params: Mapping[str, object], cache: Path) -> tuple[Path, ...]:
     """The initramfs part holding an exec workload's program and libraries, if any."""
     packed = workload.programs(params)
     return (initramfs.files_archive(packed, cache),) if packed else ()
@@ -185,7 +187,7 @@ def _samples(boot: BootResult, guest: Guest, workload: Workload,
     return got, stderr
 
 
-def count_functions(guest: Guest, workload: Workload, params: dict[str, object], samples: int,
+def count_functions(guest: Guest, workload: Workload, params: Mapping[str, object], samples: int,
                     warmups: int | None, settings: HostSettings, plugin: Path,
                     cache: Path | None = None) -> functions.FunctionInsns:
     """One TCG boot counting the kernel's instructions per function inside

@@ -34,6 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
@@ -123,7 +124,8 @@ def _save_retrying(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -
     here on 6.12 and 6.18 under TCG) and the next one is fine."""
     for retry in range(BOOT_RETRIES + 1):
         try:
-            return _save(guest, accel, snap, swap)
+            _save(guest, accel, snap, swap)
+            return
         except SnapshotUnavailable as exc:
             if not isinstance(exc.__cause__, BootFailed) or retry == BOOT_RETRIES:
                 raise
@@ -169,13 +171,18 @@ def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
         time.sleep(0.02)
 
 
+async def _query(qmp: QMPClient, command: str) -> dict[str, object]:
+    """A QMP query's answer, a JSON object (qemu.qmp types every answer as object)."""
+    return cast(dict[str, object], await qmp.execute(command))
+
+
 async def _migrate(qmp_socket: Path, uri: str) -> None:
     """QMP: migrate the running guest to `uri` and wait for the end."""
     qmp = QMPClient("mmlab")
     await qmp.connect(str(qmp_socket))
     try:
         await qmp.execute("migrate", {"uri": uri})
-        while (info := await qmp.execute("query-migrate")).get("status") not in (
+        while (info := await _query(qmp, "query-migrate")).get("status") not in (
                 "completed", "failed", "cancelled"):
             await asyncio.sleep(0.02)
     finally:
@@ -288,7 +295,7 @@ async def _until_running(proc: subprocess.Popen, qmp_socket: Path, deadline: flo
             _still_starting(proc, deadline)
             await asyncio.sleep(0.005)
     try:
-        while not (await client.execute("query-status")).get("running"):
+        while not (await _query(client, "query-status")).get("running"):
             _still_starting(proc, deadline)
             await asyncio.sleep(0.005)
     finally:

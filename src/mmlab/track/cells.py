@@ -195,7 +195,8 @@ def unfinished(store: Store, exp_id: int) -> bool:
 
 
 Work = tuple[Tracked, Cell, "int | None"]   # a cell to measure, and its unfinished experiment
-OnCell = Callable[[list[Cell], int, int], str]   # (cells, index of the first, total) -> what is said
+# (cells, index of the first, total) -> what is said
+OnCell = Callable[[list[Cell], int, int], str]
 
 
 def pending(store: Store, suite: Suite, todo: list[tuple[Tracked, Cell]]) -> list[Work]:

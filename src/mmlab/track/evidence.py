@@ -14,11 +14,12 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from mmlab.attribution import explain
 from mmlab.attribution.explain import CountChange, WindowFunctions
 from mmlab.judge import audit
+from mmlab.judge.comparison import Comparison
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change
@@ -81,7 +82,7 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
     arm, base = (mine.arm, mine.baseline) if mine else ("", "")
     samples = j.measured.by_arm
     b, a = change.releases
-    created = datetime.fromtimestamp(store.experiment(exp_id)["created"], timezone.utc)
+    created = datetime.fromtimestamp(store.experiment(exp_id)["created"], UTC)
     return Evidence(
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
         created.strftime("%Y-%m-%dT%H:%M:%SZ"), j.measured.rounds,
@@ -98,13 +99,12 @@ def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
     suite's order: the change's own class of metric, and the other class
     where the pair has that confirmation too (they are confirmed apart)."""
     both = [judged.comparisons(e) for e in (exp_id, also) if e is not None]
-    rows = [_row(p, comps, m) for p, comps in both for m in p.profile.metrics
-            if cells.kernel_comparison(p, comps, m)]
+    rows = [_row(p, c, m) for p, comps in both for m in p.profile.metrics
+            if (c := cells.kernel_comparison(p, comps, m))]
     return sorted(rows, key=lambda r: tracked.index(r.metric))
 
 
-def _row(plan, comparisons, metric: str) -> MetricRow:
-    c = cells.kernel_comparison(plan, comparisons, metric)
+def _row(plan, c: Comparison, metric: str) -> MetricRow:
     return MetricRow(metric, plan.workload.metric(metric).unit, c.median_baseline, c.median,
                      c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high), str(c.verdict),
                      changepoints.outcome_of(metric, c))
@@ -122,8 +122,9 @@ def _typical(samples: list[Sample], key: str) -> str:
     values = [s.state[key] for s in samples if key in s.state]
     if not values:
         return "-"
-    if all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
-        return f"{statistics.median(values):.4g}"
+    numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
+    if len(numbers) == len(values):
+        return f"{statistics.median(numbers):.4g}"
     return str(Counter(map(str, values)).most_common(1)[0][0])
 
 

@@ -12,6 +12,7 @@ stable backport brought is told apart from one a new series brought.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -65,7 +66,7 @@ class Line:
 
 
 def lines(suite: Suite, resolver: Resolver, reference: Release,
-          remembered: list[Release] = ()) -> list[Line]:
+          remembered: Sequence[Release] = ()) -> list[Line]:
     """The series across releases (the reference in its slot), then one per
     branch (the reference is the point release it pins, where it is one).
     Debian releases the store has cells of but the catalog no longer serves

@@ -8,6 +8,7 @@ parameters against it and turns them into mmwork arguments.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -87,7 +88,7 @@ class Workload:
         known = ", ".join(m.name for m in self.metrics)
         raise MmlabError(f"{self.name}: unknown metric '{name}' (known: {known})")
 
-    def args(self, params: dict[str, object]) -> list[str]:
+    def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork arguments for `params`, each name checked against the table."""
         out: list[str] = []
         for name, value in params.items():
@@ -109,11 +110,11 @@ class Workload:
         its command's output here)."""
         return sample
 
-    def programs(self, params: dict[str, object]) -> list[Path]:
+    def programs(self, params: Mapping[str, object]) -> list[Path]:
         """Files it needs where it runs besides mmwork (a guest packs them)."""
         return []
 
-    def check(self, params: dict[str, object]) -> None:
+    def check(self, params: Mapping[str, object]) -> None:
         """Validate values with mmwork's own rules (ranges, memory size, paths)."""
         checked = proc.call([mmwork_path(), self.name, *self.args(params), "--check"],
                             check=False)

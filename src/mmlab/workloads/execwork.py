@@ -32,9 +32,10 @@ import re
 import shlex
 import shutil
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Tag
@@ -198,13 +199,13 @@ def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
     return found
 
 
-def stress_ng_figures(text: str, names: tuple[str, ...]) -> dict[str, float]:
+def stress_ng_figures(text: str, names: tuple[str, ...]) -> dict[str, float | None]:
     """mmlab's `names` (keys of STRESS_NG) read from stress-ng's YAML output."""
     found = figures("stress-ng-yaml", text)
-    return {name: found[STRESS_NG[name].key] for name in names}
+    return {name: found[STRESS_NG[name].key or name] for name in names}
 
 
-def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float]:
+def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float | None]:
     """stress-ng run as it is, not as a workload (the peer the benchmarks set
     mmlab beside), its figures read back from its own YAML (-Y)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,7 +216,7 @@ def run_stress_ng(argv: list[str], names: tuple[str, ...]) -> dict[str, float]:
 
 # ---------------------------------------------------------------- the command line
 
-def substitute(arg: str, values: dict[str, object]) -> str | None:
+def substitute(arg: str, values: Mapping[str, object]) -> str | None:
     """One argument with its placeholders filled; None when it is to be
     dropped (it held only placeholders and they came out empty)."""
     def fill(m: re.Match) -> str:
@@ -281,7 +282,7 @@ class ExecWorkload(Workload):
             raise MmlabError("{source}: this exec workload has no source")
         return csource.binary(self.source_text, self.source_name or "repro.c")
 
-    def argv(self, params: dict[str, object], program: str | None = None) -> list[str]:
+    def argv(self, params: Mapping[str, object], program: str | None = None) -> list[str]:
         """The command with `params` substituted ({out} is left to mmwork);
         {source} is the compiled reproducer, or `program` (a bundle names
         the file there instead of compiling it)."""
@@ -290,13 +291,13 @@ class ExecWorkload(Workload):
             values["source"] = program or str(self.binary())
         return [a for a in (substitute(arg, values) for arg in self.command) if a is not None]
 
-    def args(self, params: dict[str, object]) -> list[str]:
+    def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork exec's arguments; the program by its path on this machine,
         where a guest finds it too (its files are packed at the same paths)."""
         return ["--timeout-s", f"{self.timeout_s:g}", *(["--smaps"] if self.smaps else []),
                 "--", str(self.program(params)), *self.argv(params)[1:]]
 
-    def program(self, params: dict[str, object]) -> Path:
+    def program(self, params: Mapping[str, object]) -> Path:
         """The command's program as a path on this machine."""
         name = self.argv(params)[0]
         found = shutil.which(name)
@@ -304,12 +305,12 @@ class ExecWorkload(Workload):
             raise MmlabError(f"{name}: not found on this machine (the command's program)")
         return Path(found).absolute()
 
-    def programs(self, params: dict[str, object]) -> list[Path]:
+    def programs(self, params: Mapping[str, object]) -> list[Path]:
         """The program and the libraries it loads: what a guest needs packed."""
         program = self.program(params)
         return [program, *shared_libraries(program)]
 
-    def check(self, params: dict[str, object]) -> None:
+    def check(self, params: Mapping[str, object]) -> None:
         """Every placeholder has a value, every value a placeholder, and the
         program exists (a reproducer compiles)."""
         names = placeholders(self.command)
@@ -318,7 +319,7 @@ class ExecWorkload(Workload):
                 raise MmlabError(f"parameter '{name}': {{{name}}} is mmlab's own placeholder")
             if name not in names:
                 raise MmlabError(f"parameter '{name}' is not used by the command (its "
-                                 f"placeholders: {', '.join('{%s}' % n for n in names) or 'none'})")
+                                 f"placeholders: {', '.join(f'{{{n}}}' for n in names) or 'none'})")
         if not self.argv(params):
             raise MmlabError("the command is empty")
         self.program(params)
@@ -348,8 +349,8 @@ class ExecWorkload(Workload):
                                          "counts": counts})
 
 
-AnyWorkload = Annotated[Union[Annotated[Workload, Tag("mmwork")],
-                              Annotated[ExecWorkload, Tag("exec")]],
+AnyWorkload = Annotated[Annotated[Workload, Tag("mmwork")]
+                        | Annotated[ExecWorkload, Tag("exec")],
                         Discriminator(lambda v: (v.get("kind") if isinstance(v, dict)
                                                  else getattr(v, "kind", None)) or "mmwork")]
 
@@ -369,7 +370,7 @@ def _unit(name: str) -> str:
     return UNITS[m.group(2)] if m else ""
 
 
-def _metrics(metrics_from: str | None, declared: dict[str, ExecMetric | str]
+def _metrics(metrics_from: str | None, declared: Mapping[str, ExecMetric | str]
              ) -> tuple[tuple[Metric, ...], tuple[tuple[str, str], ...]]:
     """The workload's metrics: what mmwork measures outside, stress-ng's own
     when it is the source, and the declared ones (which win)."""
@@ -380,7 +381,8 @@ def _metrics(metrics_from: str | None, declared: dict[str, ExecMetric | str]
                             "(_ns, _us, _ms, _s, _per_s, _pages, _bytes, _kb), e.g. "
                             "advise_ns_per_page")
         if name in OUTSIDE:
-            raise ProfileKeyError(f"exec_metrics.{name}", "is measured by mmlab outside the command")
+            raise ProfileKeyError(f"exec_metrics.{name}",
+                                  "is measured by mmlab outside the command")
         specs[name] = spec if isinstance(spec, ExecMetric) else ExecMetric(direction=spec)
     if specs and not metrics_from:
         raise ProfileKeyError("metrics_from", "declared metrics need metrics_from = "
@@ -393,7 +395,8 @@ def _metrics(metrics_from: str | None, declared: dict[str, ExecMetric | str]
 
 
 def build(command: list[str] | str, *, source: str | None = None, base: Path = Path("."),
-          metrics_from: str | None = None, declared: dict[str, ExecMetric | str] | None = None,
+          metrics_from: str | None = None,
+          declared: Mapping[str, ExecMetric | str] | None = None,
           smaps: bool = False, timeout_s: float = 600.0) -> ExecWorkload:
     """An ExecWorkload from a profile's keys (or the command line's); a
     source path is read relative to `base` (the profile's directory) and

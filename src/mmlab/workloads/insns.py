@@ -30,7 +30,7 @@ import json
 import os
 import platform
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from mmlab.errors import MmlabError
 from mmlab.workloads import Workload
@@ -67,7 +67,7 @@ def alone(counted: list[Sample], workload: Workload) -> list[Sample]:
     return counted
 
 
-def counting_params(params: dict[str, object]) -> dict[str, object]:
+def counting_params(params: Mapping[str, object]) -> dict[str, object]:
     """The arm's parameters for the counting pass (mmwork --insns)."""
     return {**params, "insns": True}
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from mmlab.errors import MmlabError
@@ -54,7 +54,7 @@ def parse_cpus(text: str) -> set[int]:
     return cpus
 
 
-def argv(workload: Workload, params: dict[str, object], samples: int,
+def argv(workload: Workload, params: Mapping[str, object], samples: int,
          warmups: int | None = None, binary: str | None = None) -> list[str]:
     """mmwork's arguments for one trial; `binary` is its path where it runs.
     The workload's own come last: an exec workload's end with its command."""
@@ -63,10 +63,11 @@ def argv(workload: Workload, params: dict[str, object], samples: int,
     return out + workload.args(params)
 
 
-def sample(workload: Workload, params: dict[str, object], samples: int, warmups: int | None = None,
-        journal: knobs.Journal | None = None, cpus: str | None = None,
-        on_sample: Callable[[Sample], None] | None = None,
-        prefix: list[str] | None = None) -> list[Sample]:
+def sample(workload: Workload, params: Mapping[str, object], samples: int,
+           warmups: int | None = None,
+           journal: knobs.Journal | None = None, cpus: str | None = None,
+           on_sample: Callable[[Sample], None] | None = None,
+           prefix: list[str] | None = None) -> list[Sample]:
     """Run `samples` measured samples in one mmwork process here and return them.
 
     `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `prefix`

@@ -47,8 +47,9 @@ def processes_table(census: Census) -> Table:
         table.add_row(str(p.pid), p.comm, num(p.vmas), num(p.anon_vmas), num(p.largest_group),
                       num(p.largest_anon_vma), pattern.summary() if pattern else "")
     if len(census.processes) > census.shown:
+        most = census.processes[census.shown].largest_group
         table.caption = (f"and {len(census.processes) - census.shown:,} more, each with a "
-                         f"largest group of at most {census.processes[census.shown].largest_group:,}")
+                         f"largest group of at most {most:,}")
     return table
 
 

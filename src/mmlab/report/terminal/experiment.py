@@ -33,9 +33,9 @@ from mmlab.workloads import Workload
 from mmlab.workloads.samples import Sample
 
 if TYPE_CHECKING:
+    from mmlab.judge.measurements import Measurements
     from mmlab.judge.verdicts import Judgement
     from mmlab.run.runner import RunResult
-    from mmlab.judge.measurements import Measurements
     from mmlab.store import Store, Trial
 
 
