@@ -92,7 +92,7 @@ def main() -> None:
         status = app(standalone_mode=False, prog_name="mmlab")
     except typer.TyperException as exc:   # click's usage errors, as typer vendors them
         if type(exc).__name__ == "NoArgsIsHelpError":
-            exc.show()
+            exc.show()                # type: ignore[attr-defined]  # click's NoArgsIsHelpError
             sys.exit(2)
         ctx = getattr(exc, "ctx", None)
         where = f" {ctx.command_path.removeprefix('mmlab').strip()}" if ctx else ""

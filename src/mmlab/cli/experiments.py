@@ -80,7 +80,8 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
                no_controls: bool = NO_CONTROLS) -> None:
     """Finish an interrupted experiment without repeating finished trials, and
     add rounds while its verdicts are undecided and its limits allow."""
-    on_fleet = [] if options.open_store(results).plan(exp_id).machine else None
+    on_fleet: list[str] | None = [] if options.open_store(results).plan(exp_id).machine \
+        else None
     run_and_print(results, exp_id, on_fleet, allow_host_changes,
                   _options(attribute, no_controls, max_repetitions, budget))
 

@@ -13,6 +13,7 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import cast
 
 import typer
 
@@ -102,7 +103,8 @@ def workload_command(wl: workloads.Workload) -> Callable[..., None]:
 def exec_command() -> Callable[..., None]:
     """`mmlab run exec [--source FILE.c] -- CMD ARGS...`."""
     def command(ctx: typer.Context, **values: object) -> None:
-        source, declared = values.pop("source"), values.pop("metric")
+        source = cast("Path | None", values.pop("source"))
+        declared = cast("list[str]", values.pop("metric"))
         keys: dict[str, object] = {
             "command": ["{source}", *ctx.args] if source else list(ctx.args),
             "metrics_from": values.pop("metrics_from"), "smaps": values.pop("smaps"),
@@ -181,6 +183,7 @@ def _with_signature(func: Callable[..., None], params: list[tuple[str, type, obj
     """`func` with the keyword parameters typer reads options from."""
     sig = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option,
                              annotation=kind) for name, kind, option in params]
-    func.__signature__ = inspect.Signature(([first] if first else []) + sig)
-    func.__annotations__ = {p.name: p.annotation for p in func.__signature__.parameters.values()}
+    signature = inspect.Signature(([first] if first else []) + sig)
+    func.__signature__ = signature       # type: ignore[attr-defined]  # read by typer
+    func.__annotations__ = {p.name: p.annotation for p in signature.parameters.values()}
     return func

@@ -53,13 +53,13 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     store = Store(results)
     show = Display()
     here = driver.Here(TargetPool(allow_host_changes, show.say))
-    fleet = None
+    spread_over = None
     if names:
-        fleet = spread.Fleet(store, names, spread.fleet_runner(store, results, names,
-                                                               allow_host_changes, show))
+        spread_over = spread.Fleet(store, names, spread.fleet_runner(store, results, names,
+                                                                     allow_host_changes, show))
     started = time.monotonic()
     with show:
-        result = session.run(store, found, here, resolver, show, fleet=fleet)
+        result = session.run(store, found, here, resolver, show, fleet=spread_over)
     took = time.monotonic() - started
     if not result.measured and not result.confirmations:
         confirmed = sum(c.confirmed for c in result.changes)

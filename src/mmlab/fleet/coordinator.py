@@ -231,7 +231,8 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, with_control
     `on_event` hears every machine's trials and looks, from its thread."""
     store = Store(results)
     plans = {e: store.plan(e) for e in exp_ids}
-    found = registry.lookup(store, [p.machine for p in plans.values()])
+    machine_of = {e: _machine(e, p) for e, p in plans.items()}
+    found = registry.lookup(store, list(machine_of.values()))
     store.close()
     celery = engine.app(next(iter(found.values())).broker)
     engine.reachable(celery)
@@ -242,7 +243,7 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, with_control
     errors: list[BaseException] = []
 
     def machine_run(exp_id: int) -> None:
-        machine = found[plans[exp_id].machine]
+        machine = found[machine_of[exp_id]]
         mine = Store(results)
         say = saying(on_event)
         target = MachineTarget(celery, machine, allow_host_changes, watch, stop, say)
@@ -274,3 +275,11 @@ def run(results: str, exp_ids: list[int], allow_host_changes: bool, with_control
     if errors:
         raise Interrupted
     return done
+
+
+def _machine(exp_id: int, plan: Plan) -> str:
+    """The machine an experiment was planned on; a local one has none."""
+    if plan.machine is None:
+        raise MmlabError(f"experiment {exp_id} was not planned on a fleet machine (mmlab "
+                         f"experiment resume {exp_id} runs it here)")
+    return plan.machine

@@ -104,7 +104,7 @@ def matched(plan: Plan, comparisons: list[Comparison]
         if c.verdict != Verdict.NOT_COMPARABLE:
             continue
         for ctrl in plan.arms:
-            if ctrl.control_of != c.arm:
+            if ctrl.control_of != c.arm or ctrl.control is None:
                 continue
             base = baseline_for(plan, ctrl)
             found = by_key.get((c.metric, ctrl.name, base.name)) if base else None

@@ -98,6 +98,8 @@ class Measurements:
                 values.append(float(statistics.median(xs)))
                 rounds.append(t.round)
                 positions.append(t.position)
-        if any(r is None for r in rounds):
+        known_rounds = [r for r in rounds if r is not None]
+        known_positions = [p for p in positions if p is not None]
+        if len(known_rounds) < len(rounds) or len(known_positions) < len(positions):
             return Observations(tuple(values))
-        return Observations(tuple(values), tuple(rounds), tuple(positions))
+        return Observations(tuple(values), tuple(known_rounds), tuple(known_positions))

@@ -21,6 +21,7 @@ experiments at once.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from functools import cache
 
@@ -51,12 +52,13 @@ class Summary:
         return asdict(self)
 
 
-def finite(values) -> np.ndarray:
+def finite(values: Iterable[float | None]) -> np.ndarray:
     return np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
 
 
-def summarize(values: list[float]) -> Summary:
-    """The per-arm statistics of one metric; NaN where undefined (n < 2)."""
+def summarize(values: Iterable[float | None]) -> Summary:
+    """The per-arm statistics of one metric, over its finite values (a
+    sample may lack a metric); NaN where undefined (n < 2)."""
     x = finite(values)
     if x.size == 0:
         nan = float("nan")
@@ -304,13 +306,13 @@ def estimate(arm: str, baseline: str, a: Observations, b: Observations, criteria
                     noisy=f"paired noise {noise:.1%} per trial" if noise > criteria.max_cv
                     else "")
     x, y = np.asarray(a.values), np.asarray(b.values)
-    (lo, hi), (mlo, mhi) = bootstrap_ratio(x, y, (level, margin))
+    (low, high), (margin_low, margin_high) = bootstrap_ratio(x, y, (level, margin))
     p = float(stats.mannwhitneyu(x, y, alternative="two-sided").pvalue)
     named = [Outlier(None, name, None, v / med)
              for name, vals, med in ((arm, x, sa.median), (baseline, y, sb.median))
              for v, z in zip(vals, modified_z(vals)) if z > criteria.outlier_z and med]
-    return make("unpaired", sa.n, sb.n, sa.median / sb.median, float(lo[0]), float(hi[0]), p,
-                named, margin=(float(mlo[0]), float(mhi[0])))
+    return make("unpaired", sa.n, sb.n, sa.median / sb.median, float(low[0]), float(high[0]),
+                p, named, margin=(float(margin_low[0]), float(margin_high[0])))
 
 
 def _culprit(rnd: int, arm: str, baseline: str, a: tuple[float, int | None],

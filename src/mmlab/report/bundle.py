@@ -14,7 +14,7 @@ from mmlab.report import csv as report_csv
 from mmlab.report import flamegraph, plots, reproducer, text
 from mmlab.report import json as report_json
 from mmlab.report.data import ReportData
-from mmlab.workloads import csource
+from mmlab.workloads import csource, execwork
 
 
 def _raw_rows(d: ReportData) -> list[dict]:
@@ -31,7 +31,7 @@ def _reproducers(d: ReportData, out: Path) -> None:
     workload: the command each arm ran and, for a C file, that file as the
     experiment stored it (with the gcc line that built it)."""
     wl = d.workload
-    if wl.kind != "exec":
+    if not isinstance(wl, execwork.ExecWorkload):
         for arm in d.plan.arms:
             (out / f"reproducer-{safe_name(arm.name)}.c").write_text(
                 reproducer.source(wl, arm.params, f"{d.plan.profile.name}, arm {arm.name}"))

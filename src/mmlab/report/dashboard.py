@@ -5,6 +5,7 @@ report and evidence bundle."""
 
 from __future__ import annotations
 
+from collections.abc import Set
 from pathlib import Path
 
 from mmlab.report import bundle, data, html, text
@@ -33,7 +34,7 @@ def write_evidence(store: Store, directory: Path, evidence: list[Evidence]) -> s
 
 
 def write(directory: Path, suite: Suite, result: TrackResult, evidence: list[Evidence],
-          generated: str, bundled: set[int] = frozenset()) -> list[Path]:
+          generated: str, bundled: Set[int] = frozenset()) -> list[Path]:
     """index.html, feed.atom, summary.txt and track.json in `directory`;
     `bundled`: the experiments write_evidence wrote, linked from their change."""
     directory.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ shrank, white unchanged.
 from __future__ import annotations
 
 import hashlib
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
 
@@ -46,7 +47,7 @@ def _diverging(change: float, scale: float) -> str:
 
 
 def render(folded: Counter[str], title: str,
-           color_of: callable | None = None, note: str = "") -> str:
+           color_of: Callable[[tuple[str, ...]], str] | None = None, note: str = "") -> str:
     """The SVG text; `color_of(path)` may colour a frame by its path from the root."""
     root = _tree(folded)
     total = root["value"] or 1
@@ -90,8 +91,8 @@ def differential(folded: Counter[str], units: float, base: Counter[str], base_un
                  title: str) -> str:
     """The arm's flame graph coloured by the change of each frame's CPU time
     per unit of work against the baseline (same path from the root)."""
-    def per_path(f: Counter[str], u: float) -> Counter[tuple[str, ...]]:
-        acc: Counter[tuple[str, ...]] = Counter()
+    def per_path(f: Counter[str], u: float) -> dict[tuple[str, ...], float]:
+        acc: dict[tuple[str, ...], float] = defaultdict(float)
         for stack, w in f.items():
             frames = tuple(stack.split(";"))
             for i in range(1, len(frames) + 1):

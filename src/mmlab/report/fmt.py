@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypeGuard
 
 from mmlab.experiment.plan import Plan
 from mmlab.judge.criteria import Verdict
@@ -16,14 +17,14 @@ from mmlab.workloads import Metric
 DASH = "-"
 
 
-def missing(x: float | None) -> bool:
-    """None, NaN and infinities have no figure to show."""
-    return x is None or not math.isfinite(x)
+def finite(x: float | None) -> TypeGuard[float]:
+    """A figure to show: None, NaN and infinities have none."""
+    return x is not None and math.isfinite(x)
 
 
 def num(x: float | None, digits: int = 4) -> str:
     """About `digits` significant digits, thousands separated; whole numbers whole."""
-    if missing(x):
+    if not finite(x):
         return DASH
     if float(x).is_integer():
         return f"{int(x):,}"
@@ -35,7 +36,7 @@ def num(x: float | None, digits: int = 4) -> str:
 
 def pct(x: float | None) -> str:
     """A share: 0.125 -> 12.5%."""
-    return DASH if missing(x) else f"{x * 100:.1f}%"
+    return f"{x * 100:.1f}%" if finite(x) else DASH
 
 
 def spread(rcv: float) -> str:
@@ -47,32 +48,32 @@ def spread(rcv: float) -> str:
 
 def change(ratio: float | None) -> str:
     """A ratio as the signed change it means: 1.3 -> +30.0%."""
-    return DASH if missing(ratio) else f"{ratio - 1:+.1%}"
+    return f"{ratio - 1:+.1%}" if finite(ratio) else DASH
 
 
 def ratio(x: float | None, suffix: str = "") -> str:
-    return DASH if missing(x) else f"{x:.3f}{suffix}"
+    return f"{x:.3f}{suffix}" if finite(x) else DASH
 
 
 def ci(low: float | None, high: float | None) -> str:
-    return DASH if missing(low) or missing(high) else f"{low:.3f}..{high:.3f}"
+    return f"{low:.3f}..{high:.3f}" if finite(low) and finite(high) else DASH
 
 
 def p_value(p: float | None) -> str:
-    return DASH if missing(p) else f"{p:.2g}"
+    return f"{p:.2g}" if finite(p) else DASH
 
 
 def signed(x: float | None) -> str:
     """A difference in its own unit, as `num` writes figures: +641.2, -12.50,
     -49,643,429."""
-    return DASH if missing(x) else ("-" if x < 0 else "+") + num(abs(x))
+    return ("-" if x < 0 else "+") + num(abs(x)) if finite(x) else DASH
 
 
 def matched_state(label: str, c) -> str:
     """A matched-state control's verdict, said beside the different-state pair
     it controls: 'in matched state (thp=nohugepage): no change, ratio 0.970
     (90.0% CI 0.950..1.000)'."""
-    level = "" if missing(c.confidence) else f"{c.confidence:.1%} "
+    level = f"{c.confidence:.1%} " if finite(c.confidence) else ""
     return (f"in matched state ({label}): {c.verdict}, ratio {ratio(c.ratio)} "
             f"({level}CI {ci(c.ci_low, c.ci_high)})")
 

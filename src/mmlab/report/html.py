@@ -11,6 +11,7 @@ render nothing offline)."""
 from __future__ import annotations
 
 import base64
+from collections.abc import Set
 
 import jinja2
 from markupsafe import Markup
@@ -58,7 +59,7 @@ def series_anchor(s: Series) -> str:
 
 
 def dashboard(suite: Suite, result: TrackResult, evidence: list[Evidence], generated: str,
-              bundled: set[int]) -> str:
+              bundled: Set[int]) -> str:
     """The tracker's page; `bundled`: the experiments whose report and
     bundle were written beside it, linked from their change."""
     return DASHBOARD.get_template("dashboard.html.j2").render(

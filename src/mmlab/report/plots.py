@@ -40,7 +40,7 @@ def _png(fig) -> bytes:
 
 def distributions(d: ReportData, metric: str) -> bytes:
     arms = [a for a, ss in d.samples.items() if ss]
-    values = [[s.metrics.get(metric) for s in d.samples[a] if s.metrics.get(metric) is not None]
+    values = [[x for s in d.samples[a] if (x := s.metrics.get(metric)) is not None]
               for a in arms]
     fig, ax = plt.subplots(figsize=(8, 0.5 + 0.45 * max(len(arms), 1)))
     if any(values):
@@ -90,8 +90,8 @@ def growth_exponent(xs: list[float], ys: list[float]) -> float:
 def scaling(d: ReportData, metric: str, axis: str) -> bytes:
     lines: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for arm in d.plan.arms:
-        vals = [s.metrics.get(metric) for s in d.samples.get(arm.name, [])
-                if s.metrics.get(metric) is not None]
+        vals = [x for s in d.samples.get(arm.name, [])
+                if (x := s.metrics.get(metric)) is not None]
         if not vals:
             continue
         others = ",".join(f"{k}={v}" for k, v in arm.values.items() if k != axis) or metric

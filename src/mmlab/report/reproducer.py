@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 
 from mmlab.errors import MmlabError
@@ -30,7 +31,7 @@ def harness() -> list[Path]:
             for name in line.split("#", 1)[0].split()]
 
 
-def source(wl: Workload, params: dict[str, object], title: str) -> str:
+def source(wl: Workload, params: Mapping[str, object], title: str) -> str:
     """The single-file C source for `wl` with `params` as default arguments."""
     pieces = harness()
     workload_file = next(f for f in sorted(WORKLOAD_SRC.glob("*.c"))

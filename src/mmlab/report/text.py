@@ -73,9 +73,9 @@ def details(d: ReportData) -> list[str]:
     stopped, a noisy pair, the outlier trials kept and the order effects found."""
     out = ["", "  how each verdict was reached:"]
     for c in d.judgement.comparisons:
-        p_adj = "" if fmt.missing(c.p_adjusted) or not c.correction else \
+        p_adj = "" if not fmt.finite(c.p_adjusted) or not c.correction else \
             f", p {fmt.p_value(c.p_value)} ({c.correction}: {fmt.p_value(c.p_adjusted)})"
-        level = "" if fmt.missing(c.confidence) or not c.method else f", {c.confidence:.1%} CI"
+        level = "" if not fmt.finite(c.confidence) or not c.method else f", {c.confidence:.1%} CI"
         out += _wrap(f"- {c.metric}, {c.arm} vs {c.baseline}: {c.verdict}, "
                      f"{c.method or 'no estimate'}{level}{p_adj}; {c.stopped or '-'}"
                      + (f"; noisy ({c.noisy})" if c.noisy else ""))

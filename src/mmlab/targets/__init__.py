@@ -50,7 +50,8 @@ Announce = Callable[["Trial"], None]     # told as each trial starts
 
 
 class Target(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def check(self, plan: Plan) -> None: ...
 
@@ -66,8 +67,16 @@ class LocalTarget(ABC):
     name: str
 
     @abstractmethod
+    def check(self, plan: Plan) -> None:
+        """Refuse the plan before its first trial, naming why."""
+
+    @abstractmethod
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         """One trial with the arm's settings applied and restored."""
+
+    @abstractmethod
+    def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
+        """The attribution runs of one arm, after its timing trials."""
 
     def run_trials(self, store: Store, exp_id: int, plan: Plan, trials: list[Trial],
                    announce: Announce) -> tuple[int, int]:

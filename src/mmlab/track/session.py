@@ -35,6 +35,7 @@ from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, Progressed, ignore
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
+from mmlab.track.cells import Judgements, Series
 from mmlab.track.changepoints import Change, Thresholds
 from mmlab.track.releases import Line, Release, Resolver, lines
 from mmlab.track.spread import Fleet
@@ -55,9 +56,9 @@ class TrackResult:
     measured: list[int]             # experiments of the cells measured (or finished) now
     cells: int                      # cells measured (or finished) now
     confirmations: list[int]        # confirmation experiments run now
-    series: list[cells.Series]
+    series: list[Series]
     changes: list[Change]
-    judged: cells.Judgements        # what was judged, for the changes' evidence
+    judged: Judgements              # what was judged, for the changes' evidence
 
 
 @dataclass(frozen=True)

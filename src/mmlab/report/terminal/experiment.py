@@ -22,8 +22,8 @@ from mmlab.report.fmt import (
     change,
     ci,
     contrast,
+    finite,
     matched_state,
-    missing,
     num,
     p_value,
     pct,
@@ -226,7 +226,7 @@ def reasons(comparisons: list[Comparison],
     its matched-state controls."""
     out = []
     for c in comparisons:
-        level = "" if missing(c.confidence) or f"{c.confidence:.1%} CI" in c.reason \
+        level = "" if not finite(c.confidence) or f"{c.confidence:.1%} CI" in c.reason \
             else f"{c.confidence:.1%} CI"
         how = ", ".join(x for x in (c.method, level, c.correction, c.stopped) if x)
         out.append(f"{c.metric} {c.arm} vs {c.baseline}: {c.verdict}: {c.reason}"
