@@ -130,3 +130,19 @@ def test_commands_run_experiments_only_through_the_driver():
                     if isinstance(t, ast.Attribute) and not t.attr.startswith("__")
                     and ast.unparse(t.value) != "self"]
     assert not bad, "\n".join(bad)
+
+
+def test_the_command_layer_starts_without_the_library():
+    """`mmlab --version`, `--help` and a typo's one-line error must not wait
+    for the statistics, pydantic or rich to import: the command modules
+    import the library inside the command that uses it.  (How long a start
+    takes is a `make bench` figure, not a test.)"""
+    import subprocess
+    import sys
+    heavy = ("scipy", "numpy", "pydantic", "matplotlib", "rich.progress", "ruptures",
+             "mmlab.store", "mmlab.judge", "mmlab.report")
+    found = subprocess.run(
+        [sys.executable, "-c", "import sys, mmlab.cli; "
+         f"print(' '.join(m for m in {heavy!r} if m in sys.modules))"],
+        capture_output=True, text=True, check=True).stdout.split()
+    assert not found, f"importing mmlab.cli loads {found}"

@@ -14,6 +14,9 @@
    (`mmlab selftest verdicts`), and the verdicts of two real profiles, the
    A/A check and the THP modes, run while a noisy neighbour (a process
    burning a CPU, on and off every few seconds) shares the machine.
+5. How long `mmlab` takes to start when it has nothing to run (its version,
+   its help, a one-line error), beside `python -c pass` and `git --version`
+   (startup.py).
 
 Figures are printed as ratios; nothing here asserts a speed.
 """
@@ -34,7 +37,7 @@ import tomli_w
 from rich.table import Table
 
 from mmlab import workloads
-from mmlab.bench import agreement, census, guest_start
+from mmlab.bench import agreement, census, guest_start, startup
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
 from mmlab.experiment.profile import Profile
@@ -225,7 +228,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mmlab.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
-                                           "agreement", "census", "guests"], default="all")
+                                           "agreement", "census", "guests", "startup"],
+                        default="all")
     parser.add_argument("--guest", default="debian:6.12",
                         help="the guest kernel for stress-ng's agreement and the guests part "
                              "('none': host only)")
@@ -247,6 +251,8 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     out = console()
     try:
+        if args.part in ("all", "startup"):
+            out.print(startup.table())
         if args.part in ("all", "peer"):
             if shutil.which("stress-ng"):
                 out.print(mremap_table())

@@ -6,11 +6,8 @@ from pathlib import Path
 
 import typer
 
-from mmlab.census import command, guest, recipe, take
 from mmlab.cli.options import ALLOW, JSON
 from mmlab.errors import MmlabError
-from mmlab.report import terminal
-from mmlab.report.terminal import census as census_tables
 
 CMD = typer.Argument(None, metavar="[-- CMD ARGS...]",
                      help="a command to start and sample while it runs")
@@ -55,6 +52,9 @@ def census(cmd: list[str] = CMD, pid: list[int] = PID, every: bool = EVERY,
                          "(a guest runs the command)")
     if memory_mb is not None and kernel == "host":
         raise MmlabError("mmlab census: --memory-mb goes with --kernel (it sizes the guest)")
+    from mmlab.census import command, guest, recipe, take
+    from mmlab.report import terminal
+    from mmlab.report.terminal import census as census_tables
     out = terminal.console()
     if pid or every:
         found = take.take(pid or None, top)

@@ -5,11 +5,11 @@ last look."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mmlab.cli import options
-from mmlab.cli.display import run_and_print
 from mmlab.cli.options import (
     ALLOW,
     ATTRIBUTE,
@@ -20,11 +20,10 @@ from mmlab.cli.options import (
     PROFILE,
     RESULTS,
 )
-from mmlab.experiment import plan as experiment_plan
-from mmlab.report import terminal
-from mmlab.report.terminal import experiment
-from mmlab.run import driver
-from mmlab.run.events import Created
+
+if TYPE_CHECKING:
+    from mmlab.run import driver
+    from mmlab.run.events import Created
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Run profiles: interleaved, repeated, resumable.")
@@ -34,19 +33,16 @@ MACHINES = typer.Option(None, "--machines", metavar="NAME,NAME",
                              "verdicts per machine; needs a postgresql:// store")
 
 
-def load(profile: Path, max_repetitions: int | None = None,
-         budget: float | None = None) -> experiment_plan.Plan:
-    """The profile's plan with the command line's limits."""
-    return experiment_plan.with_limits(experiment_plan.load(profile), max_repetitions, budget)
-
-
 @app.command("plan", epilog="Example: mmlab experiment plan experiments/pageout-thp-modes.toml")
 def plan_cmd(profile: Path = PROFILE, max_repetitions: int = MAX_REPS,
              budget: float = BUDGET) -> None:
     """Expand PROFILE and show its arms, settings and schedule, and up to which
     noise its rounds reach a verdict (simulated); runs nothing."""
-    from mmlab.report.terminal import selftest
-    plan = load(profile, max_repetitions, budget)
+    plan = options.load_profile(profile)
+    from mmlab.experiment import plan as experiment_plan
+    from mmlab.report import terminal
+    from mmlab.report.terminal import experiment, selftest
+    plan = experiment_plan.with_limits(plan, max_repetitions, budget)
     terminal.console().print(experiment.plan_table(plan))
     info, warnings = selftest.decisions(plan)
     typer.echo(info)
@@ -62,11 +58,12 @@ def run_cmd(profile: Path = PROFILE, results: str = RESULTS, allow_host_changes:
             machines: str = MACHINES) -> None:
     """Expand PROFILE, store its plan, run it; prints the experiment ID last.
     With --machines, one experiment per machine, run by the machines' workers."""
-    plan = experiment_plan.load(profile)
     names = None
     if machines is not None:
         from mmlab import fleet
         names = fleet.machine_names(machines)
+    plan = options.load_profile(profile)
+    from mmlab.cli.display import run_and_print
     for warning in plan.warnings():
         options.warn(warning)
     run_and_print(results, plan, names, allow_host_changes,
@@ -80,6 +77,7 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
                no_controls: bool = NO_CONTROLS) -> None:
     """Finish an interrupted experiment without repeating finished trials, and
     add rounds while its verdicts are undecided and its limits allow."""
+    from mmlab.cli.display import run_and_print
     on_fleet: list[str] | None = [] if options.open_store(results).plan(exp_id).machine \
         else None
     run_and_print(results, exp_id, on_fleet, allow_host_changes,
@@ -88,6 +86,7 @@ def resume_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS,
 
 def _options(attribute: bool, no_controls: bool, max_repetitions: int | None,
              budget: float | None) -> driver.Options:
+    from mmlab.run import driver
     return driver.Options(attribute, not no_controls, max_repetitions, budget)
 
 

@@ -3,14 +3,16 @@ of many machines sharing one PostgreSQL store and one Redis broker."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
 from mmlab.cli import options
-from mmlab.cli.display import print_fleet
 from mmlab.cli.options import EXPERIMENT, RESULTS
 from mmlab.errors import MmlabError
-from mmlab.report import terminal
-from mmlab.store import Store
+
+if TYPE_CHECKING:
+    from mmlab.store import Store
 
 fleet_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                         help="A lab of many machines: workers, queues, verdicts per machine.")
@@ -39,6 +41,7 @@ def status(results: str = RESULTS) -> None:
 
     Example: mmlab fleet status --results postgresql://mmlab@db/mmlab"""
     from mmlab.fleet import summary
+    from mmlab.report import terminal
     from mmlab.report.terminal import fleet as fleet_tables
     store = _fleet_store(results)
     terminal.console().print(fleet_tables.status_table(summary.status(store)))
@@ -54,6 +57,7 @@ def summary_cmd(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
     if not store.plan(exp_id).fleet:
         raise MmlabError(f"experiment {exp_id} is not part of a fleet run (mmlab compare "
                          f"{exp_id} shows its verdicts)")
+    from mmlab.cli.display import print_fleet
     print_fleet(store, coordinator.members(store, exp_id))
 
 
@@ -76,6 +80,6 @@ def copy(source: str = typer.Argument(..., metavar="SOURCE",
     into a fleet's PostgreSQL, or back); ones already there are skipped.
 
     Example: mmlab store copy mmlab-results postgresql://mmlab@db/mmlab"""
-    from mmlab.store import transfer
+    from mmlab.store import Store, transfer
     for line in transfer.copy(options.open_store(source), Store(destination)):
         typer.echo(line)

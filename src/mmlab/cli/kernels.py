@@ -8,23 +8,16 @@ import hashlib
 import re
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
-from rich.status import Status
 
-from mmlab.cli.display import Display, run_and_print
+from mmlab.cli import options
 from mmlab.cli.options import ALLOW, ATTRIBUTE, JSON, PROFILE, RESULTS
 from mmlab.errors import MmlabError
-from mmlab.experiment import plan as experiment_plan
-from mmlab.kernels import catalog, images, kbuild, specs
-from mmlab.report import json as report_json
-from mmlab.report import terminal
-from mmlab.report.terminal import kernels as kernel_tables
-from mmlab.run import driver
-from mmlab.run import narrow as narrowing
-from mmlab.run.events import Created
-from mmlab.store import Store
-from mmlab.targets import TargetPool
+
+if TYPE_CHECKING:
+    from mmlab.run.events import Created
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Kernel images for QEMU guests.")
@@ -49,6 +42,7 @@ def add(spec: str = KERNEL_SPEC,
     installed) or register a local bzImage.
 
     Example: mmlab kernels add debian:6.12"""
+    from mmlab.kernels import images, specs
     if spec.startswith("debian:"):
         found = [images.add_debian(one.removeprefix("debian:"))
                  for one in specs.expand([spec])]
@@ -71,6 +65,10 @@ def available(series: str = typer.Argument(None, metavar="SERIES",
     patch level, flavour, suite and packaging (or every version of SERIES).
 
     Example: mmlab kernels available 6.12"""
+    from mmlab.kernels import catalog
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import kernels as kernel_tables
     if series and not re.fullmatch(r"\d+\.\d+", series):
         raise MmlabError(f"{series}: expected a release series like 6.12")
     apt = catalog.Apt()
@@ -88,6 +86,10 @@ def cached(as_json: bool = JSON) -> None:
     """The cached kernels and the features their configs enable.
 
     Example: mmlab kernels list --json"""
+    from mmlab.kernels import images
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import kernels as kernel_tables
     found = images.cached()
     if as_json:
         typer.echo(report_json.kernels(found))
@@ -106,6 +108,7 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
     """Build a kernel for guests from source, cached by its inputs.
 
     Example: mmlab kernels build debian-source:6.12 --patch fix.patch"""
+    from mmlab.kernels import kbuild
     with build_status(source) as on_line:
         k = kbuild.build(source, patch, config, name, on_line)
     typer.echo(f"{k.name}: {k.version} ({k.source}), config sha256 {k.config_sha256[:12]}, "
@@ -115,6 +118,9 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
 @contextmanager
 def build_status(source: str):
     """A live line while kernels build: the step count and the last line."""
+    from rich.status import Status
+
+    from mmlab.report import terminal
     count = 0
     with Status(f"building {source}", console=terminal.console()) as status:
         def on_line(line: str) -> None:
@@ -135,7 +141,11 @@ def ab(profile: Path = PROFILE,
 
     Example: mmlab ab experiments/ksm-rmap-ab.toml --patch
     experiments/patches/seed004-ksm-rmap-walk-range-6.12.patch"""
-    plan = experiment_plan.load(profile)
+    plan = options.load_profile(profile)
+    from mmlab.cli.display import run_and_print
+    from mmlab.experiment import plan as experiment_plan
+    from mmlab.kernels import kbuild
+    from mmlab.run import driver
     with build_status(source) as on_line:
         a, b = kbuild.ab_pair(source, patch, config, on_line)
     sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
@@ -169,7 +179,13 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
 
     Example: mmlab narrow experiments/seed004-ksm-rmap-narrow.toml
     --kernels debian:6.12..debian:7.3"""
-    plan = experiment_plan.load(profile)
+    plan = options.load_profile(profile)
+    from mmlab.cli.display import Display
+    from mmlab.kernels import kbuild, specs
+    from mmlab.run import driver
+    from mmlab.run import narrow as narrowing
+    from mmlab.store import Store
+    from mmlab.targets import TargetPool
     if plan.warnings():
         raise MmlabError(plan.warnings()[0])
     metric = metric or plan.profile.metrics[0]

@@ -7,16 +7,8 @@ from pathlib import Path
 
 import typer
 
-from mmlab import workloads
+from mmlab.cli import options
 from mmlab.cli.options import JSON
-from mmlab.experiment import plan as experiment_plan
-from mmlab.judge.selftest import DEFAULTS, Shape
-from mmlab.machine import knobs
-from mmlab.report import json as report_json
-from mmlab.report import terminal
-from mmlab.report.terminal import machine as machine_tables
-from mmlab.report.terminal import selftest as selftest_report
-from mmlab.targets import probe
 
 selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="How well mmlab's own methods work.")
@@ -26,6 +18,10 @@ def workloads_cmd(as_json: bool = JSON) -> None:
     """List the workloads: seed, parameters, metrics and mm paths.
 
     Example: mmlab workloads --json"""
+    from mmlab import workloads
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import machine as machine_tables
     table = workloads.registry()
     if as_json:
         typer.echo(report_json.records(table.values()))
@@ -39,6 +35,10 @@ def probe_cmd(as_json: bool = JSON) -> None:
     """What this machine offers and lacks, measured now.
 
     Example: mmlab probe"""
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import machine as machine_tables
+    from mmlab.targets import probe
     facts = probe.facts()
     if as_json:
         typer.echo(report_json.records(facts))
@@ -50,6 +50,7 @@ def restore() -> None:
     """Put back every global setting an interrupted mmlab left changed.
 
     Example: mmlab restore"""
+    from mmlab.machine import knobs
     journal = knobs.Journal()
     if not journal.path.exists():
         typer.echo("nothing to restore")
@@ -74,6 +75,8 @@ def selftest_verdicts(experiments: int = typer.Option(2000, "--experiments", min
     noise that follows the schedule; exit status 1 when a goal is missed.
 
     Example: mmlab selftest verdicts --profile experiments/pageout-thp-modes.toml"""
-    shape = Shape.of(experiment_plan.load(profile)) if profile else DEFAULTS
+    from mmlab.judge.selftest import DEFAULTS, Shape
+    from mmlab.report.terminal import selftest as selftest_report
+    shape = Shape.of(options.load_profile(profile)) if profile else DEFAULTS
     if selftest_report.print_report(experiments, seed, shape):
         raise typer.Exit(1)

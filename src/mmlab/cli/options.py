@@ -1,14 +1,21 @@
-"""Options several commands share, spelled once, with metavars a person reads."""
+"""Options several commands share, spelled once, with metavars a person reads.
+
+Like every command module, this one imports only typer at its top: the
+library loads inside the command that uses it, so `--version`, `--help`
+and a one-line error start in a fraction of the time the statistics,
+pydantic and rich would take to import."""
 
 from __future__ import annotations
 
-import sys
+from typing import TYPE_CHECKING
 
 import typer
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-from mmlab.report import terminal
-from mmlab.store import Store
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from mmlab.experiment.plan import Plan
+    from mmlab.store import Store
 
 RESULTS = typer.Option("mmlab-results", "--results", parser=str, metavar="PATH",
                        help="the results directory holding the store, or a fleet's shared "
@@ -31,17 +38,19 @@ PROFILE = typer.Argument(..., metavar="PROFILE", help="a TOML profile (see docs/
 EXPERIMENT = typer.Argument(..., metavar="EXPERIMENT", help="an experiment ID (mmlab experiments)")
 
 
+def load_profile(path: Path) -> Plan:
+    """The profile's plan; a path that is no profile is refused before the
+    profile's models are imported (experiment/source.py)."""
+    from mmlab.experiment import source
+    text = source.read(path)
+    from mmlab.experiment import plan
+    return plan.parse(text, str(path))
+
+
 def open_store(results: str) -> Store:
     """The store of a command that only reads: it must exist already."""
+    from mmlab.store import Store
     return Store(results, create=False)
-
-
-def progress(disable: bool = False) -> Progress:
-    """A progress bar on a terminal; nothing in logs and CI."""
-    return Progress(TextColumn("{task.description}"), BarColumn(),
-                    TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
-                    console=terminal.console(), disable=disable or not sys.stdout.isatty(),
-                    transient=True)
 
 
 def warn(message: str) -> None:

@@ -11,11 +11,6 @@ import typer
 from mmlab.cli import options
 from mmlab.cli.options import EXPERIMENT, JSON, RESULTS
 from mmlab.errors import MmlabError
-from mmlab.judge import verdicts
-from mmlab.report import csv as report_csv
-from mmlab.report import json as report_json
-from mmlab.report import terminal
-from mmlab.report.terminal import attribution, experiment
 
 
 def experiments(results: str = RESULTS) -> None:
@@ -23,6 +18,8 @@ def experiments(results: str = RESULTS) -> None:
 
     Example: mmlab experiments --results mmlab-results"""
     rows = options.open_store(results).experiments()
+    from mmlab.report import terminal
+    from mmlab.report.terminal import experiment
     terminal.console().print(experiment.experiments_table(rows))
 
 
@@ -31,6 +28,8 @@ def show(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
 
     Example: mmlab show 1"""
     store = options.open_store(results)
+    from mmlab.report import terminal
+    from mmlab.report.terminal import experiment
     experiment.print_experiment(terminal.console(), store, exp_id)
 
 
@@ -45,6 +44,11 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     if as_json and as_csv:
         raise MmlabError("compare: --json and --csv: choose one")
     store = options.open_store(results)
+    from mmlab.judge import verdicts
+    from mmlab.report import csv as report_csv
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import experiment
     plan = store.plan(exp_id)
     measured = store.measurements(exp_id)
     judged = verdicts.judge(plan, measured)
@@ -67,8 +71,11 @@ def explain(exp_id: int = EXPERIMENT, results: str = RESULTS, as_json: bool = JS
     from its baseline (needs an experiment run with --attribute).
 
     Example: mmlab explain 4 --focus do_madvise --svg flames/"""
-    from mmlab.attribution import explain as ex
     store = options.open_store(results)
+    from mmlab.attribution import explain as ex
+    from mmlab.report import json as report_json
+    from mmlab.report import terminal
+    from mmlab.report.terminal import attribution
     plan = store.plan(exp_id)
     attributed = ex.load(store.attributions(exp_id))
     if not attributed:

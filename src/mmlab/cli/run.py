@@ -13,19 +13,18 @@ import inspect
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import typer
 
-from mmlab import workloads
 from mmlab.cli import options
-from mmlab.cli.display import Display
 from mmlab.errors import MmlabError
-from mmlab.experiment import single
-from mmlab.report.terminal import attribution, experiment
-from mmlab.run import driver
-from mmlab.targets import TargetPool
-from mmlab.workloads import HARNESS_PARAMS, execwork
+
+if TYPE_CHECKING:
+    from mmlab import workloads
+    from mmlab.cli.display import Display
+    from mmlab.experiment import single
+    from mmlab.run import driver
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="Run one workload on this kernel or, with --kernel, in a guest. "
@@ -76,6 +75,7 @@ METAVAR = {"int": "N", "size_kb": "SIZE", "bytes": "BYTES", "float": "X", "path"
 
 def register() -> None:
     """One subcommand per workload in mmwork's table, and `exec`."""
+    from mmlab import workloads
     for wl in workloads.registry().values():
         app.command(wl.name, help=f"{wl.summary} (seed {wl.seed}). mm paths: "
                                   f"{', '.join(wl.mm_paths)}.",
@@ -89,10 +89,12 @@ def register() -> None:
 
 def workload_command(wl: workloads.Workload) -> Callable[..., None]:
     """A command whose options are `wl`'s parameters and the common ones."""
+    from mmlab.workloads import HARNESS_PARAMS
     mine = {p.name.replace("-", "_"): p for p in wl.params
             if p.name not in (*HARNESS_PARAMS, "insns")}
 
     def command(**values: object) -> None:
+        from mmlab.experiment import single
         params = {p.name: values.pop(key) for key, p in mine.items()}
         run(single.Request(wl.name, {k: v for k, v in params.items() if v not in (None, False)},
                            **_common(values)), values)
@@ -103,6 +105,8 @@ def workload_command(wl: workloads.Workload) -> Callable[..., None]:
 def exec_command() -> Callable[..., None]:
     """`mmlab run exec [--source FILE.c] -- CMD ARGS...`."""
     def command(ctx: typer.Context, **values: object) -> None:
+        from mmlab.experiment import single
+        from mmlab.workloads import execwork
         source = cast("Path | None", values.pop("source"))
         declared = cast("list[str]", values.pop("metric"))
         keys: dict[str, object] = {
@@ -123,6 +127,11 @@ def exec_command() -> Callable[..., None]:
 def run(req: single.Request, rest: dict) -> None:
     """Plan, store and run the one-arm experiment (driver.run_experiment);
     print its samples (and traces and functions) from the store."""
+    from mmlab.cli.display import Display
+    from mmlab.experiment import single
+    from mmlab.report.terminal import experiment
+    from mmlab.run import driver
+    from mmlab.targets import TargetPool
     plan = single.plan(req)
     show = Display(stderr=True, quiet=rest["as_json"])
     here = driver.Here(TargetPool(rest["allow_host_changes"], show.say))
@@ -147,6 +156,7 @@ def run(req: single.Request, rest: dict) -> None:
 def _print_functions(show: Display, outcome: driver.Outcome, req: single.Request) -> None:
     """What the attribution runs found, by kernel function."""
     from mmlab.attribution import explain
+    from mmlab.report.terminal import attribution
     plan = outcome.result.plan
     found = explain.explain_experiment(plan, explain.load(outcome.store.attributions(
         outcome.exp_id)), outcome.result.measured.by_arm, n=req.functions or 12)

@@ -12,12 +12,7 @@ from pathlib import Path
 import typer
 
 from mmlab.cli import options
-from mmlab.cli.display import Display
 from mmlab.cli.options import ALLOW, RESULTS
-from mmlab.report import terminal
-from mmlab.run import driver
-from mmlab.store import Store
-from mmlab.targets import TargetPool
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="The release tracker: every kernel of a suite, change points confirmed.")
@@ -38,8 +33,12 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     changed, in the style of a 0-day report.
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
+    from mmlab.cli.display import Display
     from mmlab.kernels import catalog
     from mmlab.report import text
+    from mmlab.run import driver
+    from mmlab.store import Store
+    from mmlab.targets import TargetPool
     from mmlab.track import evidence, releases, session, spread, suite
     names = None
     if machines is not None:
@@ -87,6 +86,8 @@ def report_cmd(suite_path: Path = SUITE, results: str = RESULTS,
 
     Example: mmlab track report experiments/suites/seeds.toml -o dashboard/"""
     from mmlab.report import dashboard
+    from mmlab.run import driver
+    from mmlab.targets import TargetPool
     from mmlab.track import evidence, releases, session, suite
     found = suite.load(suite_path)
     store = options.open_store(results)
@@ -108,6 +109,7 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     are confirmed; exit status 1 when a goal is missed.
 
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
+    from mmlab.report import terminal
     from mmlab.track import simulate
     rates = simulate.simulate_all(series, seed)
     from mmlab.report.terminal import selftest as selftest_report

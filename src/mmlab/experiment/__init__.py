@@ -12,4 +12,5 @@ over all arms instead of biasing one.
   plan.py      Arm and Plan: load, parse, expand, baselines, derived plans
   schedule.py  the seeded, interleaved order of trials
   single.py    `mmlab run`'s plan: one arm, written as a profile
+  source.py    a profile's text, read before anything heavy is imported
 """

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from mmlab import workloads
 from mmlab.errors import MmlabError
+from mmlab.experiment import source
 from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, where
 from mmlab.experiment.schedule import schedule
 from mmlab.kernels import specs
@@ -104,20 +105,9 @@ class Plan(BaseModel):
 # ---------------------------------------------------------------- loading
 
 def load(path: str | Path) -> Plan:
-    """Read, validate and expand a profile; every error names file, line and
-    key.  Only a regular file of UTF-8 text is read (a FIFO would hang)."""
-    path = Path(path)
-    if not path.is_file():
-        raise MmlabError(f"{path}: " + ("not a regular file" if path.exists()
-                                        else "no such profile"))
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise MmlabError(f"{path}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise MmlabError(f"{path}: not a TOML profile (not UTF-8 text at byte {exc.start})") \
-            from exc
-    return parse(text, str(path))
+    """Read (source.read), validate and expand a profile; every error names
+    file, line and key."""
+    return parse(source.read(path), str(path))
 
 
 def parse(text: str, path: str = "<profile>") -> Plan:
