@@ -42,6 +42,9 @@ def test_run_prints_the_table_median_cv_and_state():
     (("run", "pageout-refault", "--mapping-kb", "-1"), "--mapping-kb: -1 is outside"),
     (("run", "unmap-young", "--colour", "red"), "No such option: --colour"),
     (("run", "ksm-rmap"), "pass --allow-host-changes"),
+    (("run", "exec", "--insns", "--", "true"), "--insns: exec has no timed windows"),
+    (("run", "exec", "--functions", "5", "--kernel", "debian:6.12", "--results",
+      "/nonexistent/never-made", "--", "true"), "--functions: exec has no timed windows"),
 ])
 def test_errors_are_one_line_with_exit_2(args, message):
     proc = mmlab(*args)
@@ -216,26 +219,6 @@ def test_run_and_experiment_run_take_their_samples_through_the_same_target(tmp_p
     assert {len(v) for v in store.samples_by_arm(2).values()} == {6}
 
 
-NARROW = """
-name = "narrow"
-workload = "pageout-refault"
-repetitions = 6
-metrics = ["advise_ns_per_page"]
-baseline = { kernel = "local:a" }
-[params]
-mapping-kb = 1024
-[matrix]
-kernel = ["local:a"]
-"""
-SUITE = """
-name = "fake"
-reference = "local:a"
-kernels = ["local:a", "local:b"]
-metrics = ["advise_ns_per_page"]
-[[profile]]
-path = "p.toml"
-"""
-
 
 def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_path,
                                                                           monkeypatch):
@@ -255,7 +238,7 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
     from mmlab.track import releases
 
     from .fake_target import FakeTarget
-    from .test_track import Local
+    from .test_track import Local, write_suite
     fake = FakeTarget(cv=0.01)
     monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: fake)
     monkeypatch.setattr(kbuild, "ab_pair", lambda *a: (
@@ -282,8 +265,7 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
     run_cmd.register()
     results = str(tmp_path / "r")
     (tmp_path / "pair.toml").write_text(THP_PAIR)
-    (tmp_path / "p.toml").write_text(NARROW)
-    (tmp_path / "suite.toml").write_text(SUITE)
+    suite = write_suite(tmp_path)                 # and p.toml, a profile over local kernels
     patch = tmp_path / "fix.patch"
     patch.write_text("--- a/x\n+++ b/x\n")
     commands = {
@@ -292,7 +274,7 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
         "experiment resume": ["experiment", "resume", "2"],
         "ab": ["ab", str(tmp_path / "p.toml"), "--patch", str(patch)],
         "narrow": ["narrow", str(tmp_path / "p.toml"), "--kernels", "local:a,local:b,local:c"],
-        "track run": ["track", "run", str(tmp_path / "suite.toml")],
+        "track run": ["track", "run", str(suite)],
     }
     cli = CliRunner()
     for name, args in commands.items():

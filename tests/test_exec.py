@@ -60,7 +60,7 @@ def test_key_value_tokens_anywhere_on_a_line_last_one_wins():
     found = execwork.figures("key=value", "starting mode=fast\nadvise_ns_per_page=380.5 "
                                           "rounds=8\nresult: cycle_ns_per_page = 1 (ignored)\n"
                                           "rounds=9 x_ns=nan\n")
-    assert found == {"advise_ns_per_page": 380.5, "rounds": 9, "x_ns": None}
+    assert found == {"advise_ns_per_page": 380.5, "rounds": 9}       # x_ns=nan: no figure
 
 
 def test_json_lines_flatten_nested_keys():
@@ -76,6 +76,10 @@ def test_json_lines_flatten_nested_keys():
     ("stress-ng-yaml", "metrics:\n  - stressor: vm\n    b_ns: n/a\n",
      "stress-ng YAML vm.b_ns: 'n/a' is not a number"),
     ("key=value", "a_ns=12\nb_ns=fast\n", "key=value line 2: b_ns: 'fast' is not a number"),
+    ("key=value", "b_ns=nan\n", "key=value line 1: b_ns: 'nan' is not a finite number"),
+    ("key=value", "b_ns=inf\n", "b_ns: 'inf' is not a finite number"),
+    ("key=value", "b_ns=1e400\n", "b_ns: '1e400' is not a finite number"),
+    ("json", '{"b_ns": -1e400}\n', "b_ns: -inf is not a finite number"),
     ("json", '{"a": 1}\nnot json\n', "json line 2 is not JSON"),
     ("json", "[1, 2]\n", "json line 1 is not a JSON object"),
     ("json", '{"m": {"b_ns": "?"}}\n', "json line 1: m.b_ns: '?' is not a number"),
@@ -270,7 +274,30 @@ def test_run_source_on_the_command_line():
     assert "rounds=2 pages=512" in samples[0]["output"]
 
 
+def test_a_metric_printed_as_nan_fails_its_trial_in_one_line():
+    """nan, inf or 1e400 is no figure: the trial fails, naming the value,
+    rather than be stored as missing and judged on nothing."""
+    for value in ("nan", "inf", "1e400"):
+        proc = mmlab("run", "exec", "--samples", "1", "--metrics-from", "key=value",
+                     "--metric", "x_ns:lower", "--", "sh", "-c", f"echo x_ns={value}")
+        assert proc.returncode == 2, proc.stderr
+        line = proc.stderr.strip().splitlines()[-1]
+        assert f"x_ns: '{value}' is not a finite number" in line, proc.stderr
+
+
 # ---------------------------------------------------------------- in a guest
+
+
+def test_source_anywhere_in_the_command_travels_into_a_guest(tmp_path, k612):
+    """`env K=V {source}`: env is the program, the compiled reproducer one
+    of its arguments; the guest gets both."""
+    (tmp_path / "tiny.c").write_text(TINY_C)
+    wl = execwork.build(["env", "SIZE_MB=8", "{source}", "7"], source="tiny.c", base=tmp_path,
+                        metrics_from="key=value", declared={"n_pages": "higher"})
+    assert wl.binary() in wl.programs({})
+    guest = boot.Guest(k612, vcpus=1, memory_mb=256, timeout_s=300)
+    (s,) = qemu.sample(guest, wl, {}, 1, 0, HostSettings())
+    assert s.metrics["n_pages"] == 7 and s.state["guest_kernel"] == "debian:6.12"
 
 def test_debian_stress_ng_runs_in_a_guest_from_its_packed_libraries(stress_ng, k612):
     """Debian's stress-ng is dynamically linked: the binary, its loader and

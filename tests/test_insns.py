@@ -25,7 +25,7 @@ from mmlab.judge import verdicts
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
-from mmlab.run import narrow, runner
+from mmlab.run import driver, narrow, runner
 from mmlab.store import Store
 from mmlab.targets import TrialError, boot, qemu
 from mmlab.targets.host import HostTarget
@@ -183,7 +183,8 @@ def test_narrow_measures_the_metric_it_narrows_on(tmp_path):
     plan = parse(text)
     store = Store(tmp_path / "r")
     lab = fake_pool(FakeTarget({"kernel=debian:6.19": 1.03}, cv=0.001))
-    c = narrow.experiment_step(store, plan, "debian:6.12", "debian:6.19", ADVISE, lab)
+    c = narrow.experiment_step(store, plan, "debian:6.12", "debian:6.19", ADVISE,
+                               driver.Here(lab))
     assert c.metric == ADVISE and c.verdict == "regression"
     assert ADVISE in store.plan(1).profile.metrics
     assert insns.wanted(plan.workload, store.plan(1).profile.metrics)

@@ -84,8 +84,10 @@ def plan(req: Request) -> Plan:
     metrics only with --insns (they cost a counting pass)."""
     check(req)
     wl = workload(req)
-    if req.count_insns and not wl.windows:
-        raise MmlabError(f"--insns: {wl.name} has no timed windows to count")
+    for option, asked in (("--insns", req.count_insns), ("--functions", req.functions)):
+        if asked and not wl.windows:
+            raise MmlabError(f"{option}: {wl.name} has no timed windows to count (an exec "
+                             "command is measured from outside, as a whole)")
     metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
     return parse(profile_text(req, metrics), "mmlab run")
 

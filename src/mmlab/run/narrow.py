@@ -142,7 +142,7 @@ def kernels_experiment(store: Store, plan: Plan, kernels: list[str], note: str,
 
 
 def experiment_step(store: Store, plan: Plan, ref: str, kernel: str, metric: str,
-                    place: driver.Place, on_event: OnEvent) -> Comparison:
+                    place: driver.Place, on_event: OnEvent = ignore) -> Comparison:
     """One comparison of the search, judged on `metric` alone (so that a
     metric only some runs produce, instructions, is produced, and the
     family the runner corrects for is that one metric's)."""

@@ -151,6 +151,9 @@ def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
         except MmlabError as exc:
             on_event(Message(f"attribution: {arm.name} failed: {exc}"))
             continue
+        if not found:
+            on_event(Message(f"attribution: {arm.name}: nothing its target can attribute"))
+            continue
         for kind, data in found.items():
             store.save_attribution(exp_id, arm.name, kind, data)
         stored += 1

@@ -333,11 +333,14 @@ class QemuTarget(LocalTarget):
         wanted = set(plan.profile.attribution) or {"guest_trace", "functions"}
         guest = self.guest(arm, plan)
         found = {}
-        if "guest_trace" in wanted:
-            count = tuple(plan.profile.trace_count) or wl.mm_paths
-            time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
+        count = tuple(plan.profile.trace_count) or wl.mm_paths
+        time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
+        if "guest_trace" in wanted and not (count or time_):
+            self.say(f"{arm.name}: no guest trace: {wl.name} names no mm paths to trace "
+                     "(give the profile trace_count or trace_time)")
+        elif "guest_trace" in wanted:
             got = sample(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
-                      settings=arm.settings, instrument=Instrumentation(count, time_))
+                         settings=arm.settings, instrument=Instrumentation(count, time_))
             found["guest_trace"] = guest_trace_record(got)
         counted = self._functions(guest, arm, plan) if "functions" in wanted else None
         if counted:

@@ -103,15 +103,19 @@ def _outside(sample: Sample) -> dict[str, float | None]:
 
 # ---------------------------------------------------------------- output formats
 
-def _number(text: object, where: str) -> float | None:
-    """A figure; NaN and infinities are a missing value, not a number."""
+def _number(text: object, where: str) -> float:
+    """A figure: a finite number.  NaN, an infinity and a value past a
+    double's range (1e400) are no figure a verdict can use: a metric that
+    prints one fails its trial rather than be stored as missing."""
     if isinstance(text, bool) or not isinstance(text, int | float | str):
         raise MmlabError(f"{where}: {text!r} is not a number")
     try:
         value = float(text)
     except ValueError:
         raise MmlabError(f"{where}: {text!r} is not a number") from None
-    return value if math.isfinite(value) else None
+    if not math.isfinite(value):
+        raise MmlabError(f"{where}: {text!r} is not a finite number")
+    return value
 
 
 # A parser gives every scalar the output holds: key -> (value as printed, where).
@@ -181,13 +185,14 @@ PARSERS = {"stress-ng-yaml": _stress_ng_yaml, "key=value": _key_value, "json": _
 
 
 def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
-            ) -> dict[str, float | None]:
-    """The figures a command's output holds, by key: every numeric one, and
-    each `wanted` key, which must be a number.  MmlabError (one line) when
-    the output is malformed or a wanted value is not a number."""
+            ) -> dict[str, float]:
+    """The figures a command's output holds, by key: every finite numeric
+    one, and each `wanted` key, which must be a finite number.  MmlabError
+    (one line) when the output is malformed or a wanted value is not a
+    finite number."""
     if not text.strip():
         raise MmlabError(f"the command printed no {metrics_from} output")
-    found: dict[str, float | None] = {}
+    found: dict[str, float] = {}
     for key, (value, where) in PARSERS[metrics_from](text).items():
         if key in wanted:
             found[key] = _number(value, where)
@@ -306,9 +311,13 @@ class ExecWorkload(Workload):
         return Path(found).absolute()
 
     def programs(self, params: Mapping[str, object]) -> list[Path]:
-        """The program and the libraries it loads: what a guest needs packed."""
+        """What a guest needs packed: the program and the libraries it
+        loads, and the compiled reproducer wherever the command names
+        {source} (`env K=V {source}` runs env, which runs it)."""
         program = self.program(params)
-        return [program, *shared_libraries(program)]
+        reproducer = [self.binary()] if self.source_text is not None else []
+        return [program, *shared_libraries(program),
+                *(p for p in reproducer if p != program)]
 
     def check(self, params: Mapping[str, object]) -> None:
         """Every placeholder has a value, every value a placeholder, and the
@@ -343,8 +352,7 @@ class ExecWorkload(Workload):
                     raise MmlabError(f"{where}: the {self.metrics_from} output has no "
                                      f"'{key}' (metric {name}); it has {have}")
                 metrics[name] = found[key]
-            counts.update({COUNT_KEYS[k]: v for k, v in found.items()
-                           if k in COUNT_KEYS and v is not None})
+            counts.update({COUNT_KEYS[k]: v for k, v in found.items() if k in COUNT_KEYS})
         return sample.model_copy(update={"metrics": {**sample.metrics, **metrics},
                                          "counts": counts})
 
