@@ -10,6 +10,7 @@ tears a bar, and nothing is swapped mid-run.
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -43,6 +44,7 @@ class Display:
                             console=self.out, disable=quiet or not sys.stdout.isatty(),
                             transient=True)
         self.tasks: dict[str, TaskID] = {}
+        self.lock = threading.Lock()          # a fleet's machines report from their threads
 
     def __enter__(self) -> Display:
         self.bar.start()
@@ -82,8 +84,9 @@ class Display:
                      f"comparison(s) undecided: rounds added up to {judged.next_rounds}")
 
     def _update(self, name: str, done: int, total: int, description: str) -> None:
-        if name not in self.tasks:
-            self.tasks[name] = self.bar.add_task(description, total=total)
+        with self.lock:
+            if name not in self.tasks:
+                self.tasks[name] = self.bar.add_task(description, total=total)
         self.bar.update(self.tasks[name], completed=done, total=total,
                         description=terminal.escape(description))
 
