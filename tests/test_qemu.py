@@ -464,6 +464,27 @@ def test_a_restored_guest_that_died_before_its_trial_is_restored_again(monkeypat
     assert len(calls) == 3
 
 
+def test_a_boot_that_fails_the_same_way_twice_is_not_started_a_third_time():
+    """A flake dies differently each time; a command line naming no init
+    panics alike on every boot, and a third boot would only wait again."""
+    from mmlab.targets import boot
+    calls = []
+
+    def start(reasons):
+        def one():
+            calls.append(1)
+            raise boot.BootFailed(f"panic; console: [ {len(calls)}.0] ...", reasons[len(calls) - 1])
+        return one
+    with pytest.raises(boot.BootFailed):
+        boot.retrying(start(["No working init found"] * 3))
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(boot.BootFailed):
+        boot.retrying(start(["Fatal exception in interrupt", "double fault", "Oops: 0000"]))
+    assert len(calls) == 3
+    assert boot.BootFailed("varies [ 1.2]").reason != boot.BootFailed("varies [ 3.4]").reason
+
+
 def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
     """An emulated boot now and then panics before /init: the save is tried
     again, as a boot is; any other failure is not."""

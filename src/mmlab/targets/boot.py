@@ -62,7 +62,14 @@ class Guest:
 
 
 class BootFailed(TrialFailed):
-    """The guest died before /init started the trial: the boot failed, not the workload."""
+    """The guest died before /init started the trial: the boot failed, not
+    the workload.  `reason` is the failure without what varies from boot to
+    boot (times, addresses in the console's tail): the same reason twice in
+    a row is the kernel's or the command line's, not an emulation flake."""
+
+    def __init__(self, message: str, reason: str | None = None):
+        super().__init__(message)
+        self.reason = reason or message
 
 
 def _accel_file(kernel: images.Kernel) -> Path:
@@ -206,17 +213,28 @@ def wait_qemu(proc: subprocess.Popen, timeout_s: float, t0: float) -> QemuExit:
     return QemuExit(proc.returncode, err or "", hung, time.monotonic() - t0)
 
 
+def failure(console: str) -> tuple[str, str] | None:
+    """How the kernel failed, if it did: ("kernel panic" or "kernel oops",
+    the console's line saying so, without its timestamp)."""
+    for what, pattern in FAILURE_PATTERNS[:2]:
+        m = pattern.search(console)
+        if m:
+            return what, m.group(0).strip()
+    return None
+
+
 def result(guest: Guest, console: str, results: str, ended: QemuExit,
            counted: str = "") -> BootResult:
     """The trial's result from what the guest wrote, or the failure that
     stopped it: a panic or oops (BootFailed if before the trial began), a
     hang, a QEMU error, an incomplete result, an OOM-killed workload."""
-    for what, pattern in FAILURE_PATTERNS:
-        m = pattern.search(console)
-        if m and what != "OOM kill":
-            failed = TrialFailed if STARTED in console else BootFailed
-            raise failed(f"{what} in the guest ({guest.kernel.name}): {m.group(0).strip()}; "
-                         f"console: {tail(console)}")
+    failed = failure(console)
+    if failed:
+        what, line = failed
+        message = f"{what} in the guest ({guest.kernel.name}): {line}; console: {tail(console)}"
+        if STARTED in console:
+            raise TrialFailed(message)
+        raise BootFailed(message, line)
     if ended.hung:
         raise TrialFailed(f"guest hung: no result from {guest.kernel.name} after "
                           f"{guest.timeout_s:g} s; console: {tail(console)}")
@@ -290,13 +308,24 @@ def retrying(start: Callable[[], BootResult]) -> tuple[BootResult, int]:
     it took: started again when the kernel failed before the trial began,
     the last failure raised.  Emulated guests now and then die early, with
     CPU state no kernel makes (EFLAGS holding a pointer's bits): 9 of a
-    suite's 4,248 restores, on eight kernels; the next start is fine."""
+    suite's 4,248 restores, on eight kernels; the next start is fine.  A
+    failure that repeats itself (`repeated`) is not tried a third time."""
+    before: BootFailed | None = None
     for retry in range(BOOT_RETRIES):
         try:
             return start(), retry
-        except BootFailed:
-            continue
+        except BootFailed as exc:
+            if repeated(before, exc):
+                raise
+            before = exc
     return start(), BOOT_RETRIES
+
+
+def repeated(before: BaseException | None, now: BaseException) -> bool:
+    """Two boots in a row failed the same way (a guest command line naming
+    no init panics alike every time): starting again cannot help."""
+    return (isinstance(before, BootFailed) and isinstance(now, BootFailed)
+            and before.reason == now.reason)
 
 
 def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),

@@ -48,10 +48,12 @@ from mmlab.targets.boot import (
     BootResult,
     Guest,
     QemuExit,
+    failure,
     plugin_args,
     qemu_argv,
     qemu_version,
     read_text,
+    repeated,
     result,
     swap_disk,
     swap_disk_size,
@@ -122,13 +124,17 @@ def _save_retrying(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -
     """_save, tried again when the kernel died before /init, as a boot is
     (boot.boot_retrying): an emulated boot now and then panics early (seen
     here on 6.12 and 6.18 under TCG) and the next one is fine."""
+    before: BaseException | None = None
     for retry in range(BOOT_RETRIES + 1):
         try:
             _save(guest, accel, snap, swap)
             return
         except SnapshotUnavailable as exc:
-            if not isinstance(exc.__cause__, BootFailed) or retry == BOOT_RETRIES:
+            cause = exc.__cause__
+            if not isinstance(cause, BootFailed) or retry == BOOT_RETRIES \
+                    or repeated(before, cause):
                 raise
+            before = cause
 
 
 def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
@@ -144,8 +150,10 @@ def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
         try:
             while READY not in read_text(results):
                 if proc.poll() is not None or time.monotonic() - t0 > SAVE_TIMEOUT_S:
+                    text = read_text(console)
+                    failed = failure(text)
                     raise BootFailed(f"{guest.kernel.name} did not reach /init to be saved; "
-                                     f"console: {tail(read_text(console))}")
+                                     f"console: {tail(text)}", failed[1] if failed else None)
                 time.sleep(0.05)
             partial = snap.state.with_suffix(".partial")
             # The file is renamed by the writer once zstd is done: QEMU
