@@ -110,9 +110,9 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
 
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
     from mmlab.report import terminal
+    from mmlab.report.terminal import selftest as selftest_report
     from mmlab.track import simulate
     rates = simulate.simulate_all(series, seed)
-    from mmlab.report.terminal import selftest as selftest_report
     terminal.console().print(selftest_report.changepoint_table(rates))
     missed = simulate.Goals().missed(rates)
     typer.echo("goals: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))

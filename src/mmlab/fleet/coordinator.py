@@ -45,14 +45,20 @@ LOST_S = float(os.environ.get("MMLAB_FLEET_LOST_S", "30"))   # silent this long:
 def create(store: Store, plan: Plan, machines: list[str], allow_host_changes: bool) -> list[int]:
     """One experiment per machine, once the plan is checked (consent for host
     changes) and every machine registered; returns their ids in machine order."""
-    if store.dir is not None:
-        raise MmlabError(f"--machines needs the fleet's shared store: --results "
-                         f"postgresql://... (not {store.where})")
-    registry.lookup(store, machines)
+    registered(store, machines)
     check(plan, allow_host_changes)
     label = secrets.token_hex(4)
     return [store.create_experiment(plan.model_copy(update={"machine": m, "fleet": label}))
             for m in machines]
+
+
+def registered(store: Store, machines: list[str]) -> None:
+    """Refuse a store that is no fleet's shared one, or a machine whose
+    worker never registered in it, before anything is stored."""
+    if store.dir is not None:
+        raise MmlabError(f"--machines needs the fleet's shared store: --results "
+                         f"postgresql://... (not {store.where})")
+    registry.lookup(store, machines)
 
 
 def members(store: Store, exp_id: int) -> list[int]:

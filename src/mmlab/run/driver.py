@@ -121,7 +121,7 @@ def run_experiment(store: Store | str, start: Plan | int | list[int], place: Pla
         store = Store(store, create=False) if isinstance(store, str) else store
         ids = place.members(store, start) if isinstance(start, int) else list(start)
         plan = _resumed(store, ids, options)
-        place.check(plan, options.attribute)
+        place.check(plan, options.attribute or plan.profile.attribute)
     results = place.run(store, ids, options.with_controls, on_event)
     attributed = {e: place.attribute(store, e, results[e].plan, on_event) for e in ids
                   if options.attribute or results[e].plan.profile.attribute}

@@ -15,7 +15,6 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.run import driver
 from mmlab.run.events import OnEvent
@@ -68,12 +67,9 @@ def fleet_runner(store: Store, results: str, machines: list[str], allow_host_cha
     """A RunBatch through the fleet's machines (driver.run_experiment with
     the fleet as its place), once the store is the fleet's shared one and
     every machine is registered."""
-    from mmlab.fleet import registry
+    from mmlab.fleet import coordinator
     from mmlab.fleet.place import Machines
-    if store.dir is not None:
-        raise MmlabError(f"--machines needs the fleet's shared store: --results "
-                         f"postgresql://... (not {store.where})")
-    registry.lookup(store, machines)
+    coordinator.registered(store, machines)
     place = Machines(results, machines, allow_host_changes)
 
     def run(ids: list[int]) -> None:
