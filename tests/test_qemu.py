@@ -485,6 +485,24 @@ def test_a_boot_that_fails_the_same_way_twice_is_not_started_a_third_time():
     assert boot.BootFailed("varies [ 1.2]").reason != boot.BootFailed("varies [ 3.4]").reason
 
 
+def test_a_script_whose_boot_died_early_is_run_again(monkeypatch, tmp_path):
+    """kallsyms for counting by function and a peer tool's run come from
+    run_script: a boot that dies before the script (an int3 oops in code
+    patched at boot on another vCPU) is started again, as a trial's is."""
+    from mmlab.targets import boot
+    calls = []
+
+    def once(guest, script, accel, cache, swap=None, archives=()):
+        calls.append(1)
+        if len(calls) == 1:
+            raise boot.BootFailed("kernel panic; console: Oops: int3", "Oops: int3")
+        return boot.BootResult({"rc": b"0", "stdout": b"symbols", "stderr": b""}, "", 1.0)
+    monkeypatch.setattr(boot, "boot_once", once)
+    monkeypatch.setattr(boot, "accelerator", lambda kernel, cache: ("tcg", ""))
+    assert boot.run_script(boot.Guest(None), "true", cache=tmp_path) == "symbols"
+    assert len(calls) == 2
+
+
 def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
     """An emulated boot now and then panics before /init: the save is tried
     again, as a boot is; any other failure is not."""

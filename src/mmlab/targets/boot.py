@@ -308,7 +308,9 @@ def retrying(start: Callable[[], BootResult]) -> tuple[BootResult, int]:
     it took: started again when the kernel failed before the trial began,
     the last failure raised.  Emulated guests now and then die early, with
     CPU state no kernel makes (EFLAGS holding a pointer's bits): 9 of a
-    suite's 4,248 restores, on eight kernels; the next start is fine.  A
+    suite's 4,248 restores, on eight kernels; or an int3 oops in code being
+    patched at boot on another vCPU (sched_clock_cpu, 6.12, two vCPUs under
+    MTTCG); the next start is fine.  A
     failure that repeats itself (`repeated`) is not tried a third time."""
     before: BootFailed | None = None
     for retry in range(BOOT_RETRIES):
@@ -332,10 +334,12 @@ def run_script(guest: Guest, script: str, archives: tuple[Path, ...] = (),
                cache: Path | None = None) -> str:
     """The stdout of `script` run as the guest's /trial.sh in one boot, with
     no mmwork around it: a peer tool run as it is, to set beside mmlab's
-    trial of it (bench.py's agreement part).  A non-zero exit is TrialFailed."""
+    trial of it (bench.py's agreement part), or kallsyms read for counting
+    by function.  A boot that dies before the script is started again, as a
+    trial's is; a non-zero exit is TrialFailed."""
     cache = cache or initramfs_cache()
     accel, _ = accelerator(guest.kernel, cache)
-    boot = boot_once(guest, script, accel, cache, None, archives)
+    boot, _ = retrying(lambda: boot_once(guest, script, accel, cache, None, archives))
     if int(boot.frames["rc"].strip()):
         raise TrialFailed(f"script failed in the guest ({guest.kernel.name}): "
                           f"{boot.frames['stderr'].decode(errors='replace').strip()[-200:]}")
