@@ -42,9 +42,10 @@ def test_run_prints_the_table_median_cv_and_state():
     (("run", "pageout-refault", "--mapping-kb", "-1"), "--mapping-kb: -1 is outside"),
     (("run", "unmap-young", "--colour", "red"), "No such option: --colour"),
     (("run", "ksm-rmap"), "pass --allow-host-changes"),
-    (("run", "exec", "--insns", "--", "true"), "--insns: exec has no timed windows"),
-    (("run", "exec", "--functions", "5", "--kernel", "debian:6.12", "--results",
-      "/nonexistent/never-made", "--", "true"), "--functions: exec has no timed windows"),
+    (("run", "exec", "--insns", "--per", "pages", "--", "true"),
+     "per: units read from the output need metrics_from"),
+    (("run", "exec", "--functions", "5", "--results", "/nonexistent/never-made", "--", "true"),
+     "--functions needs a guest kernel"),
 ])
 def test_errors_are_one_line_with_exit_2(args, message):
     proc = mmlab(*args)
@@ -284,3 +285,27 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
         assert len(calls) > before, f"{name} did not call run_experiment"
     assert not outside, f"runner.run outside run_experiment for experiments {outside}"
     assert calls[:3] == ["Plan", "Plan", 2]
+
+
+def test_attribution_that_no_arm_got_is_a_failure(tmp_path, monkeypatch):
+    """`experiment run --attribute` whose every arm's attribution fails
+    stores the trials and exits 1, saying so, rather than 0."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    from mmlab.errors import MmlabError
+    from mmlab.targets import TargetPool
+
+    from .fake_target import FakeTarget
+
+    class Unattributable(FakeTarget):
+        def attribute(self, arm, plan):
+            raise MmlabError("instrumentation produced nothing here")
+    fake = Unattributable(cv=0.01)
+    monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: fake)
+    (tmp_path / "pair.toml").write_text(THP_PAIR)
+    got = CliRunner().invoke(app, ["experiment", "run", str(tmp_path / "pair.toml"),
+                                   "--attribute", "--results", str(tmp_path / "r")])
+    assert got.exit_code == 1, got.output
+    assert "failed: instrumentation produced nothing here" in got.output
+    assert "no arm of experiment 1 got any" in got.output

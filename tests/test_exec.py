@@ -7,7 +7,9 @@ Debian's dynamically linked stress-ng from the initramfs."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import subprocess
 
 import pytest
 
@@ -16,7 +18,7 @@ from mmlab.experiment.plan import load, parse
 from mmlab.machine.knobs import HostSettings
 from mmlab.store import Store
 from mmlab.targets import boot, qemu
-from mmlab.workloads import csource, execwork, mmwork
+from mmlab.workloads import csource, execwork, mmwork, output
 from mmlab.workloads.build import REPO_ROOT
 
 from .conftest import mmlab, run_profile
@@ -48,23 +50,23 @@ metrics:
 # ---------------------------------------------------------------- output formats
 
 def test_stress_ng_yaml_gives_every_field_by_stressor_and_plainly_for_one():
-    found = execwork.figures("stress-ng-yaml", STRESS_NG_YAML)
+    found = output.figures("stress-ng-yaml", STRESS_NG_YAML)
     assert found["bogo-ops-per-second-real-time"] == found["mremap.bogo-ops-per-second-real-time"]
     assert found["bogo-ops"] == 352701 and found["max-rss"] == 2388
     two = STRESS_NG_YAML.replace("\n...", "    - stressor: vm\n      bogo-ops: 5\n\n...")
-    both = execwork.figures("stress-ng-yaml", two)
+    both = output.figures("stress-ng-yaml", two)
     assert both["vm.bogo-ops"] == 5 and "bogo-ops" not in both   # ambiguous with two
 
 
 def test_key_value_tokens_anywhere_on_a_line_last_one_wins():
-    found = execwork.figures("key=value", "starting mode=fast\nadvise_ns_per_page=380.5 "
+    found = output.figures("key=value", "starting mode=fast\nadvise_ns_per_page=380.5 "
                                           "rounds=8\nresult: cycle_ns_per_page = 1 (ignored)\n"
                                           "rounds=9 x_ns=nan\n")
     assert found == {"advise_ns_per_page": 380.5, "rounds": 9}       # x_ns=nan: no figure
 
 
 def test_json_lines_flatten_nested_keys():
-    found = execwork.figures("json", '{"metrics": {"a_ns": 5, "b": [1]}, "ok": true}\n\n'
+    found = output.figures("json", '{"metrics": {"a_ns": 5, "b": [1]}, "ok": true}\n\n'
                                      '{"metrics": {"a_ns": 7}, "n": 2, "name": "x"}\n')
     assert found == {"metrics.a_ns": 7, "n": 2}
 
@@ -87,7 +89,7 @@ def test_json_lines_flatten_nested_keys():
 ])
 def test_malformed_output_is_one_line_saying_why(kind, text, message):
     with pytest.raises(MmlabError) as err:
-        execwork.figures(kind, text, wanted=("b_ns", "m.b_ns", "vm.b_ns"))
+        output.figures(kind, text, wanted=("b_ns", "m.b_ns", "vm.b_ns"))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -283,6 +285,106 @@ def test_a_metric_printed_as_nan_fails_its_trial_in_one_line():
         assert proc.returncode == 2, proc.stderr
         line = proc.stderr.strip().splitlines()[-1]
         assert f"x_ns: '{value}' is not a finite number" in line, proc.stderr
+
+
+# ---------------------------------------------------------------- counting instructions
+
+MPROTECT = REPO_ROOT / "experiments/repro/mprotect_repro.c"
+
+
+def counted_workload(**keys) -> execwork.ExecWorkload:
+    return execwork.build(["{source}", "256"], source=str(MPROTECT), metrics_from="key=value",
+                          per="pages", windows={"protect": execwork.ExecWindow(id=1, per="pages")},
+                          **keys)
+
+
+def test_an_exec_workload_counts_its_command_and_the_windows_it_marks():
+    """The whole command is window 0, the program's MMLAB_BEGIN(id) windows
+    keep their ids, and each window's metrics are per the unit its output
+    key names (per run when none)."""
+    wl = counted_workload()
+    assert [(w.name, w.marker, w.unit) for w in wl.windows] == [
+        ("command", 0, "pages"), ("protect", 1, "pages")]
+    assert {"command_kernel_insns_per_pages", "protect_user_insns_per_pages"} <= \
+        {m.name for m in wl.metrics if m.unit == "insns"}
+    bare = execwork.build(["true"])
+    assert [w.kernel_metric for w in bare.windows] == ["command_kernel_insns_per_run"]
+    ng = execwork.build(["stress-ng"], metrics_from="stress-ng-yaml", per="bogo-ops")
+    assert ng.windows[0].kernel_metric == "command_kernel_insns_per_bogo_ops"
+    args = wl.args({"insns": True})
+    assert args.index("--insns") < args.index("--")            # mmwork's flag, not the command's
+    assert "--insns" not in wl.args({})
+
+
+@pytest.mark.parametrize("keys, message", [
+    ({"per": "pages"}, "per: units read from the output need metrics_from"),
+    ({"metrics_from": "key=value", "windows": {"a": execwork.ExecWindow(id=1),
+                                               "b": execwork.ExecWindow(id=1)}},
+     "windows.b: id 1 names two windows"),
+    ({"metrics_from": "key=value", "windows": {"command": execwork.ExecWindow(id=2)}},
+     "windows.command: .*not 'command'"),
+])
+def test_counted_windows_that_cannot_work_are_refused_naming_the_key(keys, message):
+    with pytest.raises(execwork.ProfileKeyError) as refused:
+        execwork.build(["true"], **keys)
+    assert re.search(message, f"{refused.value.key}: {refused.value}")
+
+
+def test_a_window_id_outside_1_to_7_is_refused_in_the_profile_and_on_the_command_line(tmp_path):
+    path = tmp_path / "p.toml"
+    path.write_text(EXEC_PROFILE + "[windows.w]\nid = 8\n")
+    with pytest.raises(MmlabError, match=r"p\.toml:\d+: windows\.w\.id"):
+        load(path)
+    proc = mmlab("run", "exec", "--window", "w=0", "--", "true")
+    assert proc.returncode == 2 and "--window 'w=0': expected NAME=ID" in proc.stderr
+
+
+def test_the_units_come_from_the_output_and_perf_counts_become_metrics():
+    """A missing units key fails the sample in one line; where mmwork
+    counted with perf (`insns_window<id>_*`), the metrics are the mean
+    window's instructions per unit."""
+    wl = counted_workload()
+    raw = run_one(execwork.build(["true"])).model_copy(update={
+                 "output": "pages=256\n", "counts": {
+                     "insns_window0_windows": 1, "insns_window0_kernel_insns": 2560,
+                     "insns_window0_user_insns": 512, "insns_window1_windows": 2,
+                     "insns_window1_kernel_insns": 5120, "insns_window1_user_insns": 0}})
+    s = wl.measured(raw)
+    assert s.counts["command_units"] == 256 and s.counts["protect_units"] == 256
+    assert s.metrics["command_kernel_insns_per_pages"] == 10
+    assert s.metrics["protect_kernel_insns_per_pages"] == 10      # 5120 / 2 windows / 256
+    with pytest.raises(MmlabError, match="has no 'pages' \\(the units of window command\\)"):
+        wl.measured(raw.model_copy(update={"output": "other=1\n"}))
+
+
+def test_mmwork_exec_reads_the_programs_window_file_and_says_why_perf_is_missing():
+    """The program's windows reach mmwork through the file MMLAB_INSNS names
+    (a shell plays the header's part); the command's own counters need a
+    PMU, and where perf_event_open fails the sample says so."""
+    wl = execwork.build(["sh", "-c", 'echo "2 3 300 600" >> "$MMLAB_INSNS"; echo "2 1 100 0" '
+                         '>> "$MMLAB_INSNS"'])
+    s = run_one(wl, {"insns": True})
+    assert (s.counts["insns_window2_windows"], s.counts["insns_window2_kernel_insns"],
+            s.counts["insns_window2_user_insns"]) == (4, 400, 600)
+    if "insns_window0_windows" not in s.counts:
+        assert s.state["insns_source"].startswith("none (perf_event_open")
+    assert "MMLAB_INSNS" not in run_one(execwork.build(["sh", "-c", "env"])).output
+
+
+def test_the_header_builds_cleanly_and_leaves_a_program_unchanged(tmp_path):
+    """mmlab.h compiles without a warning, refuses window 0 (the command's)
+    at compile time, and without mmlab around a marked program runs as it
+    would without the header."""
+    binary = csource.binary(MPROTECT.read_text(), "mprotect_repro.c", cache=tmp_path)
+    out = subprocess.run([binary, "64"], capture_output=True, text=True, check=True).stdout
+    assert out.startswith("pages=64\n")
+    strict = subprocess.run(["gcc", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{csource.HEADER.parent}",
+                             "-o", tmp_path / "strict", MPROTECT], capture_output=True, text=True)
+    assert strict.returncode == 0, strict.stderr
+    zero = MPROTECT.read_text().replace("MMLAB_BEGIN(1)", "MMLAB_BEGIN(0)")
+    with pytest.raises(MmlabError, match="does not compile"):
+        csource.binary(zero, "zero.c", cache=tmp_path)
+    assert mmlab("header").stdout == csource.HEADER.read_text()
 
 
 # ---------------------------------------------------------------- in a guest

@@ -15,6 +15,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mmlab import workloads
@@ -370,3 +371,77 @@ def test_mmlab_run_functions_prints_a_kernels_top_functions(plugin, tmp_path):
     assert idle.returncode != 0
     assert idle.stderr.strip().splitlines()[-1] == (
         "mmlab: --functions: no timed window of ksm-rmap did any work here (windows: walk)")
+
+
+# ---------------------------------------------------------------- a user's own program
+
+MPROTECT = Path(__file__).parent.parent / "experiments" / "repro" / "mprotect_repro.c"
+
+
+def marked_program(pages: int = 2048) -> workloads.Workload:
+    """The mprotect reproducer, its loop marked as window 1 with mmlab.h."""
+    from mmlab.workloads import execwork
+    return execwork.build(["{source}", str(pages)], source=str(MPROTECT),
+                          metrics_from="key=value", per="pages",
+                          windows={"protect": execwork.ExecWindow(id=1, per="pages")})
+
+
+def counted_exec(k, plugin, wl, vcpus: int = 1, samples: int = 4) -> list[Sample]:
+    guest = boot.Guest(k, vcpus=vcpus, memory_mb=512)
+    return qemu.sample(guest, wl, insns.counting_params({}), samples, 1, HostSettings(),
+                       plugin=plugin)
+
+
+@needs_qemu
+def test_a_users_program_is_counted_whole_and_by_its_marked_window(plugin, k612):
+    """The whole command (exec to exit, every process) and the window the
+    program marks are counted per page it printed, steady to well under
+    1% over four runs after a warm-up; a program without the header gets the whole
+    command; with two vCPUs the command counts on both."""
+    got = counted_exec(k612, plugin, marked_program())
+    command = [s.metrics["command_kernel_insns_per_pages"] for s in got]
+    protect = [s.metrics["protect_kernel_insns_per_pages"] for s in got]
+    assert all(s.state["insns_source"] == "qemu tcg plugin" for s in got)
+    assert 0 < max(protect) < min(command)             # the window is part of the command
+    for series in (command, protect):
+        assert np.std(series) / np.mean(series) < 0.01, series
+    assert all(s.metrics["command_user_insns_per_pages"] > 0 for s in got)
+    from mmlab.workloads import execwork
+    bare = execwork.build(["sh", "-c", "head -c 4000000 /dev/zero | wc -c"])
+    (s,) = counted_exec(k612, plugin, bare, samples=1)
+    assert s.metrics["command_kernel_insns_per_run"] > 1e5
+    assert not [m for m in s.metrics if m.startswith("protect_")]
+    (two,) = counted_exec(k612, plugin, marked_program(), vcpus=2, samples=1)
+    assert two.metrics["command_kernel_insns_per_pages"] == pytest.approx(
+        float(np.median(command)), rel=0.1)
+
+
+@needs_qemu
+def test_stress_ngs_mremap_line_is_counted_per_bogo_op_on_two_kernels(plugin, k612, k73,
+                                                                       stress_ng):
+    """Seed 000's command line as it is: two instances on two vCPUs, its
+    kernel instructions per bogo op from stress-ng's own YAML."""
+    from mmlab.workloads import execwork
+    wl = execwork.build("stress-ng --mremap 2 --mremap-bytes 4K --mremap-ops 400 "
+                        "--metrics-brief -Y {out}", metrics_from="stress-ng-yaml",
+                        per="bogo-ops")
+    per_op = {}
+    for k in (k612, k73):
+        (s,) = counted_exec(k, plugin, wl, vcpus=2, samples=1)
+        per_op[k.name] = s.metrics["command_kernel_insns_per_bogo_ops"]
+        assert s.counts["command_units"] >= 400
+    assert all(v > 1000 for v in per_op.values()), per_op
+
+
+@needs_qemu
+def test_a_users_program_is_counted_by_kernel_function(plugin, k612):
+    """--functions on an exec workload: both windows by function, the
+    marked one led by mprotect's own path; with two vCPUs the whole
+    command's blocks add up to its total within the plugin's slack."""
+    guest = boot.Guest(k612, vcpus=2, memory_mb=512)
+    found = qemu.count_functions(guest, marked_program(), {}, 1, 0, HostSettings(), plugin)
+    assert set(found.windows) == {"command", "protect"}
+    protect = dict(found.top("protect", 12))
+    assert {"change_protection", "mprotect_fixup", "do_mprotect_pkey"} & protect.keys(), protect
+    assert sum(found.windows["command"].values()) + found.unresolved["command"] == \
+        pytest.approx(found.kernel["command"], rel=functions.OVER_VCPUS)

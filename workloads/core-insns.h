@@ -38,21 +38,26 @@
 
 #include "core-rounds.h"
 #include "core-workload.h"
+#include "include/mmlab.h"
 
 /*
- * The marker: nopl MM_MARK_MAGIC|kind|window(%rax).  The plugin matches the
- * 7 bytes 0f 1f 80 and a displacement whose top half is MM_MARK_MAGIC.
+ * The marker's encoding is mmlab.h's, the header a reporter's own program
+ * includes to mark its windows: nopl MMLAB_MARK_MAGIC|kind|window(%rax).
+ * Window 0 of an exec workload is the whole command (exec.c), whose markers
+ * count every vCPU of the guest, not just the one that executed them.
  */
-#define MM_MARK_MAGIC 0x4d4d0000u	/* "MM" */
-#define MM_MARK_BEGIN 0x0100u
-#define MM_MARK_END 0x0200u
+#define MM_MARK_MAGIC MMLAB_MARK_MAGIC
+#define MM_MARK_BEGIN MMLAB_MARK_BEGIN
+#define MM_MARK_END MMLAB_MARK_END
 #define MM_MARK_SAMPLE 0x0300u		/* a measured sample is complete */
 #define MM_MARK_WARMUP 0x0400u		/* a warm-up is complete: its windows are not a sample */
+#define MM_MARK_BEGIN_ALL 0x0500u	/* a window over every vCPU begins */
+#define MM_MARK_END_ALL 0x0600u		/* ... and ends */
 #define MM_MARK_KIND 0xff00u
 #define MM_MARK_WINDOW 0x00ffu
-#define MM_MARK(code) \
-	__asm__ __volatile__(".byte 0x0f, 0x1f, 0x80\n\t.long %c0" \
-			     : : "i"(MM_MARK_MAGIC | (code)) : "memory")
+#define MM_MARK(code) MMLAB_MARK(code)
+
+_Static_assert(MMLAB_MAX_WINDOWS == MM_MAX_WINDOWS, "mmlab.h's windows are mmwork's");
 
 /* Whether this run counts instructions (--insns); the window macros read it. */
 extern int mm_insns_on;

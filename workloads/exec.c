@@ -17,12 +17,27 @@
  *
  * The command runs in a process group of its own (a timeout kills all of it),
  * with stdin from /dev/null, and dies with mmwork (PR_SET_PDEATHSIG).
+ *
+ * With --insns the command's instructions are counted, from its exec to its
+ * exit, as window 0 ("command") over every CPU:
+ * - a marker over every vCPU (core-insns.h) just before the exec and one
+ *   after wait4() returns: mmlab's QEMU plugin counts everything the
+ *   guest's vCPUs execute between the two (the command, every process it
+ *   starts, and what the guest's kernel does meanwhile: interrupts,
+ *   kworkers; mmwork itself sleeps in wait4);
+ * - perf: instructions counters (kernel, user) on the command, opened
+ *   before its exec with enable_on_exec and inherit, so that every process
+ *   and thread it starts adds to them; read after it is reaped.
+ * The program's own windows (mmlab.h's MMLAB_BEGIN/END, ids 1-7) are
+ * counted by the plugin from their markers; with perf, the program writes
+ * its totals to the file MMLAB_INSNS names, read back here.
  */
 #define _GNU_SOURCE
 #include "common.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/perf_event.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +46,7 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -139,7 +155,107 @@ static void last_line(int fd, char *out, size_t outlen)
 	free(buf);
 }
 
-static void child(char **argv, int out_fd, int err_fd, pid_t parent, int traced)
+/* The command's instructions, counted with --insns (see the top). */
+struct counting {
+	int go[2];			/* the child execs once the parent closes go[1] */
+	int kernel, user;		/* perf counters on the command, or -1 */
+	char why[160];			/* why there are none */
+	char windows[4096];		/* MMLAB_INSNS: the program's windows, with perf */
+};
+
+static int inherited_counter(pid_t pid, int exclude_user)
+{
+	struct perf_event_attr a;
+	memset(&a, 0, sizeof(a));
+	a.size = sizeof(a);
+	a.type = PERF_TYPE_HARDWARE;
+	a.config = PERF_COUNT_HW_INSTRUCTIONS;
+	a.exclude_user = (unsigned)exclude_user;
+	a.exclude_kernel = (unsigned)!exclude_user;
+	a.exclude_hv = 1;
+	a.disabled = 1;
+	a.enable_on_exec = 1;
+	a.inherit = 1;
+	return (int)syscall(SYS_perf_event_open, &a, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
+}
+
+/* Before the fork: the go pipe and the file for the program's windows. */
+static void counting_prepare(struct mm_ctx *c, struct counting *n)
+{
+	const char *dir = getenv("TMPDIR");
+	n->kernel = n->user = -1;
+	snprintf(n->why, sizeof(n->why), "none");
+	if (pipe2(n->go, O_CLOEXEC))
+		mm_die(c, "pipe: %s", strerror(errno));
+	snprintf(n->windows, sizeof(n->windows), "%s/mmwork-windows-XXXXXX",
+		 dir && *dir ? dir : "/tmp");
+	int fd = mkstemp(n->windows);
+	if (fd < 0)
+		mm_die(c, "cannot create %s: %s", n->windows, strerror(errno));
+	close(fd);
+}
+
+/* After the fork: counters on the child (before it execs), then let it go. */
+static void counting_start(struct counting *n, pid_t pid)
+{
+	n->kernel = inherited_counter(pid, 1);
+	n->user = n->kernel >= 0 ? inherited_counter(pid, 0) : -1;
+	if (n->user < 0) {
+		snprintf(n->why, sizeof(n->why), "none (perf_event_open of the instructions "
+			 "counter: %s)", strerror(errno));
+		if (n->kernel >= 0)
+			close(n->kernel);
+		n->kernel = -1;
+	}
+	close(n->go[0]);
+	close(n->go[1]);
+}
+
+/* The program's windows from MMLAB_INSNS, summed over its processes, by id. */
+static void counting_windows(struct mm_ctx *c, const char *path)
+{
+	double sum[MM_MAX_WINDOWS][3] = { { 0 } };
+	unsigned long long f[3];
+	int w;
+	FILE *in = fopen(path, "r");
+	while (in && fscanf(in, "%d %llu %llu %llu", &w, &f[0], &f[1], &f[2]) == 4)
+		for (int i = 0; w > 0 && w < MM_MAX_WINDOWS && i < 3; i++)
+			sum[w][i] += (double)f[i];
+	if (in)
+		fclose(in);
+	for (w = 1; w < MM_MAX_WINDOWS; w++) {
+		static const char *const what[] = { "windows", "kernel_insns", "user_insns" };
+		char name[64];
+		for (int i = 0; sum[w][0] && i < 3; i++) {
+			snprintf(name, sizeof(name), "insns_window%d_%s", w, what[i]);
+			mm_count(c, name, sum[w][i]);
+		}
+	}
+}
+
+/* After the command is reaped: its counts, or why there are none. */
+static void counting_finish(struct mm_ctx *c, struct counting *n)
+{
+	uint64_t k = 0, u = 0;
+	if (n->kernel >= 0 && read(n->kernel, &k, sizeof(k)) == (ssize_t)sizeof(k) &&
+	    read(n->user, &u, sizeof(u)) == (ssize_t)sizeof(u)) {
+		mm_count(c, "insns_window0_windows", 1);
+		mm_count(c, "insns_window0_kernel_insns", (double)k);
+		mm_count(c, "insns_window0_user_insns", (double)u);
+		mm_state_str(c, "insns_source", "perf (inherited by the command's processes)");
+	} else {
+		mm_state_str(c, "insns_source", n->why);
+	}
+	counting_windows(c, n->windows);	/* empty unless the program's perf worked */
+	if (n->kernel >= 0) {
+		close(n->kernel);
+		close(n->user);
+	}
+	unlink(n->windows);
+}
+
+static void child(char **argv, int out_fd, int err_fd, pid_t parent, int traced,
+		  struct counting *n)
 {
 	int null = open("/dev/null", O_RDONLY);
 	setpgid(0, 0);
@@ -152,10 +268,19 @@ static void child(char **argv, int out_fd, int err_fd, pid_t parent, int traced)
 	}
 	dup2(out_fd, 1);
 	dup2(err_fd, 2);
+	if (n) {
+		char byte;
+		close(n->go[1]);
+		while (read(n->go[0], &byte, 1) < 0 && errno == EINTR)
+			;		/* the parent has opened its counters on us */
+		setenv("MMLAB_INSNS", n->windows, 1);
+	}
 	if (traced) {
 		ptrace(PTRACE_TRACEME, 0, NULL, NULL);
 		raise(SIGSTOP);		/* the parent sets its options, then lets it go */
 	}
+	if (n)
+		MM_MARK(MM_MARK_BEGIN_ALL | 0);
 	execvp(argv[0], argv);
 	fprintf(stderr, "cannot run '%s': %s\n", argv[0], strerror(errno));
 	_exit(127);
@@ -243,19 +368,28 @@ static int exec_sample(struct mm_ctx *c)
 
 	struct rusage ru = { 0 };
 	struct mm_smaps at_exit = { 0 };
+	struct counting counting, *n = mm_insns_on ? &counting : NULL;
 	int status = 0, read_smaps = 0;
 	const pid_t self = getpid();
+	if (n)
+		counting_prepare(c, n);
 	const uint64_t t0 = mm_now_ns();
 	pid_t pid = fork();
 	if (pid < 0)
 		mm_die(c, "fork: %s", strerror(errno));
 	if (pid == 0)
-		child(argv, fileno(out), fileno(err), self, traced);
+		child(argv, fileno(out), fileno(err), self, traced, n);
 	setpgid(pid, pid);
+	if (n)
+		counting_start(n, pid);
 	int killed = wait_command(pid, traced, mm_arg_double(c, "timeout-s"), &status, &ru,
 				  &at_exit, &read_smaps);
+	if (n)
+		MM_MARK(MM_MARK_END_ALL | 0);
 	const uint64_t t1 = mm_now_ns();
 	kill(-pid, SIGKILL);	/* whatever the command left running in its group */
+	if (n)
+		counting_finish(c, n);
 
 	char why[512];
 	const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];

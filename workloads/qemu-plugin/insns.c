@@ -22,6 +22,15 @@
  * (its task migrated) is not counted, only reported as unmatched.  Sums over
  * the windows of a sample are taken under a lock.
  *
+ * A window over every vCPU (MM_MARK_BEGIN_ALL / END_ALL: an exec workload's
+ * whole command, whose processes run on any vCPU) counts everything every
+ * vCPU executes between its two markers.  With one vCPU that is the vCPU's
+ * own window, exact.  With more, every block adds to the window's shared
+ * counters (atomically) while the window is open; a vCPU that entered a
+ * block just before the begin or end may count it on the wrong side of it,
+ * so its per-block counts can differ from its total by those few blocks
+ * (its "blocks" line says exact: false).
+ *
  * Per block (blocks=on): every kernel block's instructions inside each
  * window are also kept by the block's start address, for mmlab to name the
  * function each block is in (attribution/functions.py, with the kernel's
@@ -86,15 +95,31 @@ static gboolean inline_counts;
 static GMutex lock;				/* the sums and the output */
 static struct window_sum sums[MM_MAX_WINDOWS];
 static uint64_t unmatched, records;
+static uint32_t all_open;			/* bit w: a window over every vCPU is open */
+static uint32_t all_used;			/* bit w: it was one, with several vCPUs */
+static uint64_t all_insns[MM_MAX_WINDOWS][2];	/* its counts since its begin */
 static FILE *out;
 static struct block *blocks;			/* blocks=on: calloc'ed, touched as used */
 static GHashTable *block_slots;			/* key -> slot + 1, under `lock` */
 static uint32_t n_blocks, blocks_dropped;
 
+/* Several vCPUs: `n` instructions of `side` into every open all-vCPU window. */
+static void count_all(int side, uint64_t n, struct block *b)
+{
+	for (uint32_t open = __atomic_load_n(&all_open, __ATOMIC_RELAXED); open;
+	     open &= open - 1) {
+		const int w = __builtin_ctz(open);
+		__atomic_fetch_add(&all_insns[w][side], n, __ATOMIC_RELAXED);
+		if (b)
+			__atomic_fetch_add(&b->insns[w], n, __ATOMIC_RELAXED);
+	}
+}
+
 static void count_block(unsigned int vcpu, void *udata)
 {
 	uintptr_t packed = (uintptr_t)udata;
 	vcpus[vcpu].insns[packed & 1] += packed >> 1;
+	count_all((int)(packed & 1), packed >> 1, NULL);
 }
 
 /* blocks=on: a kernel block counts on its vCPU and, pending, into every window open there. */
@@ -104,6 +129,8 @@ static void count_kernel_block(unsigned int vcpu, void *udata)
 	struct vcpu *v = &vcpus[vcpu];
 	const uint32_t slot = (uint32_t)(b - blocks);
 	v->insns[KERNEL] += b->n_insns;
+	if (!inline_counts)
+		count_all(KERNEL, b->n_insns, b);
 	for (uint32_t open = v->open; open; open &= open - 1) {
 		const int w = __builtin_ctz(open);
 		if (!v->pending[w]) {		/* first use: this vCPU's thread only */
@@ -188,13 +215,46 @@ static void end_window(struct vcpu *v, unsigned w)
 	v->open &= ~(1u << w);
 }
 
+/* A window over every vCPU begins: its shared counters start from nothing. */
+static void begin_all(unsigned w)
+{
+	g_mutex_lock(&lock);
+	memset(all_insns[w], 0, sizeof(all_insns[w]));
+	all_used |= 1u << w;
+	__atomic_or_fetch(&all_open, 1u << w, __ATOMIC_SEQ_CST);
+	g_mutex_unlock(&lock);
+}
+
+static void end_all(unsigned w)
+{
+	g_mutex_lock(&lock);
+	if (__atomic_fetch_and(&all_open, ~(1u << w), __ATOMIC_SEQ_CST) & (1u << w)) {
+		sums[w].windows++;
+		for (int side = USER; side <= KERNEL; side++)
+			sums[w].insns[side] += __atomic_load_n(&all_insns[w][side], __ATOMIC_RELAXED);
+	} else {
+		unmatched++;
+	}
+	g_mutex_unlock(&lock);
+}
+
 static void on_marker(unsigned int vcpu, void *udata)
 {
-	const uint32_t code = (uint32_t)(uintptr_t)udata;
+	uint32_t code = (uint32_t)(uintptr_t)udata;
 	const unsigned w = code & MM_MARK_WINDOW;
 	struct vcpu *v = &vcpus[vcpu];
 
+	if (inline_counts && (code & MM_MARK_KIND) == MM_MARK_BEGIN_ALL)
+		code = MM_MARK_BEGIN | w;	/* one vCPU: its own window is every vCPU's */
+	else if (inline_counts && (code & MM_MARK_KIND) == MM_MARK_END_ALL)
+		code = MM_MARK_END | w;
 	switch (code & MM_MARK_KIND) {
+	case MM_MARK_BEGIN_ALL:
+		begin_all(w);
+		break;
+	case MM_MARK_END_ALL:
+		end_all(w);
+		break;
 	case MM_MARK_BEGIN:
 		memcpy(v->start[w], v->insns, sizeof(v->insns));
 		settle_blocks(v, w, FALSE);	/* a window begun here before never ended here */
@@ -221,7 +281,8 @@ static int marker_code(struct qemu_plugin_insn *insn, uint32_t *code)
 		return 0;
 	memcpy(&disp, b + 3, sizeof(disp));	/* little-endian, as the guest */
 	if ((disp & ~(MM_MARK_KIND | MM_MARK_WINDOW)) != MM_MARK_MAGIC ||
-	    (disp & MM_MARK_WINDOW) >= MM_MAX_WINDOWS)
+	    (disp & MM_MARK_WINDOW) >= MM_MAX_WINDOWS ||
+	    (disp & MM_MARK_KIND) < MM_MARK_BEGIN || (disp & MM_MARK_KIND) > MM_MARK_END_ALL)
 		return 0;
 	*code = disp & (MM_MARK_KIND | MM_MARK_WINDOW);
 	return 1;
@@ -263,7 +324,8 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 	for (int w = 0; blocks && w < MM_MAX_WINDOWS; w++) {
 		const char *sep = "";
 		fprintf(out, "{\"kind\": \"blocks\", \"window\": %d, \"dropped\": %" PRIu32
-			", \"blocks\": [", w, blocks_dropped);
+			", \"exact\": %s, \"blocks\": [", w, blocks_dropped,
+			all_used & (1u << w) ? "false" : "true");
 		for (uint32_t i = 0; i < n_blocks; i++) {
 			if (!blocks[i].insns[w])
 				continue;

@@ -246,7 +246,7 @@ def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
     """Every explanation the stored attribution of one experiment supports."""
     guests = [explain_guest(arm, a.guest_trace) for arm, a in attributed.items() if a.guest_trace]
     arms = [explain_arm(arm, a, samples.get(arm, []), n=n, focus=focus)
-            for arm, a in attributed.items() if not a.guest_trace]
+            for arm, a in attributed.items() if a.stacks or a.locks or a.events]
     explained = [explain_pair(p.arm.name, p.baseline.name, attributed[p.arm.name],
                               attributed[p.baseline.name], samples.get(p.arm.name, []),
                               samples.get(p.baseline.name, []), n=n, focus=focus)

@@ -6,7 +6,7 @@ and render, over the library laid out by stage (see docs/DESIGN.md).
   results.py      experiments, show, compare, explain, report, bundle
   kernels.py      kernels add|available|list|build, ab, narrow
   fleet.py        worker, fleet status|summary, store copy
-  machine.py      workloads, probe, restore, selftest
+  machine.py      workloads, header, probe, restore, selftest
   census.py       census: how many VMAs share one anon_vma, per process
   track.py        track run|report: the release tracker; selftest changepoints
   options.py      the options several commands share
@@ -46,6 +46,7 @@ app.command("ab")(kernels.ab)
 app.command("narrow")(kernels.narrow)
 app.command("worker")(fleet.worker)
 app.command("workloads")(machine.workloads_cmd)
+app.command("header")(machine.header)
 app.command("probe")(machine.probe_cmd)
 app.command("restore")(machine.restore)
 app.command("census", context_settings={"allow_extra_args": True,

@@ -143,9 +143,15 @@ def print_fleet(store: Store, ids: list[int]) -> None:
 
 
 def exit_on_failed(outcome: driver.Outcome) -> None:
-    """Exit status 1 when any trial failed: its verdicts rest on fewer rounds
-    than planned, or on none."""
+    """Exit status 1 when any trial failed (its verdicts rest on fewer rounds
+    than planned, or on none), or when attribution was asked for and no
+    arm got any (the messages above say why for each)."""
     if outcome.failures:
         typer.echo(f"mmlab: {outcome.failures} trial(s) failed (mmlab show "
                    f"{outcome.exp_id}); exit status 1", err=True)
+        raise typer.Exit(1)
+    unattributed = [str(e) for e, arms in outcome.attributed.items() if not arms]
+    if unattributed:
+        typer.echo(f"mmlab: attribution asked for, but no arm of experiment "
+                   f"{', '.join(unattributed)} got any; exit status 1", err=True)
         raise typer.Exit(1)

@@ -14,6 +14,15 @@ selftest_app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="How well mmlab's own methods work.")
 
 
+def header() -> None:
+    """Print mmlab.h, the header a program includes to mark its own windows
+    for counting (MMLAB_BEGIN(1) ... MMLAB_END(1)); permissively licensed.
+
+    Example: mmlab header > mmlab.h"""
+    from mmlab.workloads import csource
+    typer.echo(csource.HEADER.read_text(), nl=False)
+
+
 def workloads_cmd(as_json: bool = JSON) -> None:
     """List the workloads: seed, parameters, metrics and mm paths.
 

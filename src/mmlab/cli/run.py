@@ -67,6 +67,13 @@ EXEC = (
     ("metric", list[str], typer.Option([], "--metric", metavar="NAME[=KEY]:higher|lower",
                                        help="a figure the command prints (repeatable)")),
     ("smaps", bool, typer.Option(False, "--smaps", help="the command's smaps at its exit")),
+    ("per", str, typer.Option(None, "--per", metavar="KEY",
+                              help="with --insns: the command's instructions per this output "
+                                   "figure (pages, bogo-ops); default per run")),
+    ("window", list[str], typer.Option([], "--window", metavar="NAME=ID[:KEY]",
+                                       help="a window the program marks with mmlab.h's "
+                                            "MMLAB_BEGIN(ID)/MMLAB_END(ID), counted per the "
+                                            "output figure KEY of one window (repeatable)")),
     ("timeout_s", float, typer.Option(600, "--timeout-s", min=0.001, metavar="SECONDS",
                                       help="kill the command after this long")),
 )
@@ -109,12 +116,15 @@ def exec_command() -> Callable[..., None]:
         from mmlab.workloads import execwork
         source = cast("Path | None", values.pop("source"))
         declared = cast("list[str]", values.pop("metric"))
+        marked = cast("list[str]", values.pop("window"))
         keys: dict[str, object] = {
             "command": ["{source}", *ctx.args] if source else list(ctx.args),
             "metrics_from": values.pop("metrics_from"), "smaps": values.pop("smaps"),
-            "timeout_s": values.pop("timeout_s"),
+            "timeout_s": values.pop("timeout_s"), "per": values.pop("per"),
             "exec_metrics": {name: m.model_dump(exclude_none=True) for name, m in
-                             map(execwork.parse_metric_option, declared)}}
+                             map(execwork.parse_metric_option, declared)},
+            "windows": {name: w.model_dump(exclude_none=True) for name, w in
+                        map(execwork.parse_window_option, marked)}}
         if source:
             keys["source"] = str(Path(source).resolve())    # read and checked by execwork
         run(single.Request("exec", exec_keys={k: v for k, v in keys.items() if v is not None},

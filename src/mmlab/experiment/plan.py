@@ -158,7 +158,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
 
 MIN_ROUNDS = 3      # a comparison's least rounds: fewer cannot give a verdict
 MIN_NODE_MB = 128   # a guest NUMA node's least memory: smaller nodes fail to boot
-EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps")
+EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps", "per", "windows")
 
 
 def _workload(profile: Profile, path: str, fail) -> workloads.Workload:
@@ -175,7 +175,8 @@ def _workload(profile: Profile, path: str, fail) -> workloads.Workload:
     try:
         return execwork.build(profile.command, source=profile.source, base=Path(path).parent,
                               metrics_from=profile.metrics_from, declared=profile.exec_metrics,
-                              smaps=profile.smaps, timeout_s=profile.timeout_s)
+                              smaps=profile.smaps, timeout_s=profile.timeout_s,
+                              per=profile.per, windows=profile.windows)
     except execwork.ProfileKeyError as exc:
         raise fail(tuple(exc.key.split(".")), str(exc)) from exc
 

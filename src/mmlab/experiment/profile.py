@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from mmlab.machine import knobs
-from mmlab.workloads import execwork
+from mmlab.workloads import execwork, output
 
 KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?(-generic)?"
                          r"|(local|build):[A-Za-z0-9._+-]+)$")
@@ -92,9 +92,11 @@ class Profile(BaseModel):
     # workload = "exec" (execwork.py): a command or a C file, measured from outside
     command: list[str] | str = []    # {axis} substituted; {out}: a file mmwork makes and reads
     source: str | None = None        # a C reproducer (relative to the profile), built -static
-    metrics_from: execwork.MetricsFrom | None = None
+    metrics_from: output.MetricsFrom | None = None
     exec_metrics: dict[str, execwork.ExecMetric | execwork.Direction] = {}
     smaps: bool = False              # the command's smaps at its exit
+    per: str | None = None           # the output key of the command's units (its insns per)
+    windows: dict[str, execwork.ExecWindow] = {}   # the program's own (mmlab.h), by name
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []

@@ -86,8 +86,7 @@ def plan(req: Request) -> Plan:
     wl = workload(req)
     for option, asked in (("--insns", req.count_insns), ("--functions", req.functions)):
         if asked and not wl.windows:
-            raise MmlabError(f"{option}: {wl.name} has no timed windows to count (an exec "
-                             "command is measured from outside, as a whole)")
+            raise MmlabError(f"{option}: {wl.name} has no timed windows to count")
     metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
     return parse(profile_text(req, metrics), "mmlab run")
 
@@ -99,7 +98,10 @@ def workload(req: Request) -> workloads.Workload:
     keys = dict(req.exec_keys)
     declared = {name: execwork.ExecMetric.model_validate(m)
                 for name, m in keys.pop("exec_metrics", {}).items()}
+    marked = {name: execwork.ExecWindow.model_validate(w)
+              for name, w in keys.pop("windows", {}).items()}
     try:
-        return execwork.build(keys.pop("command", []), declared=declared, **keys)
+        return execwork.build(keys.pop("command", []), declared=declared, windows=marked,
+                              **keys)
     except execwork.ProfileKeyError as exc:
         raise MmlabError(f"{exc.key}: {exc}") from exc

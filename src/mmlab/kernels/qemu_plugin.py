@@ -25,6 +25,7 @@ from mmlab.errors import MmlabError
 from mmlab.kernels import catalog
 from mmlab.machine import paths, proc
 from mmlab.names import safe_name
+from mmlab.workloads import csource
 from mmlab.workloads.build import WORKLOAD_SRC
 
 PACKAGE = "qemu-system-x86"
@@ -74,7 +75,7 @@ def header(version: str, fetch: bool = True) -> Path:
 def _key(version: str, hdr: Path) -> str:
     """What the .so is built from: the QEMU version, its header, our sources."""
     h = hashlib.sha256(version.encode())
-    for f in (hdr, SOURCE, WORKLOAD_SRC / "core-insns.h"):
+    for f in (hdr, SOURCE, WORKLOAD_SRC / "core-insns.h", csource.HEADER):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

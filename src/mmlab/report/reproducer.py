@@ -70,7 +70,7 @@ def _strip(path: Path, done: set[str]) -> str:
             continue
         include = _LOCAL_INCLUDE.fullmatch(line)
         if include:
-            if include[1] not in done:
+            if Path(include[1]).name not in done:
                 raise MmlabError(f"{path.name} includes {include[1]}, which "
                                  "workloads/harness.list does not put before it")
             continue

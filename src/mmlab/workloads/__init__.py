@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from pathlib import Path
 
@@ -54,6 +54,7 @@ class Window:
     help: str
     kernel_metric: str
     user_metric: str
+    marker: int = -1   # its id in the markers (core-insns.h); -1: its place in the table
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,14 @@ class Workload:
     host_settings: tuple[str, ...]
     kind: str = "mmwork"   # or "exec" (execwork.ExecWorkload): how a stored Plan reads back
     windows: tuple[Window, ...] = ()
+
+    def __post_init__(self) -> None:
+        """mmwork's windows are marked by their place in its table: a window
+        read from `describe`, or from a plan stored before windows carried
+        their marker, gets it here."""
+        placed = tuple(w if w.marker >= 0 else replace(w, marker=i)
+                       for i, w in enumerate(self.windows))
+        object.__setattr__(self, "windows", placed)
 
     def window_metrics(self) -> set[str]:
         """The instruction metrics of its windows."""

@@ -15,7 +15,14 @@ printed; `measured` turns that into metrics:
 - `json`: one JSON object per line, nested keys joined by dots.
 
 A key printed twice counts with its last value; keys nobody declared may
-hold any text.  Output that does not parse, lacks a declared key or holds
+hold any text.
+
+Instructions (a counting pass, insns.py) are counted over the whole command,
+window "command" (marker 0; exec.c says what it includes), and over the
+windows the program marks itself with mmlab.h (markers 1-7, named by the
+profile's `windows`).  Each window's instructions are per unit of work one
+window did: `per` names the output key that holds it (the command's: its
+whole run; default one run).  Output that does not parse, lacks a declared key or holds
 no number there fails that trial with one line saying why.
 
 Axis values and parameters are substituted into the command's arguments as
@@ -26,8 +33,6 @@ creates (and reads back as the output); `{source}` the compiled reproducer.
 
 from __future__ import annotations
 
-import json
-import math
 import re
 import shlex
 import shutil
@@ -37,17 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from mmlab.errors import MmlabError
 from mmlab.machine import proc
 from mmlab.names import axis_text
-from mmlab.workloads import Metric, Param, Workload, csource, exec_table
+from mmlab.workloads import Metric, Param, Window, Workload, csource, exec_table, insns
+from mmlab.workloads.output import METRICS_FROM, figures
 from mmlab.workloads.samples import UNIT_TOKEN, Sample
 
-METRICS_FROM = ("stress-ng-yaml", "key=value", "json")
-MetricsFrom = Literal["stress-ng-yaml", "key=value", "json"]
 Direction = Literal["higher", "lower"]
 RESERVED = ("out", "source")        # placeholders mmwork and mmlab fill themselves
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)(?:\?([^{}]*))?\}")
@@ -55,6 +58,17 @@ UNITS = {"ns": "ns", "us": "us", "ms": "ms", "s": "s", "per_s": "per s", "pages"
          "bytes": "bytes", "kb": "KiB"}
 # Figures that say how much work was done: kept as counts (CPU time per op).
 COUNT_KEYS = {"ops": "ops", "bogo-ops": "ops", "pages": "pages", "rounds": "rounds"}
+
+
+class ExecWindow(BaseModel):
+    """A window the program marks with mmlab.h's MMLAB_BEGIN(id) and
+    MMLAB_END(id), as a profile names it."""
+    model_config = ConfigDict(extra="forbid")
+    id: int = Field(ge=1, le=7)
+    per: str | None = None          # the output key: units of work one window does
+
+
+COMMAND_WINDOW = "command"          # the whole command: exec.c's marker 0
 
 
 class ExecMetric(BaseModel):
@@ -99,109 +113,6 @@ def _outside(sample: Sample) -> dict[str, float | None]:
     return {"outside_wall_s": sample.counts.get("command_wall_s"), "outside_usr_s": usr,
             "outside_sys_s": sys_, "outside_cpu_s": usr + sys_,
             "outside_max_rss_kb": sample.counts.get("command_max_rss_kb")}
-
-
-# ---------------------------------------------------------------- output formats
-
-def _number(text: object, where: str) -> float:
-    """A figure: a finite number.  NaN, an infinity and a value past a
-    double's range (1e400) are no figure a verdict can use: a metric that
-    prints one fails its trial rather than be stored as missing."""
-    if isinstance(text, bool) or not isinstance(text, int | float | str):
-        raise MmlabError(f"{where}: {text!r} is not a number")
-    try:
-        value = float(text)
-    except ValueError:
-        raise MmlabError(f"{where}: {text!r} is not a number") from None
-    if not math.isfinite(value):
-        raise MmlabError(f"{where}: {text!r} is not a finite number")
-    return value
-
-
-# A parser gives every scalar the output holds: key -> (value as printed, where).
-Raw = dict[str, tuple[object, str]]
-
-
-def _stress_ng_yaml(text: str) -> Raw:
-    """stress-ng -Y: `metrics` is a list of one mapping per stressor.  Every
-    field is `STRESSOR.FIELD`, and plain `FIELD` when there is one stressor."""
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        first = str(exc).splitlines()[0]
-        raise MmlabError(f"stress-ng YAML does not parse: {first}") from None
-    rows = doc.get("metrics") if isinstance(doc, dict) else None
-    if not isinstance(rows, list) or not rows:
-        raise MmlabError("stress-ng YAML has no 'metrics' list (run it with -Y {out} and "
-                         "--metrics or --metrics-brief)")
-    found: Raw = {}
-    for row in rows:
-        if not isinstance(row, dict) or "stressor" not in row:
-            raise MmlabError(f"stress-ng YAML: a metrics entry without 'stressor': {row!r:.60}")
-        for field, value in row.items():
-            where = f"stress-ng YAML {row['stressor']}.{field}"
-            found[f"{row['stressor']}.{field}"] = (value, where)
-            if len(rows) == 1:
-                found[field] = (value, where)
-    return found
-
-
-def _key_value(text: str) -> Raw:
-    """Every `key=value` token, wherever it stands on a line."""
-    found: Raw = {}
-    for no, line in enumerate(text.splitlines(), 1):
-        for token in line.split():
-            key, eq, value = token.partition("=")
-            if eq and re.fullmatch(r"[A-Za-z_][\w.-]*", key):
-                found[key] = (value, f"key=value line {no}: {key}")
-    return found
-
-
-def _flatten(obj: object, prefix: str, out: Raw, where: str) -> None:
-    if isinstance(obj, dict):
-        for k, v in obj.items():
-            _flatten(v, f"{prefix}{k}.", out, where)
-    elif not isinstance(obj, list):
-        out[prefix[:-1]] = (obj, f"{where}: {prefix[:-1]}")
-
-
-def _json_lines(text: str) -> Raw:
-    """One JSON object per non-empty line; nested keys joined by dots."""
-    found: Raw = {}
-    for no, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError:
-            raise MmlabError(f"json line {no} is not JSON: {line.strip()[:60]!r}") from None
-        if not isinstance(obj, dict):
-            raise MmlabError(f"json line {no} is not a JSON object: {line.strip()[:60]!r}")
-        _flatten(obj, "", found, f"json line {no}")
-    return found
-
-
-PARSERS = {"stress-ng-yaml": _stress_ng_yaml, "key=value": _key_value, "json": _json_lines}
-
-
-def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
-            ) -> dict[str, float]:
-    """The figures a command's output holds, by key: every finite numeric
-    one, and each `wanted` key, which must be a finite number.  MmlabError
-    (one line) when the output is malformed or a wanted value is not a
-    finite number."""
-    if not text.strip():
-        raise MmlabError(f"the command printed no {metrics_from} output")
-    found: dict[str, float] = {}
-    for key, (value, where) in PARSERS[metrics_from](text).items():
-        if key in wanted:
-            found[key] = _number(value, where)
-        else:
-            try:
-                found[key] = _number(value, where)
-            except MmlabError:
-                continue        # text the command prints beside its figures
-    return found
 
 
 def stress_ng_figures(text: str, names: tuple[str, ...]) -> dict[str, float | None]:
@@ -280,6 +191,7 @@ class ExecWorkload(Workload):
     timeout_s: float = 600.0
     source_name: str | None = None         # the C file as the profile named it
     source_text: str | None = None
+    per: tuple[tuple[str, str | None], ...] = ()   # (window, output key of its units)
 
     def binary(self) -> Path:
         """The compiled reproducer (compiled on first use, cached by hash)."""
@@ -299,8 +211,10 @@ class ExecWorkload(Workload):
     def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork exec's arguments; the program by its path on this machine,
         where a guest finds it too (its files are packed at the same paths)."""
+        params = dict(params)
+        counting = ["--insns"] if params.pop("insns", False) else []
         return ["--timeout-s", f"{self.timeout_s:g}", *(["--smaps"] if self.smaps else []),
-                "--", str(self.program(params)), *self.argv(params)[1:]]
+                *counting, "--", str(self.program(params)), *self.argv(params)[1:]]
 
     def program(self, params: Mapping[str, object]) -> Path:
         """The command's program as a path on this machine."""
@@ -339,22 +253,46 @@ class ExecWorkload(Workload):
         malformed or lacks a declared key."""
         metrics: dict[str, float | None] = _outside(sample)
         counts = dict(sample.counts)
+        found: dict[str, float] = {}
         if self.metrics_from:
-            where = f"exec sample {sample.sample}"
-            try:
-                found = figures(self.metrics_from, sample.output or "",
-                                tuple(key for _, key in self.keys))
-            except MmlabError as exc:
-                raise MmlabError(f"{where}: {exc}") from None
-            for name, key in self.keys:
-                if key not in found:
-                    have = ", ".join(list(found)[:6]) or "nothing"
-                    raise MmlabError(f"{where}: the {self.metrics_from} output has no "
-                                     f"'{key}' (metric {name}); it has {have}")
-                metrics[name] = found[key]
+            found = self._figures(sample)
+            metrics.update({name: found[key] for name, key in self.keys})
             counts.update({COUNT_KEYS[k]: v for k, v in found.items() if k in COUNT_KEYS})
+        for window, key in self.per:
+            counts[insns.units_count(window)] = found[key] if key else 1.0
+        metrics.update(self._perf_counts(counts))
         return sample.model_copy(update={"metrics": {**sample.metrics, **metrics},
                                          "counts": counts})
+
+    def _figures(self, sample: Sample) -> dict[str, float]:
+        """The output's figures, every declared key and window unit among them."""
+        where = f"exec sample {sample.sample}"
+        wanted = {key: f"metric {name}" for name, key in self.keys}
+        for window, key in self.per:
+            if key:
+                wanted.setdefault(key, f"the units of window {window}")
+        try:
+            found = figures(self.metrics_from or "", sample.output or "", tuple(wanted))
+        except MmlabError as exc:
+            raise MmlabError(f"{where}: {exc}") from None
+        for key, what in wanted.items():
+            if key not in found:
+                have = ", ".join(list(found)[:6]) or "nothing"
+                raise MmlabError(f"{where}: the {self.metrics_from} output has no "
+                                 f"'{key}' ({what}); it has {have}")
+        return found
+
+    def _perf_counts(self, counts: Mapping[str, float]) -> dict[str, float | None]:
+        """Instruction metrics from the perf counts mmwork took (where the
+        CPU has counters; the plugin's are added by insns.from_plugin)."""
+        out: dict[str, float | None] = {}
+        for w in self.windows:
+            n = counts.get(f"insns_window{w.marker}_windows")
+            units = counts.get(insns.units_count(w.name))
+            if n and units:
+                out[w.kernel_metric] = counts[f"insns_window{w.marker}_kernel_insns"] / n / units
+                out[w.user_metric] = counts[f"insns_window{w.marker}_user_insns"] / n / units
+        return out
 
 
 AnyWorkload = Annotated[Annotated[Workload, Tag("mmwork")]
@@ -402,10 +340,43 @@ def _metrics(metrics_from: str | None, declared: Mapping[str, ExecMetric | str]
     return tuple(metrics), tuple((n, s.key or n) for n, s in specs.items())
 
 
+def _window(name: str, marker: int, per: str | None, what: str) -> Window:
+    """A counted window and its metrics' names: per the output key's unit
+    (`pages` -> _per_pages, `bogo-ops` -> _per_bogo_ops), or per run."""
+    unit = re.sub(r"[^a-z0-9]+", "_", per.lower()).strip("_") if per else "run"
+    if not unit:
+        raise ProfileKeyError("per", f"{per!r} names no unit (an output key such as pages)")
+    return Window(name=name, unit=unit, help=what, marker=marker,
+                  kernel_metric=f"{name}_kernel_insns_per_{unit}",
+                  user_metric=f"{name}_user_insns_per_{unit}")
+
+
+def _windows(per: str | None, marked: Mapping[str, ExecWindow], metrics_from: str | None
+             ) -> tuple[Window, ...]:
+    """The whole command's window and the program's own (mmlab.h), each
+    counted per unit its `per` key names in the output."""
+    if (per or any(w.per for w in marked.values())) and not metrics_from:
+        raise ProfileKeyError("per", "units read from the output need metrics_from = "
+                              f"{' | '.join(METRICS_FROM)}")
+    named: dict[int, str] = {}
+    for name, w in marked.items():
+        if w.id in named:
+            raise ProfileKeyError(f"windows.{name}", f"id {w.id} names two windows "
+                                  f"({named[w.id]} and {name})")
+        named[w.id] = name
+        if name == COMMAND_WINDOW or not re.fullmatch(r"[a-z][a-z0-9_]*", name):
+            raise ProfileKeyError(f"windows.{name}", "a window's name is lower-case letters, "
+                                  f"digits and _, and not '{COMMAND_WINDOW}' (the whole command)")
+    return (_window(COMMAND_WINDOW, 0, per, "the whole command, from its exec to its exit"),
+            *(_window(name, w.id, w.per, f"MMLAB_BEGIN({w.id}) .. MMLAB_END({w.id}) "
+                      "in the program") for name, w in marked.items()))
+
+
 def build(command: list[str] | str, *, source: str | None = None, base: Path = Path("."),
           metrics_from: str | None = None,
           declared: Mapping[str, ExecMetric | str] | None = None,
-          smaps: bool = False, timeout_s: float = 600.0) -> ExecWorkload:
+          smaps: bool = False, timeout_s: float = 600.0, per: str | None = None,
+          windows: Mapping[str, ExecWindow] | None = None) -> ExecWorkload:
     """An ExecWorkload from a profile's keys (or the command line's); a
     source path is read relative to `base` (the profile's directory) and
     kept whole, and compiled here so that a bad one fails before any trial."""
@@ -427,6 +398,11 @@ def build(command: list[str] | str, *, source: str | None = None, base: Path = P
         raise ProfileKeyError("metrics_from", f"{metrics_from!r} is not one of "
                               f"{', '.join(METRICS_FROM)}")
     metrics, keys = _metrics(metrics_from, declared or {})
+    counted = _windows(per, windows or {}, metrics_from)
+    metrics += tuple(Metric(m, insns.UNIT, "lower", f"{side} instructions per {w.unit} of "
+                            f"{w.name} ({w.help}; a counting pass)")
+                     for w in counted
+                     for side, m in (("kernel", w.kernel_metric), ("user", w.user_metric)))
     names = placeholders(cmd)
     summary = " ".join(cmd)
     if text is not None:
@@ -437,7 +413,8 @@ def build(command: list[str] | str, *, source: str | None = None, base: Path = P
         params=tuple(Param(n, "text", "", "substituted into the command") for n in names),
         metrics=metrics, mm_paths=(), vmstat=tuple(table["vmstat"]), tracepoints=(),
         host_settings=(), command=cmd, metrics_from=metrics_from, keys=keys, smaps=smaps,
-        timeout_s=timeout_s, source_name=source, source_text=text)
+        timeout_s=timeout_s, source_name=source, source_text=text, windows=counted,
+        per=((COMMAND_WINDOW, per), *((name, w.per) for name, w in (windows or {}).items())))
     if text is not None:
         try:
             wl.binary()
@@ -458,6 +435,16 @@ def read_source(path: Path) -> str:
         raise ProfileKeyError("source", f"{path}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ProfileKeyError("source", f"{path}: not UTF-8 text (byte {exc.start})") from exc
+
+
+def parse_window_option(text: str) -> tuple[str, ExecWindow]:
+    """--window NAME=ID[:KEY] -> (name, declaration)."""
+    name, _, rest = text.partition("=")
+    number, _, key = rest.partition(":")
+    if not name or not number.isdigit() or not 1 <= int(number) <= 7:
+        raise MmlabError(f"--window {text!r}: expected NAME=ID[:KEY] with ID 1 to 7 "
+                         "(MMLAB_BEGIN(ID) in the program)")
+    return name, ExecWindow(id=int(number), per=key or None)
 
 
 def parse_metric_option(text: str) -> tuple[str, ExecMetric]:

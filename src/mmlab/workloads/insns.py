@@ -121,7 +121,8 @@ def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
     order) as the counted samples' instruction metrics."""
     records = sample_records(output, counted)
     for s, r in zip(counted, records):
-        for w, (n, kernel, user) in zip(workload.windows, r["windows"]):
+        for w in workload.windows:
+            n, kernel, user = r["windows"][w.marker]
             units = s.counts.get(units_count(w.name))
             if n and units:
                 s.metrics[w.kernel_metric] = kernel / n / units
