@@ -17,6 +17,9 @@
 5. How long `mmlab` takes to start when it has nothing to run (its version,
    its help, a one-line error), beside `python -c pass` and `git --version`
    (startup.py).
+6. How far emulated time can be trusted (calibration.py): pairs of settings
+   on this machine's kernel and in a TCG guest of its series, the time
+   ratios on both sides beside the guest's counted ratio.
 
 Figures are printed as ratios; nothing here asserts a speed.
 """
@@ -37,7 +40,7 @@ import tomli_w
 from rich.table import Table
 
 from mmlab import workloads
-from mmlab.bench import agreement, census, guest_start, startup
+from mmlab.bench import agreement, calibration, census, guest_start, startup
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
 from mmlab.experiment.profile import Profile
@@ -228,13 +231,18 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m mmlab.bench",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
-                                           "agreement", "census", "guests", "startup"],
+                                           "agreement", "census", "guests", "startup",
+                                           "calibration"],
                         default="all")
     parser.add_argument("--guest", default="debian:6.12",
                         help="the guest kernel for stress-ng's agreement and the guests part "
                              "('none': host only)")
     parser.add_argument("--pairs", type=int, default=10,
                         help="agreement: interleaved pairs (pageout; half as many for stress-ng)")
+    parser.add_argument("--calibration-guest", default=calibration.same_series_guest(),
+                        help="calibration: the TCG guest of this machine's kernel series")
+    parser.add_argument("--calibration-rounds", type=int, default=4,
+                        help="calibration: paired rounds on each side")
     parser.add_argument("--experiments", type=int, default=2000,
                         help="simulated profiles per cell of the selftest")
     parser.add_argument("--seed", type=int, default=1, help="the selftest's seed")
@@ -271,6 +279,10 @@ def main(argv: list[str] | None = None) -> None:
             out.print(census.table())
         if args.part in ("all", "guests") and args.guest != "none":
             out.print(guest_start.table(args.guest))
+        if args.part in ("all", "calibration"):
+            rows = calibration.measure(args.results / "calibration", args.calibration_guest,
+                                       args.calibration_rounds, plain(out))
+            out.print(calibration.table(rows, args.calibration_guest, args.calibration_rounds))
         if args.part in ("all", "selftest"):
             selftest_report.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):
