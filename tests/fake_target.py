@@ -21,7 +21,8 @@ class FakeTarget(LocalTarget):
     """`factors[arm]` scales every metric of that arm; `fail` names arms whose
     trials fail; `cv` is the trial-to-trial noise; `model(arm)`, if given,
     returns (factor, extra state) for an arm: a kernel that changes the page
-    state, say."""
+    state, say; the factor may be a function of the metric's name (a kernel
+    slower in time whose instructions did not change)."""
     name = "fake"
 
     def __init__(self, factors: dict[str, float] | None = None, fail: set[str] = frozenset(),
@@ -43,11 +44,12 @@ class FakeTarget(LocalTarget):
         if arm.name in self.fail:
             raise TrialError(f"{arm.name}: failed on purpose", env)
         factor, state = self.model(arm) if self.model else (self.factors.get(arm.name, 1.0), {})
+        scale = factor if callable(factor) else lambda name: factor
         # Instruction metrics only where the profile asks for counts, as the real targets.
         wl = plan.workload
         counted = insns.wanted(wl, plan.profile.metrics)
         alone = insns.only(wl, plan.profile.metrics)
-        metrics = {m.name: 100.0 * (1 + zlib.crc32(m.name.encode()) % 7) * factor
+        metrics = {m.name: 100.0 * (1 + zlib.crc32(m.name.encode()) % 7) * scale(m.name)
                    * float(self.rng.lognormal(0, self.cv)) for m in wl.metrics
                    if (counted or m.name not in wl.window_metrics())
                    and (not alone or m.name in wl.window_metrics())}

@@ -20,6 +20,7 @@ import json
 import re
 import subprocess
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -103,6 +104,29 @@ def test_text_report_fits_a_mailing_list_and_says_everything(store_with_results)
     assert "tcg (emulated timings" in report
     assert "4 of 20 trials did not run (interrupted)" in report
     assert lines[-1] == "#regzbot introduced: 6.1..6.12"
+
+
+def test_compare_says_which_figures_are_emulated(store_with_results):
+    """Every rendering of a verdict on a TCG guest's time labels it emulated;
+    the same figures from the host are not."""
+    from rich.console import Console
+
+    from mmlab.judge import verdicts
+    from mmlab.report import csv as report_csv
+    from mmlab.report import json as report_json
+    from mmlab.report.terminal import experiment
+    store, exp = store_with_results
+    plan, measured = store.plan(exp), store.measurements(exp)
+    judged = verdicts.judge(plan, measured)
+    out = Console(record=True, width=220)
+    experiment.print_verdicts(out, exp, plan, measured, judged)
+    assert "regression, emulated" in out.export_text()
+    assert all(row["emulated"] for row in json.loads(report_json.comparisons(plan, judged)))
+    assert report_csv.comparisons(plan, judged).splitlines()[1].endswith(",True")
+    report = text.render(data.gather(store, exp))
+    assert "regression*" in report and "* emulated time: measured in a TCG guest" in report
+    host = replace(judged, tcg=frozenset())
+    assert not any(row["emulated"] for row in json.loads(report_json.comparisons(plan, host)))
 
 
 def test_html_report_is_self_contained_and_renders(store_with_results, tmp_path, chromium):

@@ -24,6 +24,7 @@ from mmlab.run.events import Progressed, TrialStarting
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.track import changepoints, evidence, releases, session, simulate, suite
+from mmlab.track import dashboard as track_dashboard
 from mmlab.track.releases import Release
 
 from .conftest import check_golden, mmlab
@@ -460,3 +461,157 @@ def test_every_trial_of_cells_and_confirmations_is_announced(tmp_path):
     assert len(started) == len(fake.trials) > 0
     assert all(0 <= e.index < e.total for e in started)
     assert any(isinstance(e, Progressed) for e in heard)
+
+
+def guest_pool(counted: bool, accelerator: str | None = "tcg") -> tuple[TargetPool, Counting]:
+    """Kernels in STEP_AT 30 % slower in time, in guests of `accelerator`
+    (None: the host); their instructions grow 30 % too only where `counted`."""
+    def model(arm):
+        step = arm.kernel in STEP_AT
+        return ((lambda name: 1.3 if step and (counted or not changepoints.is_count(name))
+                 else 1.0),
+                {"accelerator": accelerator} if accelerator else {})
+    fake = Counting(cv=0.01, model=model)
+    return TargetPool(make=lambda arm: fake, say=lambda m: None), fake
+
+
+def shown(tmp_path: Path, store: Store, found, result) -> tuple[str, str]:
+    """The dashboard's summary.txt and index.html of `result`."""
+    e = [evidence.gather(store, found, c, "r", result.judged) for c in result.changes]
+    dashboard.write(tmp_path / "dash", found, result, e, "2026-01-01T00:00:00Z")
+    return ((tmp_path / "dash" / "summary.txt").read_text(),
+            (tmp_path / "dash" / "index.html").read_text())
+
+
+def confirmed_classes(store: Store, result) -> list[tuple[str, ...]]:
+    return sorted(tuple(store.plan(e).profile.metrics) for e in result.confirmations)
+
+
+def test_an_emulated_time_step_with_flat_counts_is_emulated_time_only(tmp_path):
+    """Under TCG the pair's counts decide a time step: they stayed, so it is
+    "emulated time only", counted apart on the dashboard, and no time
+    confirmation is spent on it."""
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, fake = guest_pool(counted=False)
+    result = session.run(store, found, driver.Here(pool), Local())
+    outcomes = {(c.metric, c.before, c.after): c.outcome for c in result.changes}
+    assert outcomes == {("advise_ns_per_page", "local:b", "local:c"): "emulated time only",
+                        ("cycle_ns_per_page", "local:b", "local:c"): "emulated time only"}
+    assert confirmed_classes(store, result) == [("advise_kernel_insns_per_page",)]
+    assert all(c.emulated and c.confirmation is None and c.evidence == result.confirmations[0]
+               for c in result.changes)
+    assert fake.attributed == 0                      # nothing changed in the counts
+    assert track_dashboard.tally(result.changes) == {"emulated time only": 2}
+    summary, page = shown(tmp_path, store, found, result)
+    assert summary.splitlines()[1] == "changes: 2 emulated time only"
+    assert "no confirmed change" in summary and "regression of" not in summary
+    apart = summary[summary.index("emulated time: steps of time"):]
+    assert "emulated time only of advise_ns_per_page" in apart
+    assert "advise_kernel_insns_per_page (" in apart and ", same)" in apart
+    assert "Emulated time, newest first" in page and 'class="l emulated"' in page
+    assert "2 emulated time only" in page and "these ratios are of a TCG guest" in page
+    trials = len(fake.trials)
+    again = session.run(store, found, driver.Here(pool), Local())
+    assert (again.measured, again.confirmations, len(fake.trials)) == ([], [], trials)
+    assert [c.outcome for c in again.changes] == [c.outcome for c in result.changes]
+
+
+def test_an_emulated_time_step_with_a_counted_step_stays_a_regression(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, _ = guest_pool(counted=True)
+    result = session.run(store, found, driver.Here(pool), Local())
+    assert {(c.metric, c.outcome) for c in result.changes} == {
+        (m, "regression") for m in found.profiles[0].metrics}
+    assert confirmed_classes(store, result) == [("advise_kernel_insns_per_page",),
+                                                ("advise_ns_per_page", "cycle_ns_per_page")]
+    assert {c.metric: c.emulated for c in result.changes} == {
+        "advise_ns_per_page": True, "advise_kernel_insns_per_page": False,
+        "cycle_ns_per_page": True}
+    assert track_dashboard.tally(result.changes) == {"regression": 3}
+    summary, page = shown(tmp_path, store, found, result)
+    assert "regression of advise_ns_per_page (emulated time)" in summary
+    assert "advise_ns_per_page, emulated (" in summary
+    assert "advise_kernel_insns_per_page (" in summary       # counts are exact: not emulated
+    assert "Emulated time, newest first" not in page and "(ns, emulated)" in page
+
+
+def test_a_host_time_step_with_flat_counts_is_confirmed_as_before(tmp_path):
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, _ = guest_pool(counted=False, accelerator=None)
+    result = session.run(store, found, driver.Here(pool), Local())
+    assert {(c.metric, c.outcome, c.emulated) for c in result.changes} == {
+        ("advise_ns_per_page", "regression", False), ("cycle_ns_per_page", "regression", False)}
+    (times,) = result.confirmations                  # no count candidate: no count confirmation
+    assert store.measurements(times).rounds == 12
+    assert "emulated" not in shown(tmp_path, store, found, result)[0]
+
+
+def test_emulated_time_is_confirmed_in_time_only_when_asked(tmp_path):
+    """--confirm-emulated: the time confirmation runs, and its change is
+    still emulated time; a profile that counts nothing leaves its emulated
+    steps candidates until asked, then "emulated time, not counted"."""
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    pool, _ = guest_pool(counted=False)
+    asked = session.run(store, found, driver.Here(pool), Local(), confirm_emulated=True)
+    assert confirmed_classes(store, asked) == [("advise_kernel_insns_per_page",),
+                                               ("advise_ns_per_page", "cycle_ns_per_page")]
+    assert {(c.outcome, c.confirmation.ratio > 1.25) for c in asked.changes} == {
+        ("emulated time only", True)}
+
+    times_only = SUITE.replace('"advise_kernel_insns_per_page", ', "")
+    (tmp_path / "times").mkdir()
+    found = suite.load(write_suite(tmp_path / "times", times_only))
+    store = Store(tmp_path / "times" / "r")
+    first = session.run(store, found, driver.Here(pool), Local())
+    assert first.confirmations == []
+    assert {(c.outcome, c.emulated) for c in first.changes} == {("candidate", True)}
+    assert "(emulated time)" in shown(tmp_path, store, found, first)[0]
+    later = session.run(store, found, driver.Here(pool), Local(), confirm_emulated=True)
+    assert confirmed_classes(store, later) == [("advise_ns_per_page", "cycle_ns_per_page")]
+    assert {c.outcome for c in later.changes} == {"emulated time, not counted"}
+    assert not any(c.confirmed for c in later.changes)
+
+
+def test_track_run_confirms_emulated_time_when_asked(tmp_path, monkeypatch):
+    """The command's --confirm-emulated, end to end on the fake."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    pool, fake = guest_pool(counted=False)
+    monkeypatch.setattr(TargetPool, "local_target", lambda self, arm: fake)
+    monkeypatch.setattr(releases, "Catalog", Local)
+    path, results = str(write_suite(tmp_path)), str(tmp_path / "r")
+    cli = CliRunner()
+    first = cli.invoke(app, ["track", "run", path, "--results", results])
+    assert first.exit_code == 0, first.output
+    assert "emulated time only of advise_ns_per_page" in first.output
+    store = Store(results)
+    assert [store.plan(r["id"]).profile.metrics for r in store.experiments()][-1] == [
+        "advise_kernel_insns_per_page"]
+    asked = cli.invoke(app, ["track", "run", path, "--results", results, "--confirm-emulated"])
+    assert asked.exit_code == 0, asked.output
+    assert [store.plan(r["id"]).profile.metrics for r in store.experiments()][-1] == [
+        "advise_ns_per_page", "cycle_ns_per_page"]
+    assert "1 confirmation(s)" in asked.output
+
+
+def test_on_a_fleet_an_emulated_steps_counts_go_first(tmp_path):
+    """Its counts in one batch; its time confirmation, needed once they
+    changed, in the next; never one where they stayed."""
+    from mmlab.track import spread
+    for counted, wanted in ((False, []), (True, [["advise_ns_per_page", "cycle_ns_per_page"]])):
+        found = suite.load(write_suite(tmp_path))
+        store = Store(tmp_path / f"r{counted}")
+        pool, _ = guest_pool(counted=counted)
+        batches: list[list[list[str]]] = []
+
+        def run(ids: list[int]) -> None:
+            batches.append([store.plan(e).profile.metrics for e in ids])
+            driver.run_experiment(store, ids, driver.Here(pool))
+        session.run(store, found, driver.Here(pool), Local(),
+                    fleet=spread.Fleet(store, ["m1", "m2"], run))
+        assert batches[1:] == [[["advise_kernel_insns_per_page"]]] + ([wanted] if wanted else [])

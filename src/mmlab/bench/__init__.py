@@ -219,7 +219,7 @@ def print_real(found: list[RealResult]) -> None:
     for r in found:
         out.print(experiment.compare_table(
             r.plan, f"{r.name} under a noisy neighbour: {r.result.rounds} rounds "
-                    f"({r.result.stopped})", r.judgement.comparisons))
+                    f"({r.result.stopped})", r.judgement))
         for c in r.judgement.comparisons:
             out.print(terminal.escape(f"  {c.metric}: {c.arm} vs {c.baseline}: {c.verdict} "
                                       f"({c.method or '-'}, {c.stopped}): {c.reason[:120]}"))

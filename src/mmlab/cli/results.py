@@ -53,9 +53,9 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     measured = store.measurements(exp_id)
     judged = verdicts.judge(plan, measured)
     if as_json:
-        typer.echo(report_json.comparisons(judged.comparisons))
+        typer.echo(report_json.comparisons(plan, judged))
     elif as_csv:
-        typer.echo(report_csv.comparisons(judged.comparisons), nl=False)
+        typer.echo(report_csv.comparisons(plan, judged), nl=False)
     else:
         experiment.print_verdicts(terminal.console(), exp_id, plan, measured, judged)
 

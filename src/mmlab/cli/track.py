@@ -27,10 +27,16 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
             machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
                                          help="spread the cells and confirmations over these "
                                               "fleet machines, one experiment per machine at a "
-                                              "time; needs a postgresql:// store")) -> None:
+                                              "time; needs a postgresql:// store"),
+            confirm_emulated: bool = typer.Option(
+                False, "--confirm-emulated",
+                help="confirm time steps measured in TCG guests in time too (otherwise the "
+                     "pair's instruction counts decide them, and a profile that counts nothing "
+                     "leaves them candidates)")) -> None:
     """Measure every (profile, release) cell not yet stored against the
     suite's reference, then find and confirm the change points; prints what
-    changed, in the style of a 0-day report.
+    changed, in the style of a 0-day report.  A time step measured in a TCG
+    guest is emulated time: never a regression on its own.
 
     Example: mmlab track run experiments/suites/seeds.toml --results track-seeds"""
     from mmlab.cli.display import Display
@@ -58,13 +64,14 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
                                                                      allow_host_changes, show))
     started = time.monotonic()
     with show:
-        result = session.run(store, found, here, resolver, show, fleet=spread_over)
+        result = session.run(store, found, here, resolver, show, fleet=spread_over,
+                             confirm_emulated=confirm_emulated)
     took = time.monotonic() - started
     if not result.measured and not result.confirmations:
-        confirmed = sum(c.confirmed for c in result.changes)
         show.out.print(f"nothing new: every cell of {found.name} is stored "
                        f"({len(found.profiles)} profile(s), {len(result.series)} series "
-                       f"against {result.reference.name}); {confirmed} confirmed change(s)")
+                       f"against {result.reference.name}); changes: "
+                       f"{text.tally_line(result.changes)}")
         return
     shown = [evidence.gather(store, found, c, results, result.judged) for c in result.changes]
     typer.echo(text.track_summary(found, result, shown, only_new=True), nl=False)

@@ -8,12 +8,30 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 import numpy as np
 
 from mmlab.workloads.samples import Sample
+
+# Units of figures a clock measures (durations, rates per second): emulated in a TCG guest.
+CLOCK_UNITS = frozenset({"ns", "us", "ms", "s", "ops/s"})
+
+
+def tcg_arms(by_arm: Mapping[str, Sequence[Sample]]) -> set[str]:
+    """The arms some of whose samples ran in a TCG guest, as the target
+    recorded it in their state."""
+    return {arm for arm, ss in by_arm.items()
+            if any(s.state.get("accelerator") == "tcg" for s in ss)}
+
+
+def emulated(unit: str, arms: Iterable[str], tcg: Set[str]) -> bool:
+    """Whether a figure of `arms` is emulated time: measured by a clock on
+    an arm that ran in a TCG guest (`tcg`, tcg_arms), where time can move
+    the other way from hardware time on fault-heavy paths.  Instruction
+    counts (unit insns) are exact there, so they are never emulated."""
+    return unit in CLOCK_UNITS and any(a in tcg for a in arms)
 
 
 @dataclass(frozen=True)

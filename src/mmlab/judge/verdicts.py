@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from mmlab.experiment.plan import Plan, pairs
-from mmlab.judge import audit, comparison, controls, criteria, order, stats
+from mmlab.judge import audit, comparison, controls, criteria, measurements, order, stats
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.measurements import Measurements
 from mmlab.workloads.samples import Sample
@@ -38,6 +38,13 @@ class Judgement:
     # per not-comparable (metric, arm, baseline): (forced state, the control pair's comparison)
     matched: dict[tuple[str, str, str], list[tuple[str, comparison.Comparison]]] = field(
         default_factory=dict)
+    tcg: frozenset[str] = frozenset()   # the arms that ran in a TCG guest
+
+    def emulated_time(self, plan: Plan, c: comparison.Comparison) -> bool:
+        """The comparison's figures are emulated time (measurements.emulated),
+        which every rendering of them says."""
+        unit = plan.workload.metric(c.metric).unit
+        return measurements.emulated(unit, (c.arm, c.baseline), self.tcg)
 
     @property
     def undecided(self) -> list[comparison.Comparison]:
@@ -111,7 +118,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
                                           and e.arm in (None, c.arm, c.baseline)))
            for c in out]
     return Judgement(out, findings, arm_findings, crit, measured.rounds, next_rounds, stopped,
-                     controls.matched(plan, out))
+                     controls.matched(plan, out), frozenset(measurements.tcg_arms(samples)))
 
 
 def _looks_reached(crit: criteria.Criteria, measured: Measurements) -> list[tuple[int, int]]:

@@ -7,12 +7,15 @@ import csv
 import io
 from pathlib import Path
 
-from mmlab.judge.comparison import Comparison
+from mmlab.experiment.plan import Plan
+from mmlab.judge.verdicts import Judgement
 
 
-def comparisons(found: list[Comparison]) -> str:
-    """One comparison per row, the columns of Comparison.as_row."""
-    rows = [c.as_row() for c in found]
+def comparisons(plan: Plan, judged: Judgement) -> str:
+    """One comparison per row, the columns of Comparison.as_row and
+    whether its figures are emulated time."""
+    rows = [{**c.as_row(), "emulated": judged.emulated_time(plan, c)}
+            for c in judged.comparisons]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["metric"])
     writer.writeheader()

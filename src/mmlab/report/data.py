@@ -13,6 +13,7 @@ from mmlab import workloads
 from mmlab.attribution import explain
 from mmlab.experiment.plan import Pair, Plan
 from mmlab.judge import verdicts
+from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.stats import MIN_SAMPLES
 from mmlab.store import Store, Trial, status_counts
@@ -37,6 +38,10 @@ class ReportData:
     def accelerators(self) -> set[str]:
         return {str(s.state.get("accelerator")) for ss in self.samples.values() for s in ss
                 if "accelerator" in s.state}
+
+    def emulated(self, c: Comparison) -> bool:
+        """The comparison's figures are emulated time."""
+        return self.judgement.emulated_time(self.plan, c)
 
     def counts(self) -> dict[str, int]:
         return status_counts(self.trials)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import TypeGuard
 
 from mmlab.experiment.plan import Plan
+from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
 from mmlab.names import axis_text
 from mmlab.workloads import Metric
@@ -117,6 +118,12 @@ VERDICT_RICH = {Verdict.REGRESSION: "bold red", Verdict.IMPROVEMENT: "bold green
 VERDICT_COLOR = {Verdict.REGRESSION: "#b00000", Verdict.IMPROVEMENT: "#007000",
                  Verdict.NO_CHANGE: "#225588", Verdict.UNRELIABLE: "#aa6600",
                  Verdict.NOT_COMPARABLE: "#880088"}
+
+
+def verdict_label(c: Comparison, emulated: bool) -> str:
+    """A comparison's verdict as a table shows it: of emulated time (a TCG
+    guest's clock, judge/measurements.emulated), it says so."""
+    return f"{c.verdict}, emulated" if emulated else str(c.verdict)
 
 
 def verdict_class(v: Verdict) -> str:

@@ -20,20 +20,33 @@ from mmlab.judge.criteria import Verdict
 from mmlab.report import flamegraph, fmt, plots, text
 from mmlab.report.data import ReportData
 from mmlab.track.cells import Series
-from mmlab.track.dashboard import SHOWN, groups, newest_first
+from mmlab.track.changepoints import CONFIRMED, EMULATED
+from mmlab.track.dashboard import emulated, groups, newest_first, tally
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import TrackResult, metric_class
+from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
 
 TEMPLATES = jinja2.Environment(
     loader=jinja2.PackageLoader("mmlab.report", "templates"),
     autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters.update(num=fmt.num, pct=fmt.pct, change=fmt.change, ratio=fmt.ratio, ci=fmt.ci,
-                         p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class)
+                         p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class,
+                         verdict_label=fmt.verdict_label)
 # The dashboard's templates test for values a change may lack, so undefined is no error.
 DASHBOARD = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.report", "templates"),
                                autoescape=True, trim_blocks=True, lstrip_blocks=True)
-DASHBOARD.filters.update(spread=fmt.spread, metric_class=metric_class)
+
+
+def outcome_class(outcome: str) -> str:
+    """The CSS class of a tracker's outcome: emulated time has its own."""
+    if outcome in EMULATED:
+        return "emulated"
+    if outcome == "state change":
+        return "state"
+    return outcome if outcome in CONFIRMED else "quiet"
+
+
+DASHBOARD.filters.update(spread=fmt.spread, outcome_class=outcome_class)
 
 
 def data_uri(png: bytes) -> str:
@@ -62,11 +75,14 @@ def dashboard(suite: Suite, result: TrackResult, evidence: list[Evidence], gener
               bundled: Set[int]) -> str:
     """The tracker's page; `bundled`: the experiments whose report and
     bundle were written beside it, linked from their change."""
+    ordered = newest_first(evidence)
     return DASHBOARD.get_template("dashboard.html.j2").render(
-        suite=suite, result=result, evidence=newest_first(evidence), groups=groups(evidence),
-        now=generated, shown=SHOWN, bundled=bundled,
-        plots=[(series_anchor(s), plots.trend(s, result.reference.name, result.changes))
-               for s in result.series if len(s.points) > 1])
+        suite=suite, result=result, tally=tally(result.changes),
+        confirmed=[e for e in ordered if not emulated(e)],
+        emulated=[e for e in ordered if emulated(e)], groups=groups(evidence),
+        now=generated, bundled=bundled,
+        plots=[(series_anchor(s), plots.trend(s, result.reference.name, result.changes),
+                s.emulated) for s in result.series if len(s.points) > 1])
 
 
 def feed(suite: Suite, evidence: list[Evidence], generated: str) -> str:

@@ -13,9 +13,10 @@ from collections.abc import Iterable
 from dataclasses import asdict
 
 from mmlab.attribution.explain import Explanation
-from mmlab.judge.comparison import Comparison
+from mmlab.experiment.plan import Plan
+from mmlab.judge.verdicts import Judgement
 from mmlab.kernels.images import Kernel
-from mmlab.track.dashboard import newest_first
+from mmlab.track.dashboard import newest_first, tally
 from mmlab.track.evidence import Evidence
 from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
@@ -27,9 +28,11 @@ def records(rows: Iterable) -> str:
     return json.dumps([asdict(r) for r in rows], indent=1)
 
 
-def comparisons(found: list[Comparison]) -> str:
-    """Each comparison with every field (Comparison.as_dict)."""
-    return json.dumps([c.as_dict() for c in found], indent=1)
+def comparisons(plan: Plan, judged: Judgement) -> str:
+    """Each comparison with every field (Comparison.as_dict), and whether
+    its figures are emulated time."""
+    return json.dumps([{**c.as_dict(), "emulated": judged.emulated_time(plan, c)}
+                       for c in judged.comparisons], indent=1)
 
 
 def explanation(found: Explanation) -> str:
@@ -42,13 +45,16 @@ def kernels(found: list[Kernel]) -> str:
 
 
 def track(suite: Suite, result: TrackResult, evidence: list[Evidence]) -> str:
-    """The series and the changes with their evidence; NaN as null."""
+    """The series and the changes with their evidence, and how many changes
+    end in each outcome (emulated time apart); NaN as null."""
     return json.dumps(_finite({
         "suite": suite.name, "reference": asdict(result.reference),
+        "tally": tally(result.changes),
         "series": [{"profile": s.profile, "metric": s.metric, "kind": s.kind,
                     "points": [{**asdict(p.release), "ratio": p.ratio, "ci": list(p.ci),
                                 "verdict": str(p.comparison.verdict) if p.comparison
-                                else "reference", "experiment": p.experiment}
+                                else "reference", "experiment": p.experiment,
+                                "emulated": p.emulated}
                                for p in s.points]} for s in result.series],
         "changes": [asdict(e) for e in newest_first(evidence)]}), indent=1, default=str)
 

@@ -25,10 +25,11 @@ import numpy as np
 from mmlab.report.data import ReportData
 from mmlab.report.fmt import VERDICT_COLOR, contrast
 from mmlab.track.cells import Series
-from mmlab.track.changepoints import Change
+from mmlab.track.changepoints import EMULATED, Change
 from mmlab.track.dashboard import SHOWN
 
-COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "state change": "#d68910"}
+COLOURS = {"regression": "#c0392b", "improvement": "#1e8449", "state change": "#d68910",
+           **dict.fromkeys(EMULATED, "#7d3c98")}
 
 
 def _png(fig) -> bytes:
@@ -126,7 +127,8 @@ def all_figures(d: ReportData) -> dict[str, bytes]:
 def trend(s: Series, reference: str, changes: list[Change]) -> str:
     """One series as inline SVG: each release's ratio to the reference with
     its interval (hollow where the audit found another page state), the
-    reference line, and each change marked, linked to its explanation."""
+    reference line, and each change marked, linked to its explanation; a
+    series of emulated time says so in its title."""
     matplotlib.rcParams["svg.fonttype"] = "path"
     labels = [p.release.label for p in s.points]
     x = list(range(len(labels)))
@@ -158,7 +160,8 @@ def trend(s: Series, reference: str, changes: list[Change]) -> str:
     ax.set_xticks(x, [_tick(p.release) for p in s.points], fontsize=7, rotation=30)
     ax.set_ylabel("ratio to reference", fontsize=8)
     ax.tick_params(axis="y", labelsize=7)
-    ax.set_title(f"{s.profile}: {s.metric} ({s.kind})", fontsize=9)
+    ax.set_title(f"{s.profile}: {s.metric} ({s.kind}"
+                 + (", emulated time)" if s.emulated else ")"), fontsize=9)
     fig.tight_layout()
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})

@@ -19,19 +19,22 @@ from mmlab.judge.stats import summarize
 from mmlab.report import fmt
 from mmlab.report.data import ReportData, regzbot_lines
 from mmlab.track import dashboard
+from mmlab.track.changepoints import EMULATED, Change
 from mmlab.track.evidence import Evidence
-from mmlab.track.session import TrackResult, metric_class
+from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
 
 WIDTH = 80
 MIN_LOCK_SEEN = 10      # fewer contentions than this are background, not the workload
 TEXT_TOP = 4            # functions named per pair
 FIGURES_W = 54          # result columns between a row's label and its verdict
+EMULATED_MARK = "*"     # after a verdict whose figures are emulated time
 
 
 def results(d: ReportData) -> list[str]:
     """Per metric, a table per contrast (the axis values two arms differ in,
-    from the plan) with a row per value of the other axes."""
+    from the plan) with a row per value of the other axes; a row of
+    emulated time is marked beside its verdict and the mark explained."""
     lines = []
     for metric in d.plan.profile.metrics:
         m = d.workload.metric(metric)
@@ -43,28 +46,32 @@ def results(d: ReportData) -> list[str]:
                 k = fmt.contrast(d.plan, c.arm, c.baseline)
                 groups[(k.axes, k.baseline, k.arm)].append((k, c))
         for (axes, base, arm), rows in groups.items():
-            lines += ["", f"  {axes}: {arm} vs {base}"[:WIDTH]] + _table(base, arm, rows)
+            lines += ["", f"  {axes}: {arm} vs {base}"[:WIDTH]] + _table(base, arm, rows, d)
     return lines
 
 
-def _table(base: str, arm: str, rows: list[tuple[fmt.Contrast, Comparison]]) -> list[str]:
+def _table(base: str, arm: str, rows: list[tuple[fmt.Contrast, Comparison]],
+           d: ReportData) -> list[str]:
     """A row per value of the other axes, headed by the axis when it is one.
     A label too long to leave the verdict its room gets a line of its own."""
     axes = {tuple(k for k, _ in x.shared) for x, _ in rows}
     one = len(axes) == 1 and len(next(iter(axes))) == 1
     head = next(iter(axes))[0] if one else ""
     labels = [(x.shared[0][1] if one else x.others) or fmt.DASH for x, _ in rows]
-    room = WIDTH - 2 - FIGURES_W - max(len(c.verdict) for _, c in rows)
+    verdicts = [f"{c.verdict}{EMULATED_MARK if d.emulated(c) else ''}" for _, c in rows]
+    room = WIDTH - 2 - FIGURES_W - max(map(len, verdicts))
     label_w = min(max(len(x) for x in [*labels, head]), room)
     out = [f"  {head[:label_w]:<{label_w}} {base[:11]:>11} {arm[:11]:>11} {'change':>7} "
            f"{'ratio':>6} {'CI':>13} verdict"[:WIDTH]]
-    for label, (_, c) in zip(labels, rows):
+    for label, (_, c), verdict in zip(labels, rows, verdicts):
         if len(label) > label_w:
             out += _wrap(label)
             label = ""
         out.append(f"  {label:<{label_w}} {fmt.num(c.median_baseline):>11} "
                    f"{fmt.num(c.median):>11} {fmt.change(c.ratio):>7} "
-                   f"{fmt.ratio(c.ratio):>6} {fmt.ci(c.ci_low, c.ci_high):>13} {c.verdict}")
+                   f"{fmt.ratio(c.ratio):>6} {fmt.ci(c.ci_low, c.ci_high):>13} {verdict}")
+    if any(v.endswith(EMULATED_MARK) for v in verdicts):
+        out.append(f"  {EMULATED_MARK} emulated time: measured in a TCG guest")
     return out
 
 
@@ -230,10 +237,10 @@ def pair_lines(group: list[Evidence]) -> list[str]:
     e = group[0]
     ch = e.change
     out = [f"[{g.change.id}] {ch.profile}: {_pct(g)} {g.change.outcome} of {g.change.metric}"
-           for g in group]
+           f"{_emulated(g.change)}" for g in group]
     confirmed = {g.change.evidence: g for g in group if g.rounds}
     out += [f"  between {e.before} and {e.after} (series {ch.kind}"
-            + "".join(f", {metric_class(g.change.metric)} in {g.rounds} rounds" for g in
+            + "".join(f", {g.measured} in {g.rounds} rounds" for g in
                       confirmed.values())
             + (f", confirmed {e.confirmed_at})" if confirmed else ")"), ""]
     if e.metrics:
@@ -242,7 +249,8 @@ def pair_lines(group: list[Evidence]) -> list[str]:
         out.append(f"  {'-' * w}  {'-' * 8}  {'-' * w}")
         for m in e.metrics:
             out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {m.ratio - 1:>+8.1%}  "
-                       f"{_spread(m.after, m.spread_after):>{w}}  {m.metric} "
+                       f"{_spread(m.after, m.spread_after):>{w}}  {m.metric}"
+                       f"{', emulated' if m.emulated else ''} "
                        f"({m.ci[0]:.3f}..{m.ci[1]:.3f}, {m.outcome})")
         out.append("")
     for v in e.vmstat:
@@ -263,26 +271,51 @@ def _pct(e: Evidence) -> str:
     return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
 
 
+def _emulated(ch: Change) -> str:
+    """Said after a change of emulated figures whose outcome does not say so."""
+    return " (emulated time)" if ch.emulated and ch.outcome not in EMULATED else ""
+
+
+def tally_line(changes: list[Change]) -> str:
+    """How many changes end in each outcome, emulated time apart."""
+    found = dashboard.tally(changes)
+    return "; ".join(f"{n} {outcome}" for outcome, n in found.items()) or "none"
+
+
+EMULATED_NOTE = ("emulated time: steps of time measured in a TCG guest, where time can "
+                 "move the other way from hardware time; never a regression or an "
+                 "improvement on their own (emulated time only: the pair's instruction "
+                 "counts did not change; emulated time, not counted: nothing counted them)")
+
+
 def track_summary(suite: Suite, result: TrackResult, evidence: list[Evidence],
                   only_new: bool = False) -> str:
     """What changed, in the style of a 0-day report: every confirmed change
     or state change (with `only_new`, those whose confirmation ran now),
-    one entry per release pair, then the other candidates in a line each."""
+    one entry per release pair; then the emulated time steps apart; then
+    the other candidates in a line each."""
     ref = result.reference
     now = (f"{result.cells} cell(s) in {len(result.measured)} experiment(s) and "
            f"{len(result.confirmations)} confirmation(s) measured now; " if only_new else "")
     releases = len({p.release for s in result.series for p in s.points})
     lines = [f"mmlab track {suite.name}: {now}{len(result.series)} series over {releases} "
-             f"releases, against {ref.name} ({ref.version})", ""]
+             f"releases, against {ref.name} ({ref.version})",
+             f"changes: {tally_line(result.changes)}", ""]
     shown = [e for e in evidence if e.change.outcome in dashboard.SHOWN
              and (not only_new or e.change.evidence in result.confirmations)]
-    for group in dashboard.groups(shown):
+    confirmed = [e for e in shown if not dashboard.emulated(e)]
+    for group in dashboard.groups(confirmed):
         lines += pair_lines(group)
-    if not shown:
+    if not confirmed:
         lines += ["no new confirmed change" if only_new else "no confirmed change", ""]
+    apart = dashboard.groups([e for e in shown if dashboard.emulated(e)])
+    if apart:
+        lines += _wrap(EMULATED_NOTE, "") + [""]
+    for group in apart:
+        lines += pair_lines(group)
     for e in dashboard.newest_first(evidence):
         if e.change.outcome not in dashboard.SHOWN:
             ch = e.change
             lines.append(f"candidate {ch.id} {ch.profile} {ch.metric} ({ch.kind}) "
-                         f"{ch.before}..{ch.after}: {ch.outcome}")
+                         f"{ch.before}..{ch.after}: {ch.outcome}{_emulated(ch)}")
     return "\n".join(lines).rstrip() + "\n"

@@ -301,6 +301,7 @@ class Point:
     release: Release
     comparison: Comparison | None     # None for the reference itself (ratio 1)
     experiment: int | None
+    emulated: bool = False            # its ratio is of emulated time (a TCG guest's clock)
 
     @property
     def ratio(self) -> float:
@@ -319,6 +320,11 @@ class Series:
     kind: str
     points: list[Point]              # measured releases only, in release order
 
+    @property
+    def emulated(self) -> bool:
+        """Some of its figures are emulated time."""
+        return any(p.emulated for p in self.points)
+
 
 @dataclass(frozen=True)
 class Judged:
@@ -326,6 +332,10 @@ class Judged:
     plan: Plan
     measured: Measurements
     judgement: verdicts.Judgement
+
+    def emulated(self, c: Comparison) -> bool:
+        """The comparison's figures are emulated time."""
+        return self.judgement.emulated_time(self.plan, c)
 
 
 class Judgements:
@@ -375,6 +385,6 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
                         continue
                     c = kernel_comparison(*judged.comparisons(exp_id), metric, r.name)
                     if c is not None and math.isfinite(c.ratio) and c.ratio > 0:
-                        points.append(Point(r, c, exp_id))
+                        points.append(Point(r, c, exp_id, judged[exp_id].emulated(c)))
                 out.append(Series(tracked.name, metric, line.kind, points))
     return out

@@ -28,7 +28,10 @@ Pinpoint does for commits:
    the share of false changes is bounded over all profiles, metrics and
    releases at once.
 A pair the audit finds in different page states is a *state change*, never
-a regression.  simulate.py measures what this achieves.
+a regression.  A time step measured in a TCG guest is never one on its own
+either: emulated time can point the other way from hardware time, while
+instruction counts are exact there, so the pair's counts decide
+(`emulated_outcome`).  simulate.py measures what this achieves.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ from mmlab.track.releases import Release
 
 Z90 = 1.6449          # a 90 % interval's half-width in sigmas
 CONFIRMED = ("regression", "improvement")
+EMULATED_ONLY = "emulated time only"              # the pair's counts did not change
+NOT_COUNTED = "emulated time, not counted"        # the pair has no counts to say
+EMULATED = (EMULATED_ONLY, NOT_COUNTED)
 
 
 @dataclass(frozen=True)
@@ -124,15 +130,26 @@ class Change:
     after: str
     candidate_ratio: float         # after / before, from the series' cells
     confirmation: Comparison | None
-    outcome: str                   # regression, improvement, state change, same, unknown,
-    #                                candidate (not measured yet)
-    evidence: int | None = None    # the confirmation's experiment
-    releases: tuple[Release, Release] | None = None   # what the confirmation measured
+    outcome: str                   # regression, improvement, emulated time only, emulated
+    #                                time (not counted), state change, same, unknown, candidate
+    #                                (not confirmed: not measured yet, or an emulated time step
+    #                                nobody asked to confirm)
+    evidence: int | None = None    # the confirmation that decided it: its experiment
+    releases: tuple[Release, Release] | None = None   # what its confirmation measured, else
+    #                                                   its cells (a candidate's)
     also: int | None = None        # the pair's confirmation of the other class of metric
+    emulated: bool = False         # its figures are emulated time (a TCG guest's clock)
 
     @property
     def confirmed(self) -> bool:
         return self.outcome in CONFIRMED
+
+    @property
+    def decided(self) -> bool:
+        """A confirmation of its own metric made it: a confirmed change, or
+        an emulated time change whose time was confirmed too (not one its
+        counts alone decided)."""
+        return self.confirmed or (self.outcome in EMULATED and self.confirmation is not None)
 
 
 def outcome_of(metric: str, c: Comparison | None, t: Thresholds = Thresholds()) -> str:
@@ -155,24 +172,52 @@ def outcome_of(metric: str, c: Comparison | None, t: Thresholds = Thresholds()) 
     return "same" if c.verdict == Verdict.NO_CHANGE else "unknown"
 
 
-Confirm = Callable[[str, str], "Comparison | None"]   # (before, after) labels -> the pair's verdict
+def counted(outcomes: list[str]) -> str | None:
+    """What a release pair's instruction counts say (their confirmation's
+    outcomes, one per count metric): "changed" where one changed, "same"
+    where every one stayed, None where they cannot say (nothing counted,
+    unknown, a state change)."""
+    if any(o in CONFIRMED for o in outcomes):
+        return "changed"
+    return "same" if outcomes and all(o == "same" for o in outcomes) else None
+
+
+def emulated_outcome(time: str, counts: str | None) -> str:
+    """An emulated time step's outcome, from its time confirmation's
+    (outcome_of; "candidate" where that was not measured) and what the
+    pair's counts say (`counted`).  A counted change backs the time
+    verdict; counts that stayed make a time change, confirmed or not,
+    "emulated time only"; with no counts to say, a confirmed time change is
+    "emulated time, not counted".  Emulated time alone is never a
+    regression or an improvement."""
+    if counts == "changed":
+        return time
+    if counts == "same" and time in (*CONFIRMED, "candidate"):
+        return EMULATED_ONLY
+    return NOT_COUNTED if time in CONFIRMED else time
+
+
+# (before, after) labels -> the pair's comparison of the series' metric (None where the
+# pair is not measured for it) and the tracker's outcome of it (outcome_of, or
+# emulated_outcome for an emulated time step)
+Confirm = Callable[[str, str], "tuple[Comparison | None, str]"]
 
 
 def find(ident: tuple[str, str, str, str], labels: list[str], ratios: list[float],
          cis: list[tuple[float, float]], confirm: Confirm,
          t: Thresholds = Thresholds()) -> list[Change]:
     """The candidates of one series (`ident`: suite, profile, metric, kind),
-    each confirmed by `confirm(before, after)`: None when the pair is not
-    measured (a report that only reads)."""
+    each decided by `confirm(before, after)`: the pair's comparison (None
+    when it is not measured: a report that only reads) and its outcome."""
     suite, profile, metric, kind = ident
     out: dict[str, Change] = {}
     for i in candidates([math.log(r) for r in ratios], sigmas(cis, t.min_sigma), t):
         tried = []
         for j in located(i, len(labels)):
-            c = confirm(labels[j - 1], labels[j])
+            c, outcome = confirm(labels[j - 1], labels[j])
             tried.append(Change(change_id(suite, profile, metric, kind, labels[j - 1], labels[j]),
                                 profile, metric, kind, labels[j - 1], labels[j],
-                                ratios[j] / ratios[j - 1], c, outcome_of(metric, c, t)))
+                                ratios[j] / ratios[j - 1], c, outcome))
             if tried[-1].outcome != "same":
                 break
         change = tried[-1] if tried[-1].outcome != "same" else tried[0]
@@ -217,7 +262,9 @@ def family(changes: list[Change], tests: dict[Test, tuple[str, Comparison]],
     false changes among those reported, which is what a tracker reports;
     where every test is null (an A/A series) that is the chance of any.
     A run's family is fixed once it ends, so a change keeps its verdict
-    when later runs add releases.  Counts pass as they are."""
+    when later runs add releases.  An emulated time change whose time was
+    confirmed is in the family too; one decided by its counts alone (no
+    time comparison) and counts pass as they are."""
     adjusted: dict[Test, float] = {}
     for run in {r for r, _ in tests.values()}:
         ps = {k: sequential_p(c) for k, (r, c) in tests.items() if r == run
@@ -228,6 +275,6 @@ def family(changes: list[Change], tests: dict[Test, tuple[str, Comparison]],
     out = []
     for ch in changes:
         p = adjusted.get((ch.evidence, ch.metric), math.nan) if ch.evidence is not None else 1.0
-        drop = ch.confirmed and not is_count(ch.metric) and not p < t.alpha
+        drop = ch.decided and not is_count(ch.metric) and not p < t.alpha
         out.append(replace(ch, outcome="unknown") if drop else ch)
     return out

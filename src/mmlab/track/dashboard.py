@@ -1,15 +1,32 @@
 """What the tracker's dashboard shows, as data: which outcomes it shows,
-the changes newest first, and the changes one confirmation measured
-together.  The text summary, the page, the feed and the JSON all order and
-group the changes here, so they cannot disagree; report/ renders them."""
+how many changes end in each, the changes newest first, and the changes one
+confirmation measured together.  The text summary, the page, the feed and
+the JSON all count, order and group the changes here, so they cannot
+disagree; report/ renders them."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from mmlab.kernels.versions import VersionKey
-from mmlab.track.changepoints import CONFIRMED
+from mmlab.track.changepoints import CONFIRMED, EMULATED, Change
 from mmlab.track.evidence import Evidence
 
-SHOWN = (*CONFIRMED, "state change")
+SHOWN = (*CONFIRMED, *EMULATED, "state change")     # explained in full, with their evidence
+OUTCOMES = (*SHOWN, "unknown", "same", "candidate")   # in the order they are counted
+
+
+def tally(changes: list[Change]) -> dict[str, int]:
+    """How many changes end in each outcome, in OUTCOMES' order: emulated
+    time is counted apart from the confirmed regressions and improvements,
+    never among them."""
+    found = Counter(c.outcome for c in changes)
+    return {o: found[o] for o in OUTCOMES if found[o]}
+
+
+def emulated(e: Evidence) -> bool:
+    """An emulated time step: shown apart from the confirmed changes."""
+    return e.change.outcome in EMULATED
 
 
 def newest_first(evidence: list[Evidence]) -> list[Evidence]:

@@ -41,7 +41,9 @@ class MetricRow:
     ratio: float
     ci: tuple[float, float]
     verdict: str                   # mmlab's verdict on the pair
-    outcome: str                   # what the tracker makes of it (changepoints.outcome_of)
+    outcome: str                   # what the tracker makes of it (changepoints.outcome_of,
+    #                                emulated_outcome where the figures are emulated time)
+    emulated: bool = False         # its figures are emulated time (a TCG guest's clock)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,8 @@ class Evidence:
     after: str
     confirmed_at: str              # when the confirmation was made (ISO 8601, UTC)
     rounds: int
+    measured: str = ""             # the class of metric the confirmation measured: counts or
+    #                                times (an emulated time step its counts decided: counts)
     metrics: list[MetricRow] = field(default_factory=list)
     vmstat: list[CountChange] = field(default_factory=list)
     state: list[StateRow] = field(default_factory=list)
@@ -86,6 +90,7 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
     return Evidence(
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
         created.strftime("%Y-%m-%dT%H:%M:%SZ"), j.measured.rounds,
+        "counts" if all(changepoints.is_count(m) for m in j.plan.profile.metrics) else "times",
         metrics=_rows(tracked.metrics, judged, exp_id, change.also),
         vmstat=explain.vmstat_changes(samples.get(arm, []), samples.get(base, [])),
         state=_state(samples.get(base, []), samples.get(arm, [])),
@@ -97,17 +102,27 @@ def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
           also: int | None) -> list[MetricRow]:
     """Every tracked metric the pair's confirmations measured, in the
     suite's order: the change's own class of metric, and the other class
-    where the pair has that confirmation too (they are confirmed apart)."""
-    both = [judged.comparisons(e) for e in (exp_id, also) if e is not None]
-    rows = [_row(p, c, m) for p, comps in both for m in p.profile.metrics
-            if (c := cells.kernel_comparison(p, comps, m))]
+    where the pair has that confirmation too (they are confirmed apart).
+    An emulated time row's outcome is what the pair's counts make of it."""
+    found = [(judged[e], c) for e in (exp_id, also) if e is not None
+             for m in judged[e].plan.profile.metrics
+             if (c := cells.kernel_comparison(judged[e].plan, judged[e].judgement.comparisons,
+                                              m))]
+    said = changepoints.counted([changepoints.outcome_of(c.metric, c) for _, c in found
+                                 if changepoints.is_count(c.metric)])
+    rows = [_row(j, c, said) for j, c in found]
     return sorted(rows, key=lambda r: tracked.index(r.metric))
 
 
-def _row(plan, c: Comparison, metric: str) -> MetricRow:
-    return MetricRow(metric, plan.workload.metric(metric).unit, c.median_baseline, c.median,
-                     c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high), str(c.verdict),
-                     changepoints.outcome_of(metric, c))
+def _row(j: cells.Judged, c: Comparison, said: str | None) -> MetricRow:
+    """`said`: what the pair's counts say (changepoints.counted)."""
+    emulated = j.emulated(c)
+    outcome = changepoints.outcome_of(c.metric, c)
+    return MetricRow(c.metric, j.plan.workload.metric(c.metric).unit, c.median_baseline,
+                     c.median, c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high),
+                     str(c.verdict),
+                     changepoints.emulated_outcome(outcome, said) if emulated else outcome,
+                     emulated)
 
 
 def _state(before: list[Sample], after: list[Sample]) -> list[StateRow]:

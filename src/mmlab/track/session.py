@@ -12,6 +12,14 @@ series never pays for the rounds times need, nor a time candidate for
 counting passes; a release pair with candidates of both classes gets one
 confirmation of each.
 
+A time step measured in a TCG guest is emulated time, which can point the
+other way from hardware time; instruction counts are exact there.  So the
+pair's counts decide it (changepoints.emulated_outcome): their
+confirmation is measured first, and its time confirmation only where the
+counts changed too, or where the run asks for it (`confirm_emulated`, track
+run --confirm-emulated).  A profile that counts nothing leaves its emulated
+time steps candidates unless asked.
+
 Confirmations are experiments in the store like cells, keyed by the
 change's series, class and release labels, so a confirmed change keeps its
 verdict (and its stable ID) as new releases arrive, and a run with nothing
@@ -93,10 +101,10 @@ class Confirmations:
 
     def __init__(self, store: Store, suite: Suite, here: driver.Here, run: str, measure: bool,
                  prepare: Callable[[Release], None], judged: cells.Judgements,
-                 on_event: OnEvent = ignore):
+                 on_event: OnEvent = ignore, confirm_emulated: bool = False):
         self.store, self.suite, self.here, self.run = store, suite, here, run
         self.measure, self.prepare, self.on_event = measure, prepare, on_event
-        self.judged = judged
+        self.judged, self.confirm_emulated = judged, confirm_emulated
         self.found: dict[tuple[str, ...], Stored] = {}
         for exp_id, key in cells.derived(store):
             m = CONFIRM.match(key)
@@ -109,13 +117,15 @@ class Confirmations:
         self.asked: dict[tuple[str, ...], Ask] | None = None     # while `wanted` asks
 
     def get(self, tracked: Tracked, kind: str, cls: str, before: Release,
-            after: Release) -> Stored | None:
+            after: Release, measure: bool = True) -> Stored | None:
         """The pair's confirmation of class `cls` (metric_class): stored, or
-        measured now (None when only reading, or only asking: `wanted`)."""
+        measured now (None when only reading, or only asking: `wanted`);
+        `measure` False reads what is stored even in a run that measures."""
         ask = Ask(tracked, (tracked.name, cells.profile_digest(tracked), kind, cls, before.label,
                             after.label), before, after)
         have = self.found.get(ask.key)
-        if not self.measure or (have and not cells.unfinished(self.store, have.experiment)):
+        if not (self.measure and measure) or \
+                (have and not cells.unfinished(self.store, have.experiment)):
             return have
         if self.asked is not None:
             self.asked.setdefault(ask.key, ask)
@@ -133,6 +143,35 @@ class Confirmations:
             have = self._stored(ask, exp_id)
         self._finish(ask, have.experiment)
         return have
+
+    def decide(self, tracked: Tracked, kind: str, metric: str, before: Release, after: Release,
+               emulated: bool, t: Thresholds,
+               measure: bool = True) -> tuple[Stored | None, Comparison | None, str]:
+        """The confirmation that decides the pair on `metric`, its comparison
+        and the tracker's outcome (`measure` as `get`).  An emulated time
+        step (`emulated`: the pair's figures are a TCG guest's time) is
+        decided by the pair's counts where the profile counts: their
+        confirmation first, the time confirmation only where the counts
+        changed or the run asks for it; where the counts alone decided, it
+        is their confirmation."""
+        if not emulated:
+            got = self.get(tracked, kind, metric_class(metric), before, after, measure)
+            c = self.comparison(got.experiment, metric) if got else None
+            return got, c, changepoints.outcome_of(metric, c, t)
+        counts = self.get(tracked, kind, "counts", before, after, measure) \
+            if any(changepoints.is_count(m) for m in tracked.metrics) else None
+        said = changepoints.counted(self._outcomes(counts.experiment, t)) if counts else None
+        times = self.get(tracked, kind, "times", before, after,
+                         measure and (self.confirm_emulated or said == "changed"))
+        c = self.comparison(times.experiment, metric) if times else None
+        outcome = changepoints.emulated_outcome(changepoints.outcome_of(metric, c, t), said)
+        return times or (counts if outcome == changepoints.EMULATED_ONLY else None), c, outcome
+
+    def _outcomes(self, exp_id: int, t: Thresholds) -> list[str]:
+        """The outcome of each metric a confirmation judged."""
+        plan, comps = self.judged.comparisons(exp_id)
+        return [changepoints.outcome_of(m, cells.kernel_comparison(plan, comps, m), t)
+                for m in plan.profile.metrics]
 
     def wanted(self, ask: Callable[[], object]) -> list[Ask]:
         """The confirmations `ask` (finding the changes of some series)
@@ -213,11 +252,11 @@ class Confirmations:
         return self.found.get((*key[:3], OTHER[key[3]], *key[4:]))
 
     def other(self, change: Change) -> int | None:
-        """The experiment of the change's release pair's confirmation of
-        the other class of metric, if there is one: its evidence shows both."""
-        tracked = next(t for t in self.suite.profiles if t.name == change.profile)
-        got = self._sibling((change.profile, cells.profile_digest(tracked), change.kind,
-                             metric_class(change.metric), change.before, change.after))
+        """The experiment of the release pair's confirmation of the other
+        class of metric than the change's evidence, if there is one: its
+        evidence shows both."""
+        key = next((k for k, s in self.found.items() if s.experiment == change.evidence), None)
+        got = self._sibling(key) if key else None
         return got.experiment if got else None
 
     def tests(self) -> dict[changepoints.Test, tuple[str, Comparison]]:
@@ -249,7 +288,7 @@ def metric_class(metric: str) -> str:
 
 def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         on_event: OnEvent = ignore, t: Thresholds = Thresholds(), measure: bool = True,
-        fleet: Fleet | None = None) -> TrackResult:
+        fleet: Fleet | None = None, confirm_emulated: bool = False) -> TrackResult:
     """Measure what is missing and confirm the changes, series by series
     (across releases first, then each branch), so a run stopped among a
     branch's cells has already confirmed the series before it; with
@@ -257,14 +296,17 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
     without a stored confirmation stay candidates.  `on_event` hears each
     cell as it starts (Progressed) and the runs here (of a cell or a
     confirmation); `fleet` runs the cells and the confirmations' trials
-    instead of `here` (the attribution runs stay here)."""
+    instead of `here` (the attribution runs stay here);
+    `confirm_emulated` confirms emulated time steps in time too.  A line's
+    time series are confirmed before its count series, so a count change
+    that a time step's confirmation found is shown in the same run."""
     cells.check_owner(store, suite)
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
     work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
     judged = cells.Judgements(store)
     conf = Confirmations(store, suite, here, secrets.token_hex(4), measure, resolver.prepare,
-                         judged, on_event)
+                         judged, on_event, confirm_emulated)
     measured: list[int] = []
     counted = 0
     found: list[cells.Series] = []
@@ -280,7 +322,9 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         found += line_series
         if fleet is not None and measure:
             _confirm_on(fleet, suite, line_series, conf, t)
-        changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
+        made = {i: _changes(suite, s, conf, t) for i, s in
+                sorted(enumerate(line_series), key=lambda x: metric_class(x[1].metric) == "counts")}
+        changes += [ch for i in sorted(made) for ch in made[i]]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
     return TrackResult(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
@@ -316,41 +360,40 @@ def _confirm_on(fleet: Fleet, suite: Suite, series: list[cells.Series], conf: Co
 
 def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:
     """The series' candidates, confirmed; and the changes its stored
-    confirmations confirmed on pairs that are still neighbours, which keep
+    confirmations decided on pairs that are still neighbours, which keep
     their verdict even where the segmentation no longer proposes them."""
     if len(s.points) < 2:
         return []
     tracked = next(p for p in suite.profiles if p.name == s.profile)
-    by_label = {p.release.label: p.release for p in s.points}
+    points = {p.release.label: p for p in s.points}
     evidence: dict[tuple[str, str], Stored] = {}
 
-    def confirm(before: str, after: str) -> Comparison | None:
-        got = conf.get(tracked, s.kind, metric_class(s.metric), by_label[before],
-                       by_label[after])
-        if got is None:
-            return None
-        evidence[(before, after)] = got
-        return conf.comparison(got.experiment, s.metric)
+    def emulated(before: str, after: str) -> bool:
+        return points[before].emulated or points[after].emulated
+
+    def confirm(before: str, after: str, measure: bool = True) -> tuple[Comparison | None, str]:
+        got, c, outcome = conf.decide(tracked, s.kind, s.metric, points[before].release,
+                                      points[after].release, emulated(before, after), t, measure)
+        if got is not None:
+            evidence[(before, after)] = got
+        return c, outcome
 
     labels = [p.release.label for p in s.points]
     ratios = [p.ratio for p in s.points]
     out = changepoints.find((suite.name, s.profile, s.metric, s.kind), labels, ratios,
                             [p.ci for p in s.points], confirm, t)
     have = {(c.before, c.after) for c in out}
-    digest = cells.profile_digest(tracked)
     for i in range(1, len(labels)):
         pair = (labels[i - 1], labels[i])
-        kept = conf.found.get((s.profile, digest, s.kind, metric_class(s.metric), *pair))
-        if pair in have or kept is None:
+        if pair in have:
             continue
-        c = conf.comparison(kept.experiment, s.metric)
-        outcome = changepoints.outcome_of(s.metric, c, t)
-        if outcome in changepoints.CONFIRMED:
-            evidence[pair] = kept
-            out.append(Change(changepoints.change_id(suite.name, s.profile, s.metric, s.kind,
-                                                     *pair),
-                              s.profile, s.metric, s.kind, *pair, ratios[i] / ratios[i - 1], c,
-                              outcome))
+        kept = Change(changepoints.change_id(suite.name, s.profile, s.metric, s.kind, *pair),
+                      s.profile, s.metric, s.kind, *pair, ratios[i] / ratios[i - 1],
+                      *confirm(*pair, measure=False))
+        if kept.decided:
+            out.append(kept)
+    out = [replace(c, emulated=emulated(c.before, c.after),
+                   releases=(points[c.before].release, points[c.after].release)) for c in out]
     return [replace(c, evidence=evidence[(c.before, c.after)].experiment,
                     releases=evidence[(c.before, c.after)].releases)
             if (c.before, c.after) in evidence else c for c in out]

@@ -119,12 +119,12 @@ def one_series(case: Case, releases: int, rng: np.random.Generator,
     tests: dict[changepoints.Test, tuple[str, Comparison]] = {}
     made: dict[tuple[str, str], int] = {}
 
-    def confirm(before: str, after: str) -> Comparison:
+    def confirm(before: str, after: str) -> tuple[Comparison, str]:
         j = int(after)
         c = confirmation(case, truth[j] - truth[j - 1], rng)
         made[(before, after)] = len(tests)
         tests[(len(tests), case.metric)] = ("run", c)
-        return c
+        return c, changepoints.outcome_of(case.metric, c, t)
     found = changepoints.find(("sim", "p", case.metric, "across"), labels,
                               list(np.exp(cell.centre)),
                               list(zip(np.exp(cell.low), np.exp(cell.high))), confirm, t)

@@ -28,6 +28,7 @@ from mmlab.report.fmt import (
     p_value,
     pct,
     ratio,
+    verdict_label,
 )
 from mmlab.workloads import Workload
 from mmlab.workloads.samples import Sample
@@ -196,10 +197,12 @@ def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
     return notes
 
 
-def compare_table(plan: Plan, title: str, comparisons: list[Comparison]) -> Table:
+def compare_table(plan: Plan, title: str, judged: Judgement) -> Table:
     """Mailing-list layout: medians side by side, the change, the ratio and its
     CI (at the level of the look that decided), p raw and corrected for the
-    family, and the rounds the verdict rests on; a noisy pair is marked."""
+    family, and the rounds the verdict rests on; a noisy pair and emulated
+    time (a TCG guest's clock) are marked."""
+    comparisons = judged.comparisons
     table = Table(title=title)
     width = max([len(c.metric) for c in comparisons] + [6])
     table.add_column("metric", no_wrap=True, min_width=width)
@@ -212,7 +215,8 @@ def compare_table(plan: Plan, title: str, comparisons: list[Comparison]) -> Tabl
                       num(c.median_baseline), num(c.median), change(c.ratio), ratio(c.ratio, "x"),
                       ci(c.ci_low, c.ci_high), p_value(c.p_value), p_value(c.p_adjusted),
                       str(c.rounds or DASH),
-                      f"[{VERDICT_RICH[c.verdict]}]{c.verdict}[/]"
+                      f"[{VERDICT_RICH[c.verdict]}]"
+                      f"{verdict_label(c, judged.emulated_time(plan, c))}[/]"
                       + (" (noisy)" if c.noisy else ""))
     return table
 
@@ -249,8 +253,7 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
     out.print(arm_summary_table(plan.workload, samples, plan.profile.metrics))
     for line in accelerator_notes(samples):
         out.print(line)
-    out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}",
-                            judged.comparisons))
+    out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
     for line in reasons(judged.comparisons, judged.matched):
         out.print(escape(line))
 
