@@ -187,6 +187,30 @@ def test_a_branch_is_a_series_of_its_own(tmp_path, monkeypatch):
     assert {(c.before, c.after) for c in branch} == {("local:b2", "local:c")}
 
 
+def test_a_branch_measured_in_counts_alone(tmp_path, monkeypatch):
+    """`branch_metrics = "counts"`: a branch's own cells judge the
+    instruction counts only (counting passes alone, no timing), its step is
+    still found and confirmed on the counts, and the series across releases
+    keeps its times."""
+    monkeypatch.setattr(catalog, "series_available", lambda apt=None, flavour="cloud":
+                        ["6.12"])
+    text = SUITE.replace('[[profile]]', 'branches = ["debian:6.12"]\nbranch_metrics = "counts"'
+                         '\n[[profile]]')
+    found = suite.load(write_suite(tmp_path, text))
+    local = Local(branches={"debian:6.12": ["local:b", "local:b2", "local:c"]})
+    store = Store(tmp_path / "r")
+    result = session.run(store, found, driver.Here(fake_pool()[0]), local)
+    branch_cell = result.measured[-1]                # the branch's b2, alone
+    assert store.plan(branch_cell).profile.metrics == ["advise_kernel_insns_per_page"]
+    assert all(store.plan(e).profile.metrics == found.profiles[0].metrics
+               for e in result.measured[:-1])
+    branch = {(c.metric, c.before, c.after) for c in result.changes
+              if c.kind == "6.12.y" and c.confirmed}
+    assert branch == {("advise_kernel_insns_per_page", "local:b2", "local:c")}
+    with pytest.raises(MmlabError, match="branch_metrics"):
+        suite.load(write_suite(tmp_path, text.replace('"counts"', '"times"')))
+
+
 def interrupted_at(trial: int, store: Store, found, pool: TargetPool, fake: FakeTarget) -> None:
     """A run stopped (Ctrl-C) as its `trial`-th trial starts."""
     run_trial = fake.run_trial

@@ -40,8 +40,9 @@ from mmlab.kernels import specs
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
 from mmlab.store import Store
-from mmlab.track.releases import Line, Release, Resolver
+from mmlab.track.releases import ACROSS, Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
+from mmlab.workloads import insns
 
 CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (simulate.py)
 BLOCK = 5            # releases per experiment at most: with the reference, CELL_ROUNDS arms
@@ -180,13 +181,26 @@ def planned(suite: Suite, lines: list[Line], ref: Release) -> list[tuple[Tracked
     first, then the branches, each in release order; never the reference."""
     out: dict[tuple, tuple[Tracked, Cell]] = {}
     for line in lines:
-        for tracked in suite.profiles:
+        for tracked in line_profiles(suite, line):
             digest = profile_digest(tracked)
             for r in line.releases:
                 cell = Cell(suite.name, tracked.name, digest, r, ref)
                 if (r.name, r.version) != (ref.name, ref.version):
                     out.setdefault(cell.ident, (tracked, cell))
     return list(out.values())
+
+
+def line_profiles(suite: Suite, line: Line) -> list[Tracked]:
+    """What a line's cells measure: every tracked profile with the suite's
+    metrics; on a branch whose suite says `branch_metrics = "counts"`, only
+    the profiles that count instructions, with their counts alone (a cell
+    then runs one counting boot a trial and no timing boot)."""
+    if line.kind == ACROSS or suite.branch_metrics == "all":
+        return suite.profiles
+    counted = [t.model_copy(update={"metrics": [m for m in t.metrics
+                                                if t.plan.workload.metric(m).unit == insns.UNIT]})
+               for t in suite.profiles]
+    return [t for t in counted if t.metrics]
 
 
 def unfinished(store: Store, exp_id: int) -> bool:
@@ -369,11 +383,16 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
     """Every (profile, metric, series) over its releases in release order,
     read back from the stored cells, each judged as `compare` judges it;
     releases with no cell yet, or no ratio for the metric (its trials
-    failed), are left out."""
+    failed), are left out.  A line's series are of what its cells measure
+    (line_profiles: a counts-only branch has no time series)."""
     have = stored(store, suite)
     out = []
-    for tracked in suite.profiles:
+    measured = {line.kind: {t.name: t for t in line_profiles(suite, line)} for line in lines}
+    for profile in suite.profiles:
         for line in lines:
+            tracked = measured[line.kind].get(profile.name)
+            if tracked is None:
+                continue
             for metric in tracked.metrics:
                 points = []
                 for r in line.releases:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,6 +42,9 @@ class SuiteFile(BaseModel):
     reference: str                             # the kernel every cell is paired against
     kernels: str | list[str]                   # a range (open-ended allowed) or names
     branches: list[str] = []                   # series whose point releases are tracked too
+    # what a branch's cells measure: the suite's metrics, or its instruction
+    # counts alone (one counting boot a trial; profiles without counts skip it)
+    branch_metrics: Literal["all", "counts"] = "all"
     metrics: list[str] = Field(min_length=1)   # tracked where a profile has them
     profile: list[TrackedProfile] = Field(min_length=1)
 
@@ -61,6 +65,7 @@ class Suite(BaseModel):
     reference_slot: int             # where the reference stands among `kernels`
     branches: list[str]             # debian:6.12: its point releases are a series
     profiles: list[Tracked]
+    branch_metrics: str = "all"     # or "counts": a branch's cells count and do not time
 
 
 def load(path: str | Path) -> Suite:
@@ -87,7 +92,8 @@ def load(path: str | Path) -> Suite:
         raise MmlabError(f"{path}: profile: two tracked profiles share a name (give one a name)")
     return Suite(name=raw.name, path=str(path), text=text, reference=raw.reference,
                  kernels=kernels, reference_slot=slot,
-                 branches=[_branch(path, b) for b in raw.branches], profiles=profiles)
+                 branches=[_branch(path, b) for b in raw.branches], profiles=profiles,
+                 branch_metrics=raw.branch_metrics)
 
 
 def _kernels(path: Path, raw: SuiteFile) -> list[str]:
