@@ -35,7 +35,7 @@ static int insns_perf_fd = -1, insns_perf_member = -1;
 static char insns_perf_why[160];
 static uint64_t insns_start_kernel[MM_MAX_WINDOWS], insns_start_user[MM_MAX_WINDOWS];
 
-static int insns_perf_counter(int exclude_user, int group)
+int mm_insns_counter(pid_t pid, int exclude_user, int group, int inherited)
 {
 	struct perf_event_attr a;
 	memset(&a, 0, sizeof(a));
@@ -45,8 +45,14 @@ static int insns_perf_counter(int exclude_user, int group)
 	a.exclude_user = (unsigned)exclude_user;
 	a.exclude_kernel = (unsigned)!exclude_user;
 	a.exclude_hv = 1;
-	a.read_format = PERF_FORMAT_GROUP;
-	return (int)syscall(SYS_perf_event_open, &a, 0, -1, group, PERF_FLAG_FD_CLOEXEC);
+	if (inherited) {	/* a group cannot be read once inherited: one counter */
+		a.disabled = 1;
+		a.enable_on_exec = 1;
+		a.inherit = 1;
+	} else {
+		a.read_format = PERF_FORMAT_GROUP;
+	}
+	return (int)syscall(SYS_perf_event_open, &a, pid, -1, group, PERF_FLAG_FD_CLOEXEC);
 }
 
 /* A forked worker must count itself, not read its parent's counters. */
@@ -67,8 +73,8 @@ static int insns_perf_open(void)
 		return insns_perf_fd;
 	if (!atfork++)
 		pthread_atfork(NULL, NULL, insns_perf_forget);
-	int leader = insns_perf_counter(1, -1);
-	int member = leader >= 0 ? insns_perf_counter(0, leader) : -1;
+	int leader = mm_insns_counter(0, 1, -1, 0);
+	int member = leader >= 0 ? mm_insns_counter(0, 0, leader, 0) : -1;
 	if (leader < 0 || member < 0) {
 		snprintf(insns_perf_why, sizeof(insns_perf_why),
 			 "none (perf_event_open of the instructions "

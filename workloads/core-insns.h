@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "core-rounds.h"
 #include "core-workload.h"
@@ -61,6 +62,13 @@ _Static_assert(MMLAB_MAX_WINDOWS == MM_MAX_WINDOWS, "mmlab.h's windows are mmwor
 
 /* Whether this run counts instructions (--insns); the window macros read it. */
 extern int mm_insns_on;
+
+/*
+ * An instructions counter of `pid` (0: the caller), kernel only or user only:
+ * in `group` (-1: a leader) read as a group; or, `inherited`, one counter
+ * that starts at pid's exec and that every process it starts adds to.
+ */
+int mm_insns_counter(pid_t pid, int exclude_user, int group, int inherited);
 
 /* Around window `w`, outside its clock reads: count it, read perf. */
 void mm_insns_begin(int window);

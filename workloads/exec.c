@@ -37,7 +37,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/perf_event.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,7 +45,6 @@
 #include <sys/ptrace.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -163,22 +161,6 @@ struct counting {
 	char windows[4096];		/* MMLAB_INSNS: the program's windows, with perf */
 };
 
-static int inherited_counter(pid_t pid, int exclude_user)
-{
-	struct perf_event_attr a;
-	memset(&a, 0, sizeof(a));
-	a.size = sizeof(a);
-	a.type = PERF_TYPE_HARDWARE;
-	a.config = PERF_COUNT_HW_INSTRUCTIONS;
-	a.exclude_user = (unsigned)exclude_user;
-	a.exclude_kernel = (unsigned)!exclude_user;
-	a.exclude_hv = 1;
-	a.disabled = 1;
-	a.enable_on_exec = 1;
-	a.inherit = 1;
-	return (int)syscall(SYS_perf_event_open, &a, pid, -1, -1, PERF_FLAG_FD_CLOEXEC);
-}
-
 /* Before the fork: the go pipe and the file for the program's windows. */
 static void counting_prepare(struct mm_ctx *c, struct counting *n)
 {
@@ -198,8 +180,8 @@ static void counting_prepare(struct mm_ctx *c, struct counting *n)
 /* After the fork: counters on the child (before it execs), then let it go. */
 static void counting_start(struct counting *n, pid_t pid)
 {
-	n->kernel = inherited_counter(pid, 1);
-	n->user = n->kernel >= 0 ? inherited_counter(pid, 0) : -1;
+	n->kernel = mm_insns_counter(pid, 1, -1, 1);
+	n->user = n->kernel >= 0 ? mm_insns_counter(pid, 0, -1, 1) : -1;
 	if (n->user < 0) {
 		snprintf(n->why, sizeof(n->why), "none (perf_event_open of the instructions "
 			 "counter: %s)", strerror(errno));
