@@ -113,3 +113,42 @@ def test_a_second_process_waits_for_the_machine_lock(tmp_path, monkeypatch):
     out, err = other.communicate(timeout=30)
     assert out == "got it\n"
     assert f"waiting for mmlab pid {os.getpid()}" in err
+
+
+def test_two_processes_filling_one_cache_entry_take_turns(tmp_path, monkeypatch):
+    """A kernel asked for by two mmlab processes at once is fetched once:
+    the second waits for the first's lock and finds it made (two fetches
+    into one cache once failed with "Directory not empty")."""
+    import threading
+    from types import SimpleNamespace
+
+    from mmlab.kernels import images
+    from mmlab.machine import paths
+    fetched, inside = [], threading.Event()
+    release = threading.Event()
+
+    def add_debian(spec, cache=None, apt=None):
+        fetched.append(spec)
+        inside.set()
+        release.wait(5)
+        (tmp_path / "made").write_text(spec)
+        return spec
+
+    def get(name, cache=None):
+        if (tmp_path / "made").exists():
+            return SimpleNamespace(name=name, format=images.FORMAT)
+        raise MmlabError("not cached")
+    monkeypatch.setattr(images, "add_debian", add_debian)
+    monkeypatch.setattr(images, "get", get)
+    monkeypatch.setattr(images, "cache_dir", lambda: tmp_path)
+    first = threading.Thread(target=images.ensure, args=("debian:6.12",))
+    first.start()
+    inside.wait(5)
+    second = threading.Thread(target=images.ensure, args=("debian:6.12",))
+    second.start()
+    release.set()
+    first.join(5)
+    second.join(5)
+    assert fetched == ["6.12"]
+    with paths.filling(tmp_path / "x"):
+        assert (tmp_path / "x.lock").exists()

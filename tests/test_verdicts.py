@@ -167,6 +167,26 @@ def test_different_thp_backing_is_not_comparable_unless_asked_for():
     assert audit.audit_pair("A", "B", thp, small, differing_axes={"thp"}) == []
 
 
+def test_a_neighbours_thp_faults_are_named_and_do_not_make_a_pair_incomparable():
+    """An A/A beside a QEMU guest: the machine-wide THP fault counter moves
+    in one arm's trials only, while the trials' own mappings are in the same
+    state.  With the neighbour measured, the difference is named as maybe
+    the neighbour's and the pair stays comparable; without one, it is a
+    different state, as before; an own-state difference never is excused."""
+    busy = {"thp_backed_fraction": 0.0, "neighbour_cpu_share": 0.45}
+    a = [sample(busy, {"thp_fault_alloc": n}) for n in (0, 52, 7)]
+    b = [sample(busy, {"thp_fault_alloc": 0}) for _ in range(3)]
+    found = audit.audit_pair("A", "B", a, b, set()) + audit.audit_arm("A", a)
+    assert found and all(f.beside and not f.matters_for("m_ns") for f in found)
+    assert "beside a neighbour that took up to 45%" in str(found[0])
+    quiet = {"thp_backed_fraction": 0.0, "neighbour_cpu_share": 0.01}
+    still = audit.audit_pair("A", "B", [sample(quiet, {"thp_fault_alloc": 8})] * 3,
+                             [sample(quiet, {"thp_fault_alloc": 0})] * 3, set())
+    assert still and all(f.matters_for("m_ns") for f in still)
+    own = audit.audit_pair("A", "B", [sample({**busy, "thp_backed_fraction": 1.0})] * 3, b, set())
+    assert any(f.check == "THP backing of the mapping" and f.matters_for("m_ns") for f in own)
+
+
 def test_swap_in_use_on_one_side_only_is_found():
     used = [sample({"swap_total_kb": 65536, "swap_used_kb": 1000}) for _ in range(3)]
     none = [sample({"swap_total_kb": 0, "swap_used_kb": 0}) for _ in range(3)]

@@ -85,16 +85,32 @@ void mm_vmstat_read(const char *const *names, struct mm_vmstat_snap *s)
 }
 
 /* The 8th field of the "cpu" line of /proc/stat. */
-long mm_steal_ticks(void)
+void mm_cpu_ticks(struct mm_cpu_ticks *t)
 {
-	long f[8] = { 0 };
+	long f[8] = { 0 };	/* user nice system idle iowait irq softirq steal */
 	FILE *fp = fopen("/proc/stat", "re");
-	if (!fp)
-		return -1;
-	int n = fscanf(fp, "cpu %ld %ld %ld %ld %ld %ld %ld %ld", &f[0], &f[1], &f[2], &f[3],
-		       &f[4], &f[5], &f[6], &f[7]);
-	fclose(fp);
-	return n == 8 ? f[7] : -1;
+	int n = fp ? fscanf(fp, "cpu %ld %ld %ld %ld %ld %ld %ld %ld", &f[0], &f[1], &f[2],
+			    &f[3], &f[4], &f[5], &f[6], &f[7]) : 0;
+	if (fp)
+		fclose(fp);
+	t->busy = n == 8 ? f[0] + f[1] + f[2] + f[5] + f[6] : -1;
+	t->steal = n == 8 ? f[7] : -1;
+}
+
+long long mm_psi_some_us(const char *what)
+{
+	char path[64], line[256];
+	long long total = -1;
+	snprintf(path, sizeof(path), "/proc/pressure/%s", what);
+	FILE *fp = fopen(path, "re");
+	if (fp && fgets(line, sizeof(line), fp)) {
+		const char *t = strstr(line, "total=");
+		if (!strncmp(line, "some", 4) && t)
+			total = atoll(t + 6);
+	}
+	if (fp)
+		fclose(fp);
+	return total;
 }
 
 int mm_smaps_range(const void *start, size_t len, struct mm_smaps *o)

@@ -30,9 +30,19 @@ struct mm_vmstat_snap {
 };
 void mm_vmstat_read(const char *const *names, struct mm_vmstat_snap *s);
 
-/* Time the hypervisor ran something else on our CPUs, in USER_HZ ticks;
- * -1 when not reported. */
-long mm_steal_ticks(void);
+/*
+ * The machine's CPU time from /proc/stat, in USER_HZ ticks, -1 where not
+ * reported: `busy` every CPU spent running anything (user, nice, system,
+ * irq, softirq), `steal` the time the hypervisor ran something else.
+ */
+struct mm_cpu_ticks {
+	long busy, steal;
+};
+void mm_cpu_ticks(struct mm_cpu_ticks *t);
+
+/* A pressure stall's total ("some", in us) from /proc/pressure/<what>; -1
+ * without PSI. */
+long long mm_psi_some_us(const char *what);
 
 /* smaps of every VMA overlapping [start, end), summed. */
 struct mm_smaps {

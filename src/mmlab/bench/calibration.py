@@ -16,6 +16,7 @@ they fall in the same of the three classes.
 
 from __future__ import annotations
 
+import math
 import platform
 import re
 from collections.abc import Callable
@@ -117,29 +118,42 @@ def profile(case: Case, kernel: str, rounds: int, counted: bool) -> Plan:
 
 @dataclass
 class Row:
+    """One pair's ratios: the host's time, the guest's time and count (None
+    where that side has no figure: a metric no trial gave, no counter)."""
     pair: Pair
-    host: Comparison | None
-    tcg: Comparison | None
-    counted: Comparison | None
+    host: float | None
+    tcg: float | None
+    counted: float | None
 
-    def agree(self) -> str:
-        if not (self.host and self.tcg):
+    def agree(self, other: float | None) -> str:
+        """Does `other` point the way the host's time does?"""
+        if self.host is None or other is None:
             return "-"
-        return "yes" if direction(self.host.ratio) == direction(self.tcg.ratio) else "NO"
+        return "yes" if direction(self.host) == direction(other) else "NO"
 
 
 def direction(r: float) -> str:
     return "+" if r > 1 + SAME else "-" if r < 1 - SAME else "="
 
 
+def ratio(found: dict[str, Comparison], metric: str) -> float | None:
+    """The comparison's paired ratio, or None where it has none."""
+    c = found.get(metric)
+    return c.ratio if c and math.isfinite(c.ratio) else None
+
+
 def run_side(store: Store, plan: Plan, say: Callable[[str], None]) -> dict[str, Comparison]:
-    """One side's experiment, judged: its comparisons by metric."""
+    """One side's experiment, judged: its comparisons by metric, of the
+    planned pair (not of the matched-state controls the run added).  A pair
+    in different page state keeps its ratio here: the table asks which way
+    each side's time points, and the docs say where state differed."""
     def told(event: Event) -> None:
         if isinstance(event, Message):
             say(event.text)
     ran = driver.run_experiment(store, plan, driver.Here(TargetPool(True, say)),
                                 on_event=told)
-    return {c.metric: c for c in ran.result.judgement.comparisons}
+    planned = {a.name for a in ran.result.plan.arms if a.control_of is None}
+    return {c.metric: c for c in ran.result.judgement.comparisons if c.arm in planned}
 
 
 def measure(results: Path, guest: str, rounds: int,
@@ -152,7 +166,7 @@ def measure(results: Path, guest: str, rounds: int,
         say(f"calibration: {case.name} on the host, then in {guest} (TCG)")
         host = run_side(store, profile(case, "host", rounds, host_counts), say)
         tcg = run_side(store, profile(case, guest, rounds, True), say)
-        rows += [Row(p, host.get(p.time), tcg.get(p.time), tcg.get(p.count))
+        rows += [Row(p, ratio(host, p.time), ratio(tcg, p.time), ratio(tcg, p.count))
                  for p in case.pairs]
     return rows
 
@@ -164,8 +178,7 @@ def table(rows: list[Row], guest: str, rounds: int) -> Table:
                 "time agrees", "count agrees with host time"):
         t.add_column(col, justify="left" if col in ("pair", "time metric") else "right")
     for r in rows:
-        t.add_row(r.pair.label, r.pair.time, *(fmt_ratio(c.ratio, "x") if c else "-"
-                                               for c in (r.host, r.tcg, r.counted)),
-                  r.agree(), "-" if not (r.host and r.counted) else
-                  "yes" if direction(r.host.ratio) == direction(r.counted.ratio) else "NO")
+        t.add_row(r.pair.label, r.pair.time, *(fmt_ratio(x, "x") for x in (r.host, r.tcg,
+                                                                         r.counted)),
+                  r.agree(r.tcg), r.agree(r.counted))
     return t

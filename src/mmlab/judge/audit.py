@@ -26,6 +26,16 @@ The kernel's own mm actors (DAMON, khugepaged, ksmd, proactive compaction)
 change page state on their own while a workload runs; only an axis that sets
 that very actor (ksm.run, sysctl.vm.compaction_proactiveness) explains a
 difference in them.
+
+Some readings are the trial's own (the smaps and pagemap of its mapping, its
+process tree's rusage); others are the whole machine's (/proc/vmstat event
+counters, the mTHP counters in sysfs, swap in use).  On a machine that runs
+other work, the machine's counters hold the neighbours' events too: a QEMU
+guest beside an A/A faults in THPs in one arm's trials and not the other's.
+Each sample says how much of the machine's CPU went to others while it ran
+(`neighbour_cpu_share`, mmwork).  Where a neighbour was there, a
+machine-wide difference is named (a Finding `beside` a neighbour) but does
+not make the pair incomparable: the trial's own readings still decide.
 """
 
 from __future__ import annotations
@@ -67,6 +77,7 @@ class Check:
     # How to read a key from a sample (None: absent); default: the section's value.
     # Keys with "*" stand for every matching key the samples have.
     read: Callable[[Sample, str], object] | None = None
+    machine_wide: bool = False   # the whole machine's reading, not the trial's own
 
     def allowed(self, differing_axes: set[str]) -> bool:
         return any(axis in self.allowed_by or any(axis.startswith(p) for p in self.allowed_by
@@ -121,15 +132,17 @@ CHECKS = (
     Check("THP defrag mode", "state", ("thp_defrag",), frozenset({"thp_defrag"})),
     Check("THP faults, splits and swap-out fallbacks", "vmstat_delta",
           ("thp_fault_alloc", "thp_split_page", "thp_swpout_fallback", "thp_swpout"),
-          THP_AXES | SWAP_AXES, presence=True),
+          THP_AXES | SWAP_AXES, presence=True, machine_wide=True),
     Check("mTHP sizes enabled", "state", ("anon_thp_sizes",), THP_AXES, read=_anon_thp_sizes),
     Check("mTHP allocations, fallbacks, splits and swap-outs", "state",
           tuple(f"mthp_*kB_{c}" for c in MTHP_COUNTERS), THP_AXES | SWAP_AXES, presence=True,
-          read=_mthp_event),
+          read=_mthp_event, machine_wide=True),
     Check("swap configured", "state", ("swap_total_kb",), SWAP_AXES),
-    Check("swap used", "state", ("swap_used_kb", "after_pageout_swap_kb"), SWAP_AXES,
-          presence=True),
-    Check("pages swapped out", "vmstat_delta", ("pswpout",), SWAP_AXES, presence=True),
+    Check("swap used", "state", ("after_pageout_swap_kb",), SWAP_AXES, presence=True),
+    Check("swap used", "state", ("swap_used_kb",), SWAP_AXES, presence=True,
+          machine_wide=True),
+    Check("pages swapped out", "vmstat_delta", ("pswpout",), SWAP_AXES, presence=True,
+          machine_wide=True),
     Check("KSM merging", "state", ("ksm_merged_fraction",), KSM_AXES | {"ksm."}, abs_tol=0.05),
     Check("KSM running", "state", ("ksm_run",), frozenset({"ksm."})),
     Check("VMA count of the mapping", "state", ("vmas_actual",), KSM_AXES, rel_tol=0.01),
@@ -164,13 +177,31 @@ class Finding:
     check: str
     arms: tuple[str, ...]
     detail: str
+    beside: str = ""      # a machine-wide difference with a neighbour there: who
 
     def __str__(self) -> str:
-        return f"{self.check}: {self.detail}"
+        return f"{self.check}: {self.detail}" + (f" ({self.beside})" if self.beside else "")
 
     def matters_for(self, metric: str) -> bool:
+        """Does it make `metric`'s comparison incomparable?  Not when a
+        neighbour may explain it, nor for a metric divided by that state."""
         check = next((c for c in CHECKS if c.name == self.check), None)
-        return check is None or metric not in check.normalises
+        return not self.beside and (check is None or metric not in check.normalises)
+
+
+NEIGHBOUR_SHARE = 0.05   # of the machine's CPU time: more, and something else ran beside
+
+
+def neighbour(samples: list[Sample]) -> str:
+    """Who ran beside these samples, in words ("" if nobody did): the
+    largest share of the machine's CPU that other processes took."""
+    shares = [float(v) for s in samples
+              if isinstance(v := s.state.get("neighbour_cpu_share"), int | float)]
+    busy = [x for x in shares if x > NEIGHBOUR_SHARE]
+    if not busy:
+        return ""
+    return (f"machine-wide; beside a neighbour that took up to {max(busy):.0%} of the "
+            f"machine's CPU in {len(busy)} of {len(shares)} samples")
 
 
 def _keys(check: Check, *arms: list[Sample]) -> list[str]:
@@ -242,7 +273,8 @@ def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
                 same = len(set(map(str, vals))) == 1
             if not same:
                 found.append(Finding(check.name, (arm,),
-                                     f"{key} varied within arm {arm}: {_describe(vals)}"))
+                                     f"{key} varied within arm {arm}: {_describe(vals)}",
+                                     neighbour(samples) if check.machine_wide else ""))
     errors: dict[str, float] = {}
     for s in samples:
         for k, v in s.errors.items():
@@ -277,5 +309,7 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
             if not _same(check, a, b):
                 found.append(Finding(check.name, (arm, baseline),
                                      f"{key} {_describe(a) or 'absent'} in {arm} vs "
-                                     f"{_describe(b) or 'absent'} in {baseline}{cause}"))
+                                     f"{_describe(b) or 'absent'} in {baseline}{cause}",
+                                     neighbour(samples + base_samples)
+                                     if check.machine_wide else ""))
     return found

@@ -43,6 +43,7 @@ class Comparison:
     looks: int = 0             # planned looks
     stopped: str = ""          # why no more rounds were added
     noisy: str = ""            # "" or which arm's robust CV exceeds max_cv
+    beside: str = ""           # machine-wide state a neighbour beside the trials may explain
     outliers: tuple[Outlier, ...] = field(default_factory=tuple)
     order_effects: tuple[OrderEffect, ...] = field(default_factory=tuple)   # found in the run
 

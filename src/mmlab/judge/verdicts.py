@@ -109,6 +109,9 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
             c = replace(c, stopped=f"decided at look {c.look} of {c.looks} ({c.rounds} rounds)")
         if key in overrule:
             c = comparison.not_comparable(c, overrule[key])
+        near = [f for f in findings[key[1], key[2]] if f.beside]
+        if near:
+            c = replace(c, beside="; ".join(map(str, near)))
         out.append(c)
     next_rounds, stopped = _next_step(plan, crit, measured, out)
     out = [c if c.stopped else replace(c, stopped=stopped) for c in out]

@@ -19,7 +19,7 @@ from mmlab.errors import MmlabError
 from mmlab.kernels.catalog import Apt, mirrors
 from mmlab.kernels.modules import guest_modules
 from mmlab.kernels.specs import is_range, resolve
-from mmlab.machine import proc
+from mmlab.machine import paths, proc
 from mmlab.names import safe_name
 
 # The config options that decide what the workloads and attribution can do.
@@ -274,7 +274,20 @@ def ensure(name: str, cache: Path | None = None) -> Kernel:
     except MmlabError:
         if not name.startswith("debian:"):
             raise
-        return add_debian(name.removeprefix("debian:"), cache)
+        return _fetched(name, cache)
     if name.startswith("debian:") and k.format < FORMAT:
-        return add_debian(name.removeprefix("debian:"), cache)
+        return _fetched(name, cache)
     return k
+
+
+def _fetched(name: str, cache: Path | None) -> Kernel:
+    """A Debian kernel fetched by this process, or by another that was
+    fetching it at the same time (found made once its lock is free)."""
+    with paths.filling((cache or cache_dir()) / safe_name(name)):
+        try:
+            k = get(name, cache)
+            if k.format >= FORMAT:
+                return k
+        except MmlabError:
+            pass
+        return add_debian(name.removeprefix("debian:"), cache)

@@ -101,7 +101,9 @@ def ensure() -> Path:
     hdr = header(version)
     so = _built(version, hdr)
     if not so.exists():
-        _compile(hdr, so)
+        with paths.filling(so):
+            if not so.exists():
+                _compile(hdr, so)
     return so
 
 

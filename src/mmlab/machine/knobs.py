@@ -193,8 +193,8 @@ def machine_lock() -> Iterator[None]:
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "?"
-            print(f"mmlab: waiting for mmlab pid {holder}, which is changing this machine's "
-                  f"settings ({path})", file=sys.stderr)
+            print(f"mmlab: waiting for mmlab pid {holder}: host trials and setting changes "
+                  f"take turns on this machine ({path})", file=sys.stderr)
             fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         f.truncate()

@@ -6,7 +6,10 @@ command's start asks for the journal."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -23,6 +26,18 @@ def state_dir() -> Path:
     if env:
         return Path(env)
     return Path("/var/lib/mmlab") if os.geteuid() == 0 else Path.home() / ".local/state/mmlab"
+
+
+@contextmanager
+def filling(entry: Path) -> Iterator[None]:
+    """Hold `entry`'s lock (ENTRY.lock beside it) while it is made: two
+    mmlab processes filling one cache entry (a kernel, the mmwork build, the
+    QEMU plugin, a snapshot) take turns, and the second finds it made.  The
+    caller checks again inside the block whether it still needs making."""
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    with open(entry.with_name(entry.name + ".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def journal_path() -> Path:

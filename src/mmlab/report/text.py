@@ -88,6 +88,8 @@ def details(d: ReportData) -> list[str]:
                      + (f"; noisy ({c.noisy})" if c.noisy else ""))
         if c.outliers:
             out += _wrap("outliers kept: " + "; ".join(map(str, c.outliers)), "      ")
+        if c.beside:
+            out += _wrap("not the trials' own (a neighbour's): " + c.beside, "      ")
         if c.order_effects:
             out += _wrap("order effects found (balanced by the schedule): "
                          + "; ".join(map(str, c.order_effects)), "      ")

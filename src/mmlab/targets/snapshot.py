@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +39,7 @@ from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
 
 from mmlab.errors import MmlabError
+from mmlab.machine import paths
 from mmlab.targets import initramfs
 from mmlab.targets.boot import (
     BOOT_RETRIES,
@@ -110,8 +110,7 @@ def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
     parts = [initramfs.base_archive(cache), *trial_parts(guest, swap, archives)]
     snap = Snapshot(snapshot_root(cache) / _key(guest, accel, swap_disk_size(swap), parts))
     snap.dir.mkdir(parents=True, exist_ok=True)
-    with open(snap.dir / "lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with paths.filling(snap.state):
         if not snap.state.exists():
             initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
             _save_retrying(guest, accel, snap, swap)

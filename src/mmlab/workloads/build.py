@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 
 from mmlab.errors import MmlabError
+from mmlab.machine import paths
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 WORKLOAD_SRC = REPO_ROOT / "workloads"
@@ -42,12 +43,15 @@ def mmwork_path() -> Path:
 def built(name: str) -> Path:
     """build/NAME, made by `make -C workloads` first when a source is newer."""
     binary = BUILD_DIR / name
-    if _stale(binary):
-        if not (WORKLOAD_SRC / "Makefile").exists():
-            raise MmlabError(f"{WORKLOAD_SRC}: workload sources not found")
-        proc = subprocess.run(["make", "-s", "-C", str(WORKLOAD_SRC)],
-                              capture_output=True, text=True)
-        if proc.returncode:
-            tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
-            raise MmlabError(f"building {name} failed: {tail[0]}")
+    if not _stale(binary):
+        return binary
+    with paths.filling(BUILD_DIR / "workloads"):   # one make at a time; the Makefile
+        if _stale(binary):                          # renames each binary into place
+            if not (WORKLOAD_SRC / "Makefile").exists():
+                raise MmlabError(f"{WORKLOAD_SRC}: workload sources not found")
+            proc = subprocess.run(["make", "-s", "-C", str(WORKLOAD_SRC)],
+                                  capture_output=True, text=True)
+            if proc.returncode:
+                tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+                raise MmlabError(f"building {name} failed: {tail[0]}")
     return binary

@@ -237,6 +237,8 @@ def reasons(comparisons: list[Comparison],
                    + (f" [{how}]" if how else ""))
         if c.outliers:
             out.append("  outliers (kept): " + "; ".join(map(str, c.outliers)))
+        if c.beside:
+            out.append("  not the trials' own (a neighbour's): " + c.beside)
         if c.order_effects:
             out.append("  order effects found (balanced by the schedule): "
                        + "; ".join(map(str, c.order_effects)))
