@@ -314,3 +314,21 @@ def test_an_arm_run_without_probes_cannot_show_the_same_state():
         s.params["no-probes"] = True
     (f,) = audit.audit_pair("A", "B", [sample({"damon": "off"}) for _ in range(3)], blind, set())
     assert f.check == "page state measured" and "B ran with --no-probes" in f.detail
+
+
+def test_a_neighbours_state_calls_for_no_matched_control():
+    """Controls force a state the arms differ in; a machine-wide difference
+    a neighbour may explain is not the arms', so none is derived for it."""
+    from mmlab.experiment.plan import parse
+    from mmlab.judge import controls
+    plan = parse('name = "aa"\nworkload = "pageout-refault"\nrepetitions = 3\n'
+                 'metrics = ["advise_ns_per_page"]\nbaseline = "A"\n'
+                 '[[arms]]\nname = "A"\n[[arms]]\nname = "B"\n')
+    busy = {"thp_backed_fraction": 0.0, "neighbour_cpu_share": 0.45}
+    a = [sample(busy, {"thp_fault_alloc": 52})] * 3
+    b = [sample(busy, {"thp_fault_alloc": 0})] * 3
+    found = {("B", "A"): audit.audit_pair("B", "A", a, b, set())}
+    assert found[("B", "A")] and controls.derive(plan, found) == []
+    quiet = {("B", "A"): audit.audit_pair("B", "A", [sample({}, {"thp_fault_alloc": 52})] * 3,
+                                          [sample({}, {"thp_fault_alloc": 0})] * 3, set())}
+    assert controls.derive(plan, quiet)
