@@ -425,3 +425,28 @@ def test_compare_in_a_pipe_keeps_every_column_whole(tmp_path, monkeypatch):
     from mmlab.judge import verdicts
     plan = store.plan(exp)
     every_label_whole(proc.stdout, plan, verdicts.judge(plan, store.measurements(exp)), 140)
+
+
+def test_the_text_report_wraps_prose_and_never_cuts_a_name_or_a_command(tmp_path, monkeypatch):
+    """A long profile path and kernel names longer than a column: prose
+    wraps at 80 between words, every name stays whole, and the Reproduce
+    commands run as pasted (continuation lines included)."""
+    long = "debian:6.12.117+deb13-cloud-amd64"
+    for thp in ("hugepage", "nohugepage"):
+        monkeypatch.setitem(MEDIANS, f"kernel={long},thp={thp}",
+                            MEDIANS[f"kernel=debian:6.12,thp={thp}"])
+    path = str(tmp_path / "profiles-kept-by-the-reporter" / "seed004-ksm-rmap-insns-6.12-7.3.toml")
+    plan = golden_plan(GOLDEN_PROFILE.replace('"debian:6.12"]', f'"{long}"]').replace(
+        'baseline = { thp = "nohugepage" }', 'baseline = { kernel = "host" }'))
+    store = Store(tmp_path / "r")
+    exp = fill_golden_store(store, plan.model_copy(update={"path": path}))
+    report = text.render(data.gather(store, exp))
+    lines = report.splitlines()
+    assert all(len(line) <= 80 for line in lines if path not in line)
+    assert f"  kernel: {long} vs host" in lines
+    assert any(line.endswith(path) for line in lines[:lines.index("Environment")])
+    pasted = "\n".join(lines[lines.index("Reproduce") + 1:lines.index("Reproduce") + 6])
+    shell = (pasted.replace(".venv/bin/mmlab", "printf '%s\\n'").replace("make setup", "true")
+             .replace("<ID>", "1"))
+    ran = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["experiment", "run", path, "compare", "1"]
