@@ -259,12 +259,13 @@ def summary_rows(d: ReportData) -> list[dict]:
 
 
 def _spread(value: float, rcv: float) -> str:
-    return f"{value:.6g} ±{fmt.spread(rcv)}"
+    return f"{fmt.num(value)} ±{fmt.spread(rcv)}"
 
 
 def pair_lines(group: list[Evidence]) -> list[str]:
     """One release pair as a 0-day report gives it: each change's headline,
-    the two releases, each metric on both with its spread and the change,
+    the two releases, each metric on both with its spread and the change
+    (and why the tracker's outcome is not the verdict, where it is not),
     side metrics, functions, and the commands."""
     e = group[0]
     ch = e.change
@@ -280,19 +281,25 @@ def pair_lines(group: list[Evidence]) -> list[str]:
         out.append(f"  {e.before.split()[0]:>{w}}  {'':>8}  {e.after.split()[0]:>{w}}")
         out.append(f"  {'-' * w}  {'-' * 8}  {'-' * w}")
         for m in e.metrics:
-            out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {m.ratio - 1:>+8.1%}  "
+            out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {fmt.change(m.ratio):>8}  "
                        f"{_spread(m.after, m.spread_after):>{w}}  {m.metric}"
                        f"{', emulated' if m.emulated else ''} "
-                       f"({m.ci[0]:.3f}..{m.ci[1]:.3f}, {m.outcome})")
+                       f"({fmt.ci(*m.ci)}, {m.outcome})")
+        for m in e.metrics:
+            if m.why:
+                out += _wrap(f"{m.metric}: {m.outcome}, where the verdict says {m.verdict}: "
+                             f"{m.why}")
         out.append("")
     for v in e.vmstat:
-        out.append(f"  vmstat {v.counter}: {v.per_unit_baseline:.4g} -> {v.per_unit:.4g} per unit")
+        out.append(f"  vmstat {v.counter}: {fmt.num(v.per_unit_baseline)} -> "
+                   f"{fmt.num(v.per_unit)} per unit")
     for s in e.state:
-        if s.before != s.after:
-            out.append(f"  page state {s.key}: {s.before} -> {s.after}")
+        if fmt.value(s.before) != fmt.value(s.after):
+            out.append(f"  page state {s.key}: {fmt.value(s.before)} -> {fmt.value(s.after)}")
     out += [f"  audit: {f}" for f in e.findings]
     for wf in e.functions:
-        rows = ", ".join(f"{r.function} {r.change:+.4g}" for r in wf.rows[:5]) or "no change"
+        rows = ", ".join(f"{r.function} {fmt.signed(r.change)}" for r in wf.rows[:5]) or \
+            "no change"
         out.append(f"  functions ({wf.window}, kernel instructions per {wf.unit}): {rows}")
     out += [f"  {name}: {cmd}" for name, cmd in e.commands.items()]
     return out + [""]
@@ -300,7 +307,7 @@ def pair_lines(group: list[Evidence]) -> list[str]:
 
 def _pct(e: Evidence) -> str:
     m = next((m for m in e.metrics if m.metric == e.change.metric), None)
-    return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
+    return fmt.change(m.ratio) if m else f"{fmt.change(e.change.candidate_ratio)} (cells)"
 
 
 def _emulated(ch: Change) -> str:

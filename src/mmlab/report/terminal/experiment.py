@@ -28,6 +28,7 @@ from mmlab.report.fmt import (
     p_value,
     pct,
     ratio,
+    value,
     verdict_label,
 )
 from mmlab.report.terminal.fit import Fitted
@@ -117,8 +118,7 @@ def state_table(samples: list[Sample]) -> Fitted:
     for key in samples[0].state:
         values = []
         for s in samples:
-            v = s.state.get(key)
-            text = num(v) if isinstance(v, float | int) else str(v)
+            text = value(s.state.get(key))
             if text not in values:
                 values.append(text)
         table.add_row(key, escape(", ".join(values)), style="yellow" if len(values) > 1 else None)
