@@ -166,8 +166,8 @@ def trend_figure(s: Series, reference: str, marks: list[Change]):
         at = labels.index(ch.after) - 0.5
         artists = [ax.axvline(at, color=COLOURS[ch.outcome], linewidth=2, alpha=0.7)
                    for ax in (top, below)]
-        artists.append(top.text(at, 0.95 - 0.12 * (n % 2 == 0), str(n), fontsize=8,
-                                ha="center", va="top", color=COLOURS[ch.outcome],
+        artists.append(top.text(at, 0.95 - 0.12 * (n % 2 == 0), str(n), fontsize=9,
+                                ha="center", va="top", color=COLOURS[ch.outcome], weight="bold",
                                 transform=top.get_xaxis_transform(),
                                 bbox={"facecolor": "white", "edgecolor": "none", "pad": 1}))
         for artist in artists:
