@@ -309,3 +309,22 @@ def test_attribution_that_no_arm_got_is_a_failure(tmp_path, monkeypatch):
     assert got.exit_code == 1, got.output
     assert "failed: instrumentation produced nothing here" in got.output
     assert "no arm of experiment 1 got any" in got.output
+
+
+def test_the_readmes_first_screen_is_the_front_door():
+    """What mmlab is, the two setup commands, and the ways in, each named
+    with its command (an experiment, the tracker, the reporter's own
+    program counted) and pointing at a page and section that exist."""
+    import re
+    root = EXPERIMENTS.parent
+    screen = "\n".join((root / "README.md").read_text().splitlines()[:25])
+    for command in ("make demo", "make test", "mmlab experiment run", "mmlab track run",
+                    "mmlab run exec --source", "--insns"):
+        assert command in screen, command
+    links = re.findall(r"\]\(([^)#]*)(?:#([^)]*))?\)", screen)
+    assert {page for page, _ in links} >= {"docs/tracker.md", "docs/exec.md"}
+    for page, anchor in links:
+        text = (root / (page or "README.md")).read_text()
+        slugs = {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+                 for h in re.findall(r"^#+ (.*)$", text, re.M)}
+        assert not anchor or anchor in slugs, (page, anchor)

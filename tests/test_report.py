@@ -33,7 +33,7 @@ from mmlab.attribution.stacks import StackProfile
 from mmlab.experiment import profile as profile_model
 from mmlab.experiment.plan import Arm, Plan, parse, with_kernels
 from mmlab.experiment.schedule import schedule
-from mmlab.report import bundle, data, html, reproducer, text
+from mmlab.report import bundle, data, fmt, html, reproducer, text
 from mmlab.store import Store
 from mmlab.workloads import Metric, Param, Workload, registry
 from mmlab.workloads.build import WORKLOAD_SRC
@@ -379,3 +379,74 @@ def test_reports_read_the_stored_environment_not_this_machine(tmp_path, monkeypa
         store.finish_trial(t.id, [sample], ENV)
     report = text.render(data.gather(store, exp))
     assert report.splitlines()[-1] == "#regzbot introduced: v6.18.0..6.12"
+
+
+# ---------------------------------------------------------------- whole at any width
+
+
+def every_label_whole(shown: str, plan: Plan, judged, width: int) -> None:
+    """Each comparison's metric and arm label on one line, each arm's name
+    and every column's header whole, no line past `width`."""
+    lines = shown.splitlines()
+    assert max(map(len, lines)) <= width
+    for c in judged.comparisons:
+        label = fmt.contrast(plan, c.arm, c.baseline).label
+        assert any(c.metric in line and label in line for line in lines), (c.metric, label)
+    for arm in plan.arms:
+        assert any(arm.name in line for line in lines), arm.name
+    for header in ("baseline", "change", "ratio", "CI", "p adj.", "rounds", "verdict"):
+        assert header in shown
+
+
+@pytest.mark.parametrize("width", [80, 120])
+def test_compare_keeps_every_column_whole_at_80_and_120_columns(tmp_path, width):
+    """Too narrow for the table, the verdicts print as records (a row's
+    labels on a line, its figures under one header) instead of squeezing
+    the 'arm vs baseline' column to nothing."""
+    from rich.console import Console
+
+    from mmlab.judge import verdicts
+    from mmlab.report.terminal import experiment
+    store = Store(tmp_path / "r")
+    exp = fill_golden_store(store, golden_plan())
+    plan, measured = store.plan(exp), store.measurements(exp)
+    judged = verdicts.judge(plan, measured)
+    out = Console(record=True, width=width)
+    experiment.print_verdicts(out, exp, plan, measured, judged)
+    every_label_whole(out.export_text(), plan, judged, width)
+
+
+def test_compare_in_a_pipe_keeps_every_column_whole(tmp_path, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)
+    store = Store(tmp_path / "r")
+    exp = fill_golden_store(store, golden_plan())
+    proc = mmlab("compare", str(exp), "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0, proc.stderr
+    from mmlab.judge import verdicts
+    plan = store.plan(exp)
+    every_label_whole(proc.stdout, plan, verdicts.judge(plan, store.measurements(exp)), 140)
+
+
+def test_the_text_report_wraps_prose_and_never_cuts_a_name_or_a_command(tmp_path, monkeypatch):
+    """A long profile path and kernel names longer than a column: prose
+    wraps at 80 between words, every name stays whole, and the Reproduce
+    commands run as pasted (continuation lines included)."""
+    long = "debian:6.12.117+deb13-cloud-amd64"
+    for thp in ("hugepage", "nohugepage"):
+        monkeypatch.setitem(MEDIANS, f"kernel={long},thp={thp}",
+                            MEDIANS[f"kernel=debian:6.12,thp={thp}"])
+    path = str(tmp_path / "profiles-kept-by-the-reporter" / "seed004-ksm-rmap-insns-6.12-7.3.toml")
+    plan = golden_plan(GOLDEN_PROFILE.replace('"debian:6.12"]', f'"{long}"]').replace(
+        'baseline = { thp = "nohugepage" }', 'baseline = { kernel = "host" }'))
+    store = Store(tmp_path / "r")
+    exp = fill_golden_store(store, plan.model_copy(update={"path": path}))
+    report = text.render(data.gather(store, exp))
+    lines = report.splitlines()
+    assert all(len(line) <= 80 for line in lines if path not in line)
+    assert f"  kernel: {long} vs host" in lines
+    assert any(line.endswith(path) for line in lines[:lines.index("Environment")])
+    pasted = "\n".join(lines[lines.index("Reproduce") + 1:lines.index("Reproduce") + 6])
+    shell = (pasted.replace(".venv/bin/mmlab", "printf '%s\\n'").replace("make setup", "true")
+             .replace("<ID>", "1"))
+    ran = subprocess.run(["bash", "-c", shell], capture_output=True, text=True, check=True)
+    assert ran.stdout.splitlines() == ["experiment", "run", path, "compare", "1"]

@@ -14,11 +14,12 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 
 from mmlab.attribution.functions import FunctionInsns
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.kernels import catalog
-from mmlab.report import dashboard
+from mmlab.report import dashboard, fmt
 from mmlab.run import driver
 from mmlab.run.events import Progressed, TrialStarting
 from mmlab.store import Store
@@ -559,6 +560,75 @@ def test_an_emulated_time_step_with_a_counted_step_stays_a_regression(tmp_path):
     assert "advise_ns_per_page, emulated (" in summary
     assert "advise_kernel_insns_per_page (" in summary       # counts are exact: not emulated
     assert "Emulated time, newest first" not in page and "(ns, emulated)" in page
+
+
+def test_a_small_count_step_says_why_and_prints_its_numbers_as_people_write_them(tmp_path):
+    """Counts of tens of millions a page that step up 3%: a change by the
+    counts' own rule, though inside the verdict's ±5% tolerance, and every
+    output says why; no figure prints in exponent notation (6.86041e+07)."""
+    def model(arm):
+        step = 1.03 if arm.kernel in STEP_AT else 1.0
+        return (lambda name: 2e5 * step if changepoints.is_count(name) else 1.0), {}
+    fake = Counting(cv=0.002, model=model)
+    found = suite.load(write_suite(tmp_path))
+    store = Store(tmp_path / "r")
+    result = session.run(store, found, driver.Here(TargetPool(make=lambda arm: fake)), Local())
+    (change,) = [c for c in result.changes if c.confirmed]
+    assert (change.metric, change.outcome) == ("advise_kernel_insns_per_page", "regression")
+    e = evidence.gather(store, found, change, "r", result.judged)
+    (row,) = [m for m in e.metrics if m.metric == change.metric]
+    assert row.verdict == "no change" and "the verdict's tolerance is for times" in row.why
+    summary, page = shown(tmp_path, store, found, result)
+    assert (f"{row.metric}: regression, where the verdict says no change: {row.why}"
+            in " ".join(summary.split()))
+    assert escape(row.why) in page
+    assert f'<li><a href="#change-{change.id}">{change.id}</a>: local:b &rarr; local:c' in page
+    assert f"{fmt.num(row.after)} ±" in summary and f"{fmt.num(row.after)} &plusmn;" in page
+    feed = (tmp_path / "dash" / "feed.atom").read_text()
+    for out in (page, feed):
+        assert f"{escape(row.why)}; the verdict said no change (90.0% CI inside ±5%)" in out
+    assert not re.search(r"\de[+-]\d", summary + page.split("<h2>Series</h2>")[0] + feed)
+
+
+def test_a_trend_shows_small_steps_beside_a_large_one_and_labels_apart():
+    """Seed 004's walk in counts: steps of -3% to -5% beside one of -98.6%.
+    The ratios are on a log scale, the panel of steps shows the -2.9% step
+    (the -98.6% bar cut and labelled), and the marks of changes at
+    neighbouring releases do not overlap."""
+    import math
+
+    import matplotlib.pyplot as plt
+
+    from mmlab.judge.comparison import Comparison
+    from mmlab.report import plots
+    from mmlab.track.cells import Point, Series
+
+    def measured(r: float) -> Comparison:
+        nan = math.nan
+        return Comparison("m", "b", "a", 6, 6, nan, nan, r, r * 0.99, r * 1.01, nan, nan, nan,
+                          nan, nan, "improvement", "recorded")
+    levels = {"6.1": 0.965, "6.12": None, "6.16": 0.884, "6.17": 0.885, "6.18": 0.884,
+              "6.19": 0.858, "7.0": 0.857, "7.1": 0.823, "7.2": 0.780, "7.3": 0.0109}
+    s = Series("ksm-rmap", "walk_kernel_insns_per_migrated_page", "across",
+               [Point(Release(f"debian:{k}", "1", k), r and measured(r), 1)
+                for k, r in levels.items()])
+    pairs = [("6.12", "6.16"), ("6.18", "6.19"), ("7.0", "7.1"), ("7.1", "7.2"), ("7.2", "7.3")]
+    changes = [changepoints.Change(f"{i:010d}", s.profile, s.metric, "across", b, a, 0.9,
+                                   measured(0.9), "improvement") for i, (b, a) in enumerate(pairs)]
+    fig = plots.trend_figure(s, "debian:6.12", plots.marked(s, changes))
+    top, steps = fig.axes
+    assert top.get_yscale() == "log"
+    low, high = steps.get_ylim()
+    bars = {round(b.get_x() + b.get_width() / 2, 1): b.get_height() for b in steps.patches}
+    assert abs(bars[4.5]) / (high - low) > 0.05          # 6.18 to 6.19: -2.9%, visible
+    texts = [t.get_text() for t in steps.texts]
+    assert texts == ["-98.6% (cut)"]
+    fig.canvas.draw()
+    marks = [t for t in top.texts if (t.get_url() or "").startswith("#change-")]
+    assert [t.get_text() for t in marks] == ["1", "2", "3", "4", "5"]
+    boxes = [t.get_window_extent() for t in marks]
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    plt.close(fig)
 
 
 def test_a_host_time_step_with_flat_counts_is_confirmed_as_before(tmp_path):

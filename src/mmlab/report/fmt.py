@@ -35,6 +35,12 @@ def num(x: float | None, digits: int = 4) -> str:
     return f"{x:.{max(0, digits - 1 - int(math.floor(math.log10(mag))))}f}"
 
 
+def value(x: object) -> str:
+    """A stored value of any kind (a page-state key's, say): a number as
+    `num` writes it, anything else as it is."""
+    return num(x) if isinstance(x, int | float) and not isinstance(x, bool) else str(x)
+
+
 def pct(x: float | None) -> str:
     """A share: 0.125 -> 12.5%."""
     return f"{x * 100:.1f}%" if finite(x) else DASH

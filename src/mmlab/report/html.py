@@ -46,7 +46,20 @@ def outcome_class(outcome: str) -> str:
     return outcome if outcome in CONFIRMED else "quiet"
 
 
-DASHBOARD.filters.update(spread=fmt.spread, outcome_class=outcome_class)
+def reason(e: Evidence) -> str:
+    """What decided a change, in words: its confirmation's reason, and first,
+    where the tracker's outcome is not the verdict's, why (a +2.9% count
+    step is a regression, though its verdict said "no change")."""
+    said = e.change.confirmation.reason if e.change.confirmation else ""
+    m = next((m for m in e.metrics if m.metric == e.change.metric), None)
+    if m and m.why:
+        return f"{m.why}; the verdict said {m.verdict} ({said})" if said else m.why
+    return said
+
+
+DASHBOARD.filters.update(num=fmt.num, value=fmt.value, signed=fmt.signed, change=fmt.change,
+                         ci=fmt.ci, spread=fmt.spread, outcome_class=outcome_class,
+                         reason=reason)
 
 
 def data_uri(png: bytes) -> str:
@@ -81,8 +94,9 @@ def dashboard(suite: Suite, result: TrackResult, evidence: list[Evidence], gener
         confirmed=[e for e in ordered if not emulated(e)],
         emulated=[e for e in ordered if emulated(e)], groups=groups(evidence),
         now=generated, bundled=bundled,
-        plots=[(series_anchor(s), plots.trend(s, result.reference.name, result.changes),
-                s.emulated) for s in result.series if len(s.points) > 1])
+        plots=[(series_anchor(s), plots.trend(s, result.reference.name, marks), s.emulated,
+                marks) for s in result.series if len(s.points) > 1
+               for marks in [plots.marked(s, result.changes)]])
 
 
 def feed(suite: Suite, evidence: list[Evidence], generated: str) -> str:

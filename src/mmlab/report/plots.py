@@ -7,7 +7,9 @@ axes, with the growth exponent of a log-log fit (ksm-rmap's cost against the
 VMA count; ~2 is quadratic).
 
 The tracker's, as inline SVG with text as paths (no font is needed to show
-it): one trend per series, each change marked and linked to its explanation.
+it): one trend per series, the ratios on a log scale over each release's
+step from the one before, each change marked by its number and linked to
+its explanation.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import ticker
 
 from mmlab.report.data import ReportData
-from mmlab.report.fmt import VERDICT_COLOR, contrast
+from mmlab.report.fmt import VERDICT_COLOR, change, contrast
 from mmlab.track.cells import Series
 from mmlab.track.changepoints import EMULATED, Change
 from mmlab.track.dashboard import SHOWN
@@ -124,18 +127,66 @@ def all_figures(d: ReportData) -> dict[str, bytes]:
     return figs
 
 
-def trend(s: Series, reference: str, changes: list[Change]) -> str:
-    """One series as inline SVG: each release's ratio to the reference with
-    its interval (hollow where the audit found another page state), the
-    reference line, and each change marked, linked to its explanation; a
-    series of emulated time says so in its title."""
-    matplotlib.rcParams["svg.fonttype"] = "path"
+def marked(s: Series, changes: list[Change]) -> list[Change]:
+    """The changes a series' trend marks, oldest first: the page numbers
+    them in this order (1, 2, ...) beside the plot, whose marks are those
+    numbers, as IDs side by side would overlap."""
     labels = [p.release.label for p in s.points]
-    x = list(range(len(labels)))
+    mine = [ch for ch in changes if ch.outcome in SHOWN and ch.after in labels
+            and (ch.profile, ch.metric, ch.kind) == (s.profile, s.metric, s.kind)]
+    return sorted(mine, key=lambda ch: labels.index(ch.after))
+
+
+def trend(s: Series, reference: str, marks: list[Change]) -> str:
+    """`trend_figure` as inline SVG, its text drawn as paths."""
+    matplotlib.rcParams["svg.fonttype"] = "path"
+    fig = trend_figure(s, reference, marks)
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", metadata={"Date": None})
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg"):]
+
+
+def trend_figure(s: Series, reference: str, marks: list[Change]):
+    """One series in two panels.  Above, each release's ratio to
+    the reference with its interval (hollow where the audit found another
+    page state) on a log scale, where a -3% step is as tall at 1 as at
+    0.02, the reference line, and each of `marks` (`marked`) a line with
+    its number, linked to its explanation.  Below, each release's step from
+    the one before: its axis ends past the second-largest step, so a -3%
+    step shows beside a -98% one, whose bar is cut there and labelled.  A
+    series of emulated time says so in its title."""
+    fig, (top, below) = plt.subplots(2, 1, figsize=(7.5, 3.6), dpi=96, sharex=True,
+                                     height_ratios=(2.2, 1))
+    _ratios(top, s, reference)
+    _steps(below, s)
+    labels = [p.release.label for p in s.points]
+    for n, ch in enumerate(marks, 1):
+        at = labels.index(ch.after) - 0.5
+        artists = [ax.axvline(at, color=COLOURS[ch.outcome], linewidth=2, alpha=0.7)
+                   for ax in (top, below)]
+        artists.append(top.text(at, 0.95 - 0.12 * (n % 2 == 0), str(n), fontsize=9,
+                                ha="center", va="top", color=COLOURS[ch.outcome], weight="bold",
+                                transform=top.get_xaxis_transform(),
+                                bbox={"facecolor": "white", "edgecolor": "none", "pad": 1}))
+        for artist in artists:
+            artist.set_url(f"#change-{ch.id}")
+    below.set_xticks(range(len(labels)), [_tick(p.release) for p in s.points], fontsize=7,
+                     rotation=30)
+    top.set_title(f"{s.profile}: {s.metric} ({s.kind}"
+                  + (", emulated time)" if s.emulated else ")"), fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _ratios(ax, s: Series, reference: str) -> None:
+    """The ratios to the reference, on a log axis labelled as ratios (0.02,
+    0.5, 1), not powers of ten."""
+    x = range(len(s.points))
     ratios = [p.ratio for p in s.points]
-    err = [[max(r - p.ci[0], 0) if math.isfinite(p.ci[0]) else 0 for r, p in zip(ratios, s.points)],
-           [max(p.ci[1] - r, 0) if math.isfinite(p.ci[1]) else 0 for r, p in zip(ratios, s.points)]]
-    fig, ax = plt.subplots(figsize=(7.5, 2.6), dpi=96)
+    err = [[r - p.ci[0] if 0 < p.ci[0] <= r else 0 for r, p in zip(ratios, s.points)],
+           [p.ci[1] - r if p.ci[1] >= r else 0 for r, p in zip(ratios, s.points)]]
     ax.axhline(1.0, color="#888", linewidth=1, linestyle="--")
     ax.errorbar(x, ratios, yerr=err, fmt="-", color="#1f5fa8", capsize=3, linewidth=1)
     state = [p.comparison is not None and p.comparison.verdict == "not comparable"
@@ -144,30 +195,37 @@ def trend(s: Series, reference: str, changes: list[Change]) -> str:
                color="#1f5fa8", s=16, zorder=3)
     ax.scatter([i for i in x if state[i]], [r for i, r in enumerate(ratios) if state[i]],
                facecolors="white", edgecolors="#d68910", s=22, zorder=3)
-    ax.text(0.995, 0.02, f"reference {reference}", transform=ax.transAxes, fontsize=7,
-            color="#666", ha="right")
-    top = ax.get_ylim()[1]
-    for ch in changes:
-        if (ch.profile, ch.metric, ch.kind) != (s.profile, s.metric, s.kind) or \
-                ch.outcome not in SHOWN or ch.after not in labels:
-            continue
-        at = labels.index(ch.after) - 0.5
-        line = ax.axvline(at, color=COLOURS[ch.outcome], linewidth=2, alpha=0.7)
-        mark = ax.text(at, top, ch.id, fontsize=7, ha="center", va="top",
-                       color=COLOURS[ch.outcome])
-        for artist in (line, mark):
-            artist.set_url(f"#change-{ch.id}")
-    ax.set_xticks(x, [_tick(p.release) for p in s.points], fontsize=7, rotation=30)
-    ax.set_ylabel("ratio to reference", fontsize=8)
+    ax.set_yscale("log")
+    low, high = ax.get_ylim()
+    ax.yaxis.set_major_locator(ticker.MaxNLocator(5, steps=[1, 2, 5, 10]) if high / low < 4
+                               else ticker.LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_minor_locator(ticker.NullLocator())
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel(f"ratio to {reference}\n(log scale)", fontsize=8)
     ax.tick_params(axis="y", labelsize=7)
-    ax.set_title(f"{s.profile}: {s.metric} ({s.kind}"
-                 + (", emulated time)" if s.emulated else ")"), fontsize=9)
-    fig.tight_layout()
-    buf = io.StringIO()
-    fig.savefig(buf, format="svg", metadata={"Date": None})
-    plt.close(fig)
-    text = buf.getvalue()
-    return text[text.index("<svg"):]
+
+
+def _steps(ax, s: Series) -> None:
+    """Each release's ratio over the previous release's, as a change, at the
+    boundary between them; the axis ends a quarter past the second-largest
+    step (the largest where it is not twice that), at least at 5% (the
+    verdicts' usual tolerance, so noise does not fill it), and a bar beyond
+    is cut there and labelled with its value."""
+    steps = np.array([b.ratio / a.ratio - 1 for a, b in zip(s.points, s.points[1:])])
+    sizes = sorted(np.abs(steps[np.isfinite(steps)]), reverse=True) or [0.0]
+    edge = sizes[1] if len(sizes) > 1 and sizes[0] > 2 * sizes[1] else sizes[0]
+    edge = max(1.25 * edge, 0.05)
+    at = np.arange(len(steps)) + 0.5
+    ax.bar(at, np.clip(steps, -edge, edge), width=0.6, color="#7f8c9d")
+    for x, step in zip(at, steps):
+        if abs(step) > edge:
+            ax.text(x + 0.35, np.sign(step) * edge * 0.6, f"{change(1 + step)} (cut)",
+                    fontsize=7, ha="left", va="center", color="#333")
+    ax.axhline(0, color="#888", linewidth=0.8)
+    ax.set_ylim(-edge, edge)
+    ax.yaxis.set_major_formatter(ticker.PercentFormatter(1.0))
+    ax.set_ylabel("step from the\nrelease before", fontsize=8)
+    ax.tick_params(axis="y", labelsize=7)
 
 
 def _tick(r) -> str:

@@ -1,6 +1,7 @@
-"""Plain text: an experiment's report for a mailing list (at most 80
-columns, no colour), and the tracker's summary of what changed, in the
-style of a 0-day report (`track run`, the dashboard's summary.txt).
+"""Plain text: an experiment's report for a mailing list (prose wrapped
+at 80 columns and never cut, commands whole, no colour), and the tracker's
+summary of what changed, in the style of a 0-day report (`track run`, the
+dashboard's summary.txt).
 
 Per metric, comparisons that contrast the same two values (debian:6.1 vs
 debian:6.12) form one table with a row per value of the other axes, the
@@ -11,6 +12,8 @@ layout such reports use:
 
 from __future__ import annotations
 
+import re
+import shlex
 import textwrap
 from collections import defaultdict
 
@@ -28,6 +31,7 @@ WIDTH = 80
 MIN_LOCK_SEEN = 10      # fewer contentions than this are background, not the workload
 TEXT_TOP = 4            # functions named per pair
 FIGURES_W = 54          # result columns between a row's label and its verdict
+VALUE_W = 11            # a median's column, headed by its axis value where that fits
 EMULATED_MARK = "*"     # after a verdict whose figures are emulated time
 
 
@@ -46,23 +50,26 @@ def results(d: ReportData) -> list[str]:
                 k = fmt.contrast(d.plan, c.arm, c.baseline)
                 groups[(k.axes, k.baseline, k.arm)].append((k, c))
         for (axes, base, arm), rows in groups.items():
-            lines += ["", f"  {axes}: {arm} vs {base}"[:WIDTH]] + _table(base, arm, rows, d)
+            lines += [""] + _wrap(f"{axes}: {arm} vs {base}") + _table(base, arm, rows, d)
     return lines
 
 
 def _table(base: str, arm: str, rows: list[tuple[fmt.Contrast, Comparison]],
            d: ReportData) -> list[str]:
     """A row per value of the other axes, headed by the axis when it is one.
-    A label too long to leave the verdict its room gets a line of its own."""
+    A label too long to leave the verdict its room gets a line of its own;
+    axis values too long to head their columns are named by the line above
+    the table, which the columns then call baseline and arm."""
     axes = {tuple(k for k, _ in x.shared) for x, _ in rows}
     one = len(axes) == 1 and len(next(iter(axes))) == 1
     head = next(iter(axes))[0] if one else ""
     labels = [(x.shared[0][1] if one else x.others) or fmt.DASH for x, _ in rows]
     verdicts = [f"{c.verdict}{EMULATED_MARK if d.emulated(c) else ''}" for _, c in rows]
     room = WIDTH - 2 - FIGURES_W - max(map(len, verdicts))
-    label_w = min(max(len(x) for x in [*labels, head]), room)
-    out = [f"  {head[:label_w]:<{label_w}} {base[:11]:>11} {arm[:11]:>11} {'change':>7} "
-           f"{'ratio':>6} {'CI':>13} verdict"[:WIDTH]]
+    label_w = max(min(max(len(x) for x in labels), room), len(head))
+    base, arm = (base, arm) if max(len(base), len(arm)) <= VALUE_W else ("baseline", "arm")
+    out = [f"  {head:<{label_w}} {base:>11} {arm:>11} {'change':>7} {'ratio':>6} {'CI':>13} "
+           "verdict"]
     for label, (_, c), verdict in zip(labels, rows, verdicts):
         if len(label) > label_w:
             out += _wrap(label)
@@ -97,7 +104,24 @@ def details(d: ReportData) -> list[str]:
 
 
 def _wrap(text: str, indent: str = "  ") -> list[str]:
-    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ")
+    """Prose at WIDTH columns, broken only between words: a name, a path or
+    an arm label is never split (one longer than a line has a line of its own)."""
+    return textwrap.wrap(text, WIDTH, initial_indent=indent, subsequent_indent=indent + "  ",
+                         break_long_words=False, break_on_hyphens=False)
+
+
+def command(words: list[str], indent: str = "  ") -> list[str]:
+    """A shell command as it can be pasted: its words quoted where the shell
+    needs it (not `&&`, nor a word with a <placeholder> to fill in), on one
+    line where it fits, else on continuation lines ending in a backslash; a
+    word is never split."""
+    out = [indent]
+    for word in (w if w == "&&" or re.search(r"<\w+>", w) else shlex.quote(w) for w in words):
+        if out[-1].strip() and len(out[-1]) + 1 + len(word) + 2 > WIDTH:
+            out[-1] += " \\"
+            out.append(indent + "    ")
+        out[-1] += (" " if out[-1].strip() else "") + word
+    return out
 
 
 def render(d: ReportData) -> str:
@@ -167,18 +191,26 @@ def render(d: ReportData) -> str:
         out += ["", "Missing"]
         for m in d.missing:
             out += _wrap(f"- {m}")
-    out += ["", "Reproduce"]
-    out += [f"  make setup   # in an mmlab checkout (git {env.get('git_commit', '?')})",
-            f"  .venv/bin/mmlab experiment run {d.row['profile_path']}",
-            "  .venv/bin/mmlab compare <ID>",
-            *(["  or without mmlab: each arm's command in the evidence bundle's commands.txt"]
-              if d.workload.kind == "exec" else
-              ["  or without mmlab: gcc -O2 -o repro reproducer-<arm>.c && ./repro --samples 5",
-               "  (the reproducer files are in the evidence bundle)"])]
+    out += ["", "Reproduce"] + reproduce(d, env)
     tags = regzbot_lines(d)
     if tags:
         out += [""] + tags
-    return "\n".join(line[:WIDTH] for line in out) + "\n"
+    return "\n".join(out) + "\n"
+
+
+def reproduce(d: ReportData, env: dict) -> list[str]:
+    """The commands that run the experiment again, each whole (`command`),
+    and how to check it without mmlab."""
+    out = _wrap(f"# in an mmlab checkout (git {env.get('git_commit', '?')}):")
+    out += command(["make", "setup"])
+    out += command([".venv/bin/mmlab", "experiment", "run", d.row["profile_path"]])
+    out += command([".venv/bin/mmlab", "compare", "<ID>"])
+    if d.workload.kind == "exec":
+        return out + _wrap("# or without mmlab: each arm's command in the evidence bundle's "
+                           "commands.txt")
+    out += _wrap("# or without mmlab, with a reproducer file from the evidence bundle:")
+    return out + command(["gcc", "-O2", "-o", "repro", "reproducer-<arm>.c", "&&", "./repro",
+                          "--samples", "5"])
 
 
 def attribution(d: ReportData) -> list[str]:
@@ -229,12 +261,13 @@ def summary_rows(d: ReportData) -> list[dict]:
 
 
 def _spread(value: float, rcv: float) -> str:
-    return f"{value:.6g} ±{fmt.spread(rcv)}"
+    return f"{fmt.num(value)} ±{fmt.spread(rcv)}"
 
 
 def pair_lines(group: list[Evidence]) -> list[str]:
     """One release pair as a 0-day report gives it: each change's headline,
-    the two releases, each metric on both with its spread and the change,
+    the two releases, each metric on both with its spread and the change
+    (and why the tracker's outcome is not the verdict, where it is not),
     side metrics, functions, and the commands."""
     e = group[0]
     ch = e.change
@@ -250,19 +283,25 @@ def pair_lines(group: list[Evidence]) -> list[str]:
         out.append(f"  {e.before.split()[0]:>{w}}  {'':>8}  {e.after.split()[0]:>{w}}")
         out.append(f"  {'-' * w}  {'-' * 8}  {'-' * w}")
         for m in e.metrics:
-            out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {m.ratio - 1:>+8.1%}  "
+            out.append(f"  {_spread(m.before, m.spread_before):>{w}}  {fmt.change(m.ratio):>8}  "
                        f"{_spread(m.after, m.spread_after):>{w}}  {m.metric}"
                        f"{', emulated' if m.emulated else ''} "
-                       f"({m.ci[0]:.3f}..{m.ci[1]:.3f}, {m.outcome})")
+                       f"({fmt.ci(*m.ci)}, {m.outcome})")
+        for m in e.metrics:
+            if m.why:
+                out += _wrap(f"{m.metric}: {m.outcome}, where the verdict says {m.verdict}: "
+                             f"{m.why}")
         out.append("")
     for v in e.vmstat:
-        out.append(f"  vmstat {v.counter}: {v.per_unit_baseline:.4g} -> {v.per_unit:.4g} per unit")
+        out.append(f"  vmstat {v.counter}: {fmt.num(v.per_unit_baseline)} -> "
+                   f"{fmt.num(v.per_unit)} per unit")
     for s in e.state:
-        if s.before != s.after:
-            out.append(f"  page state {s.key}: {s.before} -> {s.after}")
+        if fmt.value(s.before) != fmt.value(s.after):
+            out.append(f"  page state {s.key}: {fmt.value(s.before)} -> {fmt.value(s.after)}")
     out += [f"  audit: {f}" for f in e.findings]
     for wf in e.functions:
-        rows = ", ".join(f"{r.function} {r.change:+.4g}" for r in wf.rows[:5]) or "no change"
+        rows = ", ".join(f"{r.function} {fmt.signed(r.change)}" for r in wf.rows[:5]) or \
+            "no change"
         out.append(f"  functions ({wf.window}, kernel instructions per {wf.unit}): {rows}")
     out += [f"  {name}: {cmd}" for name, cmd in e.commands.items()]
     return out + [""]
@@ -270,7 +309,7 @@ def pair_lines(group: list[Evidence]) -> list[str]:
 
 def _pct(e: Evidence) -> str:
     m = next((m for m in e.metrics if m.metric == e.change.metric), None)
-    return f"{m.ratio - 1:+.1%}" if m else f"{e.change.candidate_ratio - 1:+.1%} (cells)"
+    return fmt.change(m.ratio) if m else f"{fmt.change(e.change.candidate_ratio)} (cells)"
 
 
 def _emulated(ch: Change) -> str:

@@ -172,6 +172,27 @@ def outcome_of(metric: str, c: Comparison | None, t: Thresholds = Thresholds()) 
     return "same" if c.verdict == Verdict.NO_CHANGE else "unknown"
 
 
+def why(metric: str, c: Comparison, outcome: str, t: Thresholds = Thresholds()) -> str:
+    """In a few words, why the tracker's outcome of a confirmation differs
+    from the verdict beside it ("" where the two agree): counts are judged
+    by magnitude, not by the verdict's tolerance, which is for times; an
+    emulated time step by the pair's counts."""
+    if outcome == EMULATED_ONLY:
+        return "it is emulated time, and the pair's instruction counts did not change"
+    if outcome == NOT_COUNTED:
+        return "it is emulated time, and nothing counted the pair"
+    if not is_count(metric):
+        return ""
+    floor = max(t.count_cvs * max(c.rcv, c.rcv_baseline), t.count_tolerance)
+    if outcome in CONFIRMED and c.verdict != outcome:
+        return (f"counts are judged by size, and a step past {floor:.1%} is a change (the "
+                "verdict's tolerance is for times)")
+    if outcome == "same" and c.verdict.changed:
+        return (f"counts are judged by size, and a step within {floor:.1%} "
+                f"({t.count_cvs:g} robust CVs) is none")
+    return ""
+
+
 def counted(outcomes: list[str]) -> str | None:
     """What a release pair's instruction counts say (their confirmation's
     outcomes, one per count metric): "changed" where one changed, "same"

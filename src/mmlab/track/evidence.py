@@ -44,6 +44,7 @@ class MetricRow:
     outcome: str                   # what the tracker makes of it (changepoints.outcome_of,
     #                                emulated_outcome where the figures are emulated time)
     emulated: bool = False         # its figures are emulated time (a TCG guest's clock)
+    why: str = ""                  # why the outcome is not the verdict (changepoints.why)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ class StateRow:
     """A page-state key the audit reads, on both releases (median or most
     common value of the samples)."""
     key: str
-    before: str
-    after: str
+    before: float | str
+    after: float | str
 
 
 @dataclass(frozen=True)
@@ -118,11 +119,11 @@ def _row(j: cells.Judged, c: Comparison, said: str | None) -> MetricRow:
     """`said`: what the pair's counts say (changepoints.counted)."""
     emulated = j.emulated(c)
     outcome = changepoints.outcome_of(c.metric, c)
+    if emulated:
+        outcome = changepoints.emulated_outcome(outcome, said)
     return MetricRow(c.metric, j.plan.workload.metric(c.metric).unit, c.median_baseline,
                      c.median, c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high),
-                     str(c.verdict),
-                     changepoints.emulated_outcome(outcome, said) if emulated else outcome,
-                     emulated)
+                     str(c.verdict), outcome, emulated, changepoints.why(c.metric, c, outcome))
 
 
 def _state(before: list[Sample], after: list[Sample]) -> list[StateRow]:
@@ -133,13 +134,14 @@ def _state(before: list[Sample], after: list[Sample]) -> list[StateRow]:
             if any(k in s.state for s in before + after)]
 
 
-def _typical(samples: list[Sample], key: str) -> str:
+def _typical(samples: list[Sample], key: str) -> float | str:
+    """The median of numbers (a report formats it), else the most common value."""
     values = [s.state[key] for s in samples if key in s.state]
     if not values:
         return "-"
     numbers = [v for v in values if isinstance(v, int | float) and not isinstance(v, bool)]
     if len(numbers) == len(values):
-        return f"{statistics.median(numbers):.4g}"
+        return float(statistics.median(numbers))
     return str(Counter(map(str, values)).most_common(1)[0][0])
 
 

@@ -1,8 +1,9 @@
 """Rich tables for the terminal, one module per subject: experiment (a
 plan, samples, per-arm figures, verdicts and how a run went), attribution
 (`mmlab explain`), kernels (the cache and the Debian catalog), machine
-(workloads and the probe), fleet, census and selftest.  Here: the console
-they print to, and the `say` that prints plain messages on it."""
+(workloads and the probe), fleet, census and selftest; fit keeps a table's
+columns whole at any width.  Here: the console they print to, and the
+`say` that prints plain messages on it."""
 
 from __future__ import annotations
 
@@ -11,10 +12,18 @@ from rich.markup import escape
 
 
 def console() -> Console:
-    """Stdout; when it is not a terminal (logs, CI), wide enough for the tables."""
+    """Stdout, as wide as the terminal that shows it: also when stdout is
+    piped (`mmlab compare 1 | less`), where that terminal is stderr's; with
+    no terminal at all (logs, CI), 140 columns.  COLUMNS overrides.  A table
+    wider than that prints as records rather than lose columns (fit.py)."""
     import os
     import sys
-    width = None if sys.stdout.isatty() or "COLUMNS" in os.environ else 140
+    width = None
+    if not sys.stdout.isatty() and "COLUMNS" not in os.environ:
+        try:
+            width = os.get_terminal_size(sys.stderr.fileno()).columns
+        except (OSError, ValueError):       # stderr is no terminal, or not a file
+            width = 140
     return Console(highlight=False, width=width)
 
 

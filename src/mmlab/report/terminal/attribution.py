@@ -18,9 +18,10 @@ from mmlab.attribution.explain import (
 )
 from mmlab.experiment.plan import Plan
 from mmlab.report.fmt import contrast, num, pct, ratio, signed
+from mmlab.report.terminal.fit import Fitted
 
 
-def arm_explanation(a: ArmExplanation) -> Table:
+def arm_explanation(a: ArmExplanation) -> Fitted:
     table = Table(title=f"{escape(a.arm)}: CPU time {num(a.cpu_ns_per_unit)} ns per {a.unit} "
                         "(perf cpu-clock)")
     table.add_column("function")
@@ -39,10 +40,10 @@ def arm_explanation(a: ArmExplanation) -> Table:
             table.add_row(f"event {e.event}", num(e.count), f"{num(e.per_unit)}/{a.unit}")
         if a.events_lost:
             table.add_row(f"[yellow]events lost to a full buffer: {a.events_lost}[/yellow]", "", "")
-    return table
+    return Fitted(table)
 
 
-def pair_explanation(plan: Plan, p: PairExplanation) -> Table:
+def pair_explanation(plan: Plan, p: PairExplanation) -> Fitted:
     label = contrast(plan, p.arm, p.baseline).label
     title = (f"{label}: CPU time per {p.unit} {num(p.cpu_ns_per_unit_baseline)} -> "
              f"{num(p.cpu_ns_per_unit)} ns ({signed(p.cpu_change)} ns); where the difference is"
@@ -59,10 +60,10 @@ def pair_explanation(plan: Plan, p: PairExplanation) -> Table:
         for v in rows:
             table.add_row(f"{kind} {v.counter} per {p.unit}", num(v.per_unit_baseline),
                           num(v.per_unit), "", "")
-    return table
+    return Fitted(table)
 
 
-def overhead_table(arms: list[ArmExplanation]) -> Table | str:
+def overhead_table(arms: list[ArmExplanation]) -> Fitted | str:
     """Each attribution run's metrics over the clean median: what collection costs."""
     if not any(a.overhead for a in arms):
         return ""
@@ -72,10 +73,10 @@ def overhead_table(arms: list[ArmExplanation]) -> Table | str:
     for a in arms:
         for o in a.overhead:
             table.add_row(escape(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
-    return table
+    return Fitted(table)
 
 
-def functions_table(w: WindowFunctions) -> Table:
+def functions_table(w: WindowFunctions) -> Fitted:
     """Kernel instructions per unit by function in one window: an arm's
     largest, or against its baseline, the largest changes."""
     per = f"/{w.unit}"
@@ -87,7 +88,7 @@ def functions_table(w: WindowFunctions) -> Table:
         table.add_column("share", justify="right")
         for r in w.rows:
             table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
-        return table
+        return Fitted(table)
     table = Table(title=f"{escape(w.arm)} vs {escape(w.baseline)}: kernel instructions in "
                         f"'{w.window}' {num(w.kernel_baseline)} -> {num(w.kernel)} {per} "
                         f"({signed(w.change)})")
@@ -96,10 +97,10 @@ def functions_table(w: WindowFunctions) -> Table:
                          justify="left" if col == "function" else "right")
     for r in w.rows:
         table.add_row(r.function, num(r.per_unit_baseline), num(r.per_unit), signed(r.change))
-    return table
+    return Fitted(table)
 
 
-def guest_trace_table(guests: list[GuestExplanation]) -> Table:
+def guest_trace_table(guests: list[GuestExplanation]) -> Fitted:
     """In-guest function counts and call times, side by side for every arm."""
     table = Table(title="in-guest trace per arm (instrumented trials; TCG times are emulated)")
     for col in ("arm", "figure", "function", "value", "per unit of work"):
@@ -111,7 +112,7 @@ def guest_trace_table(guests: list[GuestExplanation]) -> Table:
         if g.skipped:
             table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
         table.add_section()
-    return table
+    return Fitted(table)
 
 
 def print_explanation(out: Console, plan: Plan, found: Explanation) -> None:

@@ -8,6 +8,7 @@ from rich.table import Table
 
 from mmlab.census.records import Census, CommandCensus, ProcessCensus
 from mmlab.report.fmt import num
+from mmlab.report.terminal.fit import Fitted
 
 
 def print_census(out: Console, census: Census) -> None:
@@ -36,7 +37,7 @@ def print_command(out: Console, found: CommandCensus) -> None:
     print_census(out, found.peak)
 
 
-def processes_table(census: Census) -> Table:
+def processes_table(census: Census) -> Fitted:
     table = Table(title="processes, largest group first")
     for col in ("PID", "command", "VMAs", "anon_vmas", "largest group", "largest anon_vma",
                 "pattern of the largest group"):
@@ -50,10 +51,10 @@ def processes_table(census: Census) -> Table:
         most = census.processes[census.shown].largest_group
         table.caption = (f"and {len(census.processes) - census.shown:,} more, each with a "
                          f"largest group of at most {most:,}")
-    return table
+    return Fitted(table, key=2)
 
 
-def groups_table(p: ProcessCensus) -> Table:
+def groups_table(p: ProcessCensus) -> Fitted:
     table = Table(title=f"{p.pid} {p.comm}: {p.vmas:,} VMAs, {p.anon_vmas:,} anon_vmas; "
                         "VMAs per root anon_vma, largest first")
     for col in ("group", "VMAs", "anon_vmas", "largest anon_vma", "in all processes",
@@ -66,7 +67,7 @@ def groups_table(p: ProcessCensus) -> Table:
                       num(g.vmas_all), num(g.processes),
                       _counts(pat.protections) if pat else "", _counts(pat.boundaries) if pat
                       else "", _counts(pat.flags) if pat else "")
-    return table
+    return Fitted(table)
 
 
 def _counts(d: dict[str, int]) -> str:

@@ -28,8 +28,10 @@ from mmlab.report.fmt import (
     p_value,
     pct,
     ratio,
+    value,
     verdict_label,
 )
+from mmlab.report.terminal.fit import Fitted
 from mmlab.workloads import Workload
 from mmlab.workloads.samples import Sample
 
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
     from mmlab.store import Store, Trial
 
 
-def experiments_table(rows) -> Table:
+def experiments_table(rows) -> Fitted:
     table = Table(title="experiments")
     for col in ("ID", "name", "workload", "created", "trials", "done", "failed"):
         table.add_column(col)
@@ -48,7 +50,7 @@ def experiments_table(rows) -> Table:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
         table.add_row(str(r["id"]), r["name"], r["workload"], created, str(r["trials"]),
                       str(r["done"]), str(r["failed"]))
-    return table
+    return Fitted(table)
 
 
 def print_experiment(out: Console, store: Store, exp_id: int) -> None:
@@ -71,7 +73,7 @@ def print_experiment(out: Console, store: Store, exp_id: int) -> None:
                                 plan.profile.metrics))
 
 
-def plan_table(plan: Plan) -> Table:
+def plan_table(plan: Plan) -> Fitted:
     """The arms a profile expands to, as they would run: where, with which
     settings and parameters, and against which baseline."""
     p = plan.profile
@@ -80,7 +82,7 @@ def plan_table(plan: Plan) -> Table:
     table = Table(title=f"{p.name}: {len(plan.arms)} arms x {rounds} rounds, "
                         f"{len(plan.order)} trials planned, seed {p.seed}")
     for col in ("arm", "target", "settings", "parameters", "baseline"):
-        table.add_column(col, overflow="fold")
+        table.add_column(col)
     for arm in plan.arms:
         settings = arm.settings.model_dump(exclude_defaults=True)
         base = baseline_for(plan, arm)
@@ -88,14 +90,14 @@ def plan_table(plan: Plan) -> Table:
                       escape(", ".join(f"{k}={v}" for k, v in settings.items()) or DASH),
                       escape(" ".join(f"--{k} {v}" for k, v in arm.params.items())),
                       escape(base.name) if base else "(baseline)")
-    return table
+    return Fitted(table)
 
 
-def samples_table(workload: Workload, samples: list[Sample]) -> Table:
+def samples_table(workload: Workload, samples: list[Sample]) -> Fitted:
     """One row per metric: each sample, then the median and the CV."""
     names = [m.name for m in workload.metrics if any(m.name in s.metrics for s in samples)]
     table = Table(title=f"{workload.name}: {len(samples)} samples")
-    table.add_column("metric", no_wrap=True)
+    table.add_column("metric")
     for i in range(len(samples)):
         table.add_column(str(i + 1), justify="right")
     table.add_column("median", justify="right", style="bold")
@@ -105,10 +107,10 @@ def samples_table(workload: Workload, samples: list[Sample]) -> Table:
         table.add_row(f"{name} {arrow(workload.metric(name))}",
                       *(num(s.metrics.get(name)) for s in samples), num(summary.median),
                       pct(summary.cv))
-    return table
+    return Fitted(table)
 
 
-def state_table(samples: list[Sample]) -> Table:
+def state_table(samples: list[Sample]) -> Fitted:
     """The page state the samples ran in; differing values are all listed."""
     table = Table(title="page state (measured)", show_header=True)
     table.add_column("state")
@@ -116,15 +118,14 @@ def state_table(samples: list[Sample]) -> Table:
     for key in samples[0].state:
         values = []
         for s in samples:
-            v = s.state.get(key)
-            text = num(v) if isinstance(v, float | int) else str(v)
+            text = value(s.state.get(key))
             if text not in values:
                 values.append(text)
         table.add_row(key, escape(", ".join(values)), style="yellow" if len(values) > 1 else None)
-    return table
+    return Fitted(table)
 
 
-def vmstat_table(samples: list[Sample]) -> Table:
+def vmstat_table(samples: list[Sample]) -> Fitted:
     table = Table(title="/proc/vmstat deltas per sample (median) and errors")
     table.add_column("counter")
     table.add_column("median", justify="right")
@@ -136,10 +137,10 @@ def vmstat_table(samples: list[Sample]) -> Table:
             errors[k] = errors.get(k, 0) + v
     for k, v in errors.items():
         table.add_row(f"[red]error {k}[/red]", num(v))
-    return table
+    return Fitted(table)
 
 
-def trace_table(traced: dict[str, float]) -> Table:
+def trace_table(traced: dict[str, float]) -> Fitted:
     """In-guest trace figures for the whole traced trial (warm-ups included)."""
     table = Table(title="in-guest trace (whole trial, instrumented: not for timing)")
     table.add_column("figure")
@@ -149,7 +150,7 @@ def trace_table(traced: dict[str, float]) -> Table:
         table.add_row(f.figure, f.function, num(f.value))
     if skipped(traced):
         table.add_row("skipped", ", ".join(skipped(traced)), "")
-    return table
+    return Fitted(table)
 
 
 def print_samples(out: Console, workload: Workload, samples: list[Sample]) -> None:
@@ -166,7 +167,7 @@ def print_samples(out: Console, workload: Workload, samples: list[Sample]) -> No
 
 
 def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
-                      metrics: list[str]) -> Table:
+                      metrics: list[str]) -> Fitted:
     table = Table(title="per arm: median (CV), n")
     table.add_column("arm")
     table.add_column("n", justify="right")
@@ -178,7 +179,7 @@ def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
             s = summarize([x.metrics.get(m) for x in ss])
             cells.append(f"{num(s.median)} ({pct(s.cv)})")
         table.add_row(escape(arm), str(len(ss)), *cells)
-    return table
+    return Fitted(table)
 
 
 def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
@@ -197,20 +198,18 @@ def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
     return notes
 
 
-def compare_table(plan: Plan, title: str, judged: Judgement) -> Table:
+def compare_table(plan: Plan, title: str, judged: Judgement) -> Fitted:
     """Mailing-list layout: medians side by side, the change, the ratio and its
     CI (at the level of the look that decided), p raw and corrected for the
     family, and the rounds the verdict rests on; a noisy pair and emulated
     time (a TCG guest's clock) are marked."""
-    comparisons = judged.comparisons
     table = Table(title=title)
-    width = max([len(c.metric) for c in comparisons] + [6])
-    table.add_column("metric", no_wrap=True, min_width=width)
-    table.add_column("arm vs baseline", overflow="fold", min_width=26)
+    table.add_column("metric")
+    table.add_column("arm vs baseline")
     for col in ("baseline", "arm", "change", "ratio", "CI", "p", "p adj.", "rounds"):
-        table.add_column(col, justify="right", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for c in comparisons:
+        table.add_column(col, justify="right")
+    table.add_column("verdict")
+    for c in judged.comparisons:
         table.add_row(c.metric, escape(contrast(plan, c.arm, c.baseline).label),
                       num(c.median_baseline), num(c.median), change(c.ratio), ratio(c.ratio, "x"),
                       ci(c.ci_low, c.ci_high), p_value(c.p_value), p_value(c.p_adjusted),
@@ -218,7 +217,7 @@ def compare_table(plan: Plan, title: str, judged: Judgement) -> Table:
                       f"[{VERDICT_RICH[c.verdict]}]"
                       f"{verdict_label(c, judged.emulated_time(plan, c))}[/]"
                       + (" (noisy)" if c.noisy else ""))
-    return table
+    return Fitted(table, key=2)
 
 
 def reasons(comparisons: list[Comparison],

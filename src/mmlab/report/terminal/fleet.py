@@ -10,9 +10,10 @@ from rich.table import Table
 
 from mmlab.fleet.summary import FleetSummary, MachineStatus, Reproduction
 from mmlab.report.fmt import ratio
+from mmlab.report.terminal.fit import Fitted
 
 
-def status_table(rows: list[MachineStatus]) -> Table:
+def status_table(rows: list[MachineStatus]) -> Fitted:
     table = Table(title="fleet: machines, queues, trials in flight")
     for col in ("machine", "worker", "queued", "planned", "running now", "machine class",
                 "registered"):
@@ -25,7 +26,7 @@ def status_table(rows: list[MachineStatus]) -> Table:
                                                        "[red]does not answer[/red]"),
                       "?" if r.queued is None else str(r.queued), str(r.planned), running,
                       escape(r.machine.describe()), ago(r.machine.registered))
-    return table
+    return Fitted(table)
 
 
 def ago(t: float | None) -> str:
@@ -40,7 +41,7 @@ def sentence(r: Reproduction) -> str:
     return "; ".join(f"{v} on {', '.join(ms)}" for v, ms in groups.items())
 
 
-def summary_table(s: FleetSummary) -> Table:
+def summary_table(s: FleetSummary) -> Fitted:
     """One row per metric and pair: each machine's verdict and ratio, and
     where the change reproduced."""
     table = Table(title=f"fleet {s.fleet or '-'}: where the change reproduced (each verdict "
@@ -53,7 +54,7 @@ def summary_table(s: FleetSummary) -> Table:
         table.add_row(r.metric, escape(f"{r.arm} vs {r.baseline}"), escape(sentence(r)),
                       f"{len(r.reproduced_on)} of {len(r.by_machine)}"
                       + (f": {escape(', '.join(r.reproduced_on))}" if r.reproduced_on else ""))
-    return table
+    return Fitted(table, key=2)
 
 
 def machines_lines(s: FleetSummary) -> list[str]:
