@@ -212,6 +212,27 @@ def test_a_branch_measured_in_counts_alone(tmp_path, monkeypatch):
         suite.load(write_suite(tmp_path, text.replace('"counts"', '"times"')))
 
 
+def test_each_release_gets_a_note_of_what_it_changed_by_mm_area(tmp_path):
+    """The release notes: every confirmed change under the release it
+    appeared in, grouped by the suite's `area` of its profile, with the
+    functions that moved; summary.txt and the page list them."""
+    text = SUITE.replace('path = "p.toml"', 'path = "p.toml"\narea = "reclaim"')
+    found = suite.load(write_suite(tmp_path, text))
+    assert found.profiles[0].area == "reclaim"
+    store = Store(tmp_path / "r")
+    result = session.run(store, found, driver.Here(fake_pool()[0]), Local())
+    shown = [evidence.gather(store, found, c, "r", result.judged) for c in result.changes]
+    dashboard.write(tmp_path / "dash", found, result, shown, "2026-01-01T00:00:00Z")
+    note = (tmp_path / "dash" / "releases" / "local_c.txt").read_text()
+    assert note.startswith("What local:c changed in mm performance")
+    assert "reclaim:" in note and "regression of advise_kernel_insns_per_page" in note
+    assert "functions (advise, kernel instructions per page): folio_referenced" in note
+    assert not (tmp_path / "dash" / "releases" / "local_d.txt").exists()   # nothing new at d
+    summary = (tmp_path / "dash" / "summary.txt").read_text()
+    assert "  local:c: reclaim (" in summary
+    assert 'href="releases/local_c.txt"' in (tmp_path / "dash" / "index.html").read_text()
+
+
 def interrupted_at(trial: int, store: Store, found, pool: TargetPool, fake: FakeTarget) -> None:
     """A run stopped (Ctrl-C) as its `trial`-th trial starts."""
     run_trial = fake.run_trial
@@ -265,7 +286,8 @@ def test_the_dashboard_renders_in_chromium_from_golden_data(tmp_path, chromium):
     bundled = dashboard.write_evidence(store, tmp_path / "dash", shown)
     out = dashboard.write(tmp_path / "dash", found, result, shown, "2026-01-01T00:00:00Z",
                           bundled)
-    assert {p.name for p in out} == {"index.html", "feed.atom", "summary.txt", "track.json"}
+    assert {str(p.relative_to(tmp_path / "dash")) for p in out} == {
+        "index.html", "feed.atom", "summary.txt", "track.json", "releases/local_c.txt"}
     check_golden("track-summary.txt", normalised((tmp_path / "dash" / "summary.txt").read_text()))
     page = (tmp_path / "dash" / "index.html").read_text()
     assert "<script" not in page and "@font-face" not in page    # nothing runs, nothing loads

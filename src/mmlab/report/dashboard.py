@@ -1,6 +1,7 @@
 """The tracker's dashboard as a directory of files: index.html, feed.atom,
 summary.txt and track.json, rendered by the format modules (html, text,
-json), and under evidence/ each shown change's confirmation as mmlab's HTML
+json), one page per release under releases/ (what it changed in mm
+performance, by area), and under evidence/ each shown change's confirmation as mmlab's HTML
 report and evidence bundle."""
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from __future__ import annotations
 from collections.abc import Set
 from pathlib import Path
 
+from mmlab.names import safe_name
 from mmlab.report import bundle, data, html, text
 from mmlab.report import json as report_json
 from mmlab.store import Store
+from mmlab.track import dashboard
 from mmlab.track.dashboard import SHOWN
 from mmlab.track.evidence import Evidence
 from mmlab.track.session import TrackResult
@@ -42,6 +45,9 @@ def write(directory: Path, suite: Suite, result: TrackResult, evidence: list[Evi
            "feed.atom": html.feed(suite, evidence, generated),
            "summary.txt": text.track_summary(suite, result, evidence),
            "track.json": report_json.track(suite, result, evidence)}
+    for release, areas in dashboard.release_notes(suite, evidence):
+        out[f"releases/{safe_name(release)}.txt"] = text.release_note(suite, release, areas)
+    (directory / "releases").mkdir(exist_ok=True)
     for name, body in out.items():
         (directory / name).write_text(body)
     return [directory / name for name in out]

@@ -17,11 +17,12 @@ import jinja2
 from markupsafe import Markup
 
 from mmlab.judge.criteria import Verdict
+from mmlab.names import safe_name
 from mmlab.report import flamegraph, fmt, plots, text
 from mmlab.report.data import ReportData
 from mmlab.track.cells import Series
 from mmlab.track.changepoints import CONFIRMED, EMULATED
-from mmlab.track.dashboard import emulated, groups, newest_first, tally
+from mmlab.track.dashboard import emulated, groups, newest_first, release_notes, tally
 from mmlab.track.evidence import Evidence
 from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
@@ -59,7 +60,7 @@ def reason(e: Evidence) -> str:
 
 DASHBOARD.filters.update(num=fmt.num, value=fmt.value, signed=fmt.signed, change=fmt.change,
                          ci=fmt.ci, spread=fmt.spread, outcome_class=outcome_class,
-                         reason=reason)
+                         reason=reason, safe_name=safe_name)
 
 
 def data_uri(png: bytes) -> str:
@@ -93,6 +94,7 @@ def dashboard(suite: Suite, result: TrackResult, evidence: list[Evidence], gener
         suite=suite, result=result, tally=tally(result.changes),
         confirmed=[e for e in ordered if not emulated(e)],
         emulated=[e for e in ordered if emulated(e)], groups=groups(evidence),
+        notes=release_notes(suite, evidence),
         now=generated, bundled=bundled,
         plots=[(series_anchor(s), plots.trend(s, result.reference.name, marks), s.emulated,
                 marks) for s in result.series if len(s.points) > 1

@@ -307,6 +307,26 @@ def pair_lines(group: list[Evidence]) -> list[str]:
     return out + [""]
 
 
+def release_note(suite: Suite, release: str, areas: dict[str, list[Evidence]]) -> str:
+    """One release's page: what it changed in mm performance, by mm area,
+    each change with its size, the series it was found in and the kernel
+    functions that moved."""
+    lines = [f"What {release} changed in mm performance (mmlab track {suite.name}, "
+             f"confirmed changes only)", ""]
+    for area, found in sorted(areas.items()):
+        lines += [f"{area}:"]
+        for e in found:
+            ch = e.change
+            lines += _wrap(f"- [{ch.id}] {ch.profile}: {_pct(e)} {ch.outcome} of {ch.metric}, "
+                           f"{ch.before} -> {ch.after} (series {ch.kind})")
+            for wf in e.functions:
+                rows = ", ".join(f"{r.function} {fmt.signed(r.change)}" for r in wf.rows[:5])
+                lines += _wrap(f"functions ({wf.window}, kernel instructions per {wf.unit}): "
+                               f"{rows or 'no change'}", "    ")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"
+
+
 def _pct(e: Evidence) -> str:
     m = next((m for m in e.metrics if m.metric == e.change.metric), None)
     return fmt.change(m.ratio) if m else f"{fmt.change(e.change.candidate_ratio)} (cells)"
@@ -354,6 +374,13 @@ def track_summary(suite: Suite, result: TrackResult, evidence: list[Evidence],
         lines += _wrap(EMULATED_NOTE, "") + [""]
     for group in apart:
         lines += pair_lines(group)
+    notes = dashboard.release_notes(suite, evidence)
+    if notes and not only_new:
+        lines.append("what each release changed in mm performance (releases/RELEASE.txt):")
+        lines += [f"  {release}: " + ", ".join(f"{area} ({len(found)})"
+                                               for area, found in sorted(areas.items()))
+                  for release, areas in notes]
+        lines.append("")
     for e in dashboard.newest_first(evidence):
         if e.change.outcome not in dashboard.SHOWN:
             ch = e.change

@@ -11,6 +11,7 @@ from collections import Counter
 from mmlab.kernels.versions import VersionKey
 from mmlab.track.changepoints import CONFIRMED, EMULATED, Change
 from mmlab.track.evidence import Evidence
+from mmlab.track.suite import Suite
 
 SHOWN = (*CONFIRMED, *EMULATED, "state change")     # explained in full, with their evidence
 OUTCOMES = (*SHOWN, "unknown", "same", "candidate")   # in the order they are counted
@@ -35,6 +36,21 @@ def newest_first(evidence: list[Evidence]) -> list[Evidence]:
         r = e.change.releases
         return VersionKey(r[1].version if r else e.change.after)
     return sorted(evidence, key=key, reverse=True)
+
+
+def release_notes(suite: Suite, evidence: list[Evidence]
+                  ) -> list[tuple[str, dict[str, list[Evidence]]]]:
+    """What each release changed in mm performance: every confirmed change
+    and state change (not emulated time, not candidates) under the release
+    it appeared in, newest release first, grouped by the mm area of its
+    profile (the suite's `area`)."""
+    area = {t.name: t.area for t in suite.profiles}
+    out: dict[str, dict[str, list[Evidence]]] = {}
+    for e in newest_first(evidence):
+        if e.change.outcome in SHOWN and not emulated(e):
+            areas = out.setdefault(e.change.after, {})
+            areas.setdefault(area.get(e.change.profile, e.change.profile), []).append(e)
+    return list(out.items())
 
 
 def groups(evidence: list[Evidence]) -> list[list[Evidence]]:

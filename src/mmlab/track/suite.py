@@ -33,6 +33,8 @@ class TrackedProfile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     path: str                                  # relative to the suite file
     name: str | None = None                    # default: the profile's own name
+    area: str | None = None                    # the mm area its changes are listed under in
+    #                                            the release notes (default: its workload)
 
 
 class SuiteFile(BaseModel):
@@ -54,6 +56,7 @@ class Tracked(BaseModel):
     name: str
     plan: experiment_plan.Plan
     metrics: list[str]
+    area: str = ""                  # the release notes' heading for its changes
 
 
 class Suite(BaseModel):
@@ -147,4 +150,5 @@ def _tracked(path: Path, raw: SuiteFile, t: TrackedProfile) -> Tracked:
                          f"({', '.join(raw.metrics)}) is a metric of {plan.workload.name}")
     if plan.profile.arms:
         raise MmlabError(f"{path}: profile {t.path}: the tracker needs a [matrix] profile")
-    return Tracked(name=t.name or plan.profile.name, plan=plan, metrics=metrics)
+    return Tracked(name=t.name or plan.profile.name, plan=plan, metrics=metrics,
+                   area=t.area or plan.workload.name)
