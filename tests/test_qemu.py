@@ -524,3 +524,36 @@ def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
     with pytest.raises(snapshot.SnapshotUnavailable, match="migration failed"):
         snapshot._save_retrying(None, "tcg", None, None)
     assert len(calls) == 3
+
+
+def test_a_pvm_or_vmx_less_kvm_means_tcg_at_once_with_the_reason(tmp_path, monkeypatch):
+    """No probe boot where the machine's /dev/kvm cannot serve a stock
+    kernel: a PVM /dev/kvm (kvm_pvm loaded) or a CPU without vmx/svm says
+    so, and the kernel goes to TCG at once; elsewhere one probe boot tells,
+    and QEMU's first error line is kept as the reason."""
+    from types import SimpleNamespace
+
+    from mmlab.targets import boot
+    booted = []
+
+    def probe_boot(*a, **k):
+        booted.append(1)
+        raise boot.TrialFailed("qemu: failed to set MSR 0x10a to 0x1\nmore lines")
+    monkeypatch.setattr(boot, "boot_once", probe_boot)
+    kernel = SimpleNamespace(dir=str(tmp_path), name="debian:6.12")
+    monkeypatch.setattr(boot, "DEV_KVM", tmp_path)                 # present
+    (tmp_path / "pvm").mkdir()
+    monkeypatch.setattr(boot, "PVM_MODULE", tmp_path / "pvm")
+    accel, why = boot.accelerator(kernel, tmp_path)
+    assert (accel, booted) == ("tcg", []) and "PVM" in why
+    monkeypatch.setattr(boot, "PVM_MODULE", tmp_path / "absent")
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor : 0\nflags : fpu sse2 hypervisor\n")
+    monkeypatch.setattr(boot, "CPUINFO", cpuinfo)
+    assert boot.accelerator(kernel, tmp_path)[1].startswith("the CPU has no vmx or svm")
+    assert booted == []
+    cpuinfo.write_text("processor : 0\nflags : fpu vmx sse2\n")
+    accel, why = boot.accelerator(kernel, tmp_path)
+    assert booted == [1] and why == "KVM boot failed: qemu: failed to set MSR 0x10a to 0x1"
+    monkeypatch.setattr(boot, "DEV_KVM", tmp_path / "none")
+    assert boot.accelerator(kernel, tmp_path) == ("tcg", "no /dev/kvm")

@@ -76,21 +76,44 @@ def _accel_file(kernel: images.Kernel) -> Path:
     return Path(kernel.dir) / "accel.json"
 
 
+DEV_KVM = Path("/dev/kvm")
+PVM_MODULE = Path("/sys/module/kvm_pvm")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def kvm_refused() -> str:
+    """Why no kernel can run under this machine's /dev/kvm, found without
+    booting one ("" where a probe boot must tell): none there; a PVM
+    /dev/kvm (the kvm_pvm module: stock kernels cannot run under it); or a
+    CPU without vmx or svm, whose /dev/kvm cannot run a hardware guest."""
+    if not DEV_KVM.exists():
+        return "no /dev/kvm"
+    if PVM_MODULE.exists():
+        return "this /dev/kvm is PVM (kvm_pvm), which stock kernels cannot run under"
+    flags = next((line for line in CPUINFO.read_text().splitlines()
+                  if line.startswith("flags")), "").split()
+    if "vmx" not in flags and "svm" not in flags:
+        return "the CPU has no vmx or svm: this /dev/kvm cannot run a hardware guest"
+    return ""
+
+
 def accelerator(kernel: images.Kernel, cache: Path) -> tuple[str, str]:
-    """('kvm' or 'tcg', why): KVM only if this kernel boots and answers under it."""
+    """('kvm' or 'tcg', why): TCG at once where the machine's /dev/kvm
+    cannot serve (kvm_refused); else KVM only if this kernel boots and
+    answers under it (one probe boot, its answer kept with the kernel)."""
+    refused = kvm_refused()
+    if refused:
+        return "tcg", refused
     known = _accel_file(kernel)
     if known.exists():
         data = json.loads(known.read_text())
         return data["accel"], data["why"]
-    if not Path("/dev/kvm").exists():
-        accel, why = "tcg", "no /dev/kvm"
-    else:
-        try:
-            out = boot_once(Guest(kernel, timeout_s=30), "echo kvm-ok", "kvm", cache)
-            ok = out.frames.get("stdout", b"").strip() == b"kvm-ok"
-            accel, why = ("kvm", "boots under KVM") if ok else ("tcg", "no answer under KVM")
-        except TrialFailed as exc:
-            accel, why = "tcg", f"KVM boot failed: {exc}"
+    try:
+        out = boot_once(Guest(kernel, timeout_s=30), "echo kvm-ok", "kvm", cache)
+        ok = out.frames.get("stdout", b"").strip() == b"kvm-ok"
+        accel, why = ("kvm", "boots under KVM") if ok else ("tcg", "no answer under KVM")
+    except TrialFailed as exc:
+        accel, why = "tcg", f"KVM boot failed: {str(exc).splitlines()[0][:200]}"
     known.write_text(json.dumps({"accel": accel, "why": why}))
     return accel, why
 

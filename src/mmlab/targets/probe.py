@@ -22,6 +22,7 @@ from mmlab import __version__
 from mmlab.kernels import qemu_plugin
 from mmlab.machine import knobs
 from mmlab.machine.knobs import Journal, Tracefs, active_swaps
+from mmlab.targets import boot
 from mmlab.workloads import insns
 from mmlab.workloads.build import REPO_ROOT
 
@@ -246,8 +247,9 @@ def _insns() -> list[Fact]:
 
 
 def _kvm() -> Fact:
-    if not Path("/dev/kvm").exists():
-        return Fact("KVM", "no /dev/kvm", False, "guests run under TCG (emulated timings)")
+    refused = boot.kvm_refused()
+    if refused:
+        return Fact("KVM", f"TCG ({refused})", False, "guests run under TCG (emulated timings)")
     try:
         fd = os.open("/dev/kvm", os.O_RDWR)
         try:

@@ -133,7 +133,8 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
     for s in got:
         s.counts.update(traced)
         s.state["instrumented"] = 1.0 if instrument else 0.0
-        s.state.update({"target": "qemu", "accelerator": accel, "guest_kernel": guest.kernel.name,
+        s.state.update({"target": "qemu", "accelerator": accel, "accelerator_why": why,
+                        "guest_kernel": guest.kernel.name,
                         "guest_kernel_package": (guest.kernel.package_version
                                                  or guest.kernel.version),
                         "guest_vcpus": float(guest.vcpus),
