@@ -557,3 +557,61 @@ def test_a_pvm_or_vmx_less_kvm_means_tcg_at_once_with_the_reason(tmp_path, monke
     assert booted == [1] and why == "KVM boot failed: qemu: failed to set MSR 0x10a to 0x1"
     monkeypatch.setattr(boot, "DEV_KVM", tmp_path / "none")
     assert boot.accelerator(kernel, tmp_path) == ("tcg", "no /dev/kvm")
+
+
+FAKE_QEMU = r"""
+import ctypes, sys, threading, time
+libc = ctypes.CDLL(None)
+def named(name):
+    libc.prctl(15, name.encode(), 0, 0, 0)       # PR_SET_NAME: how QEMU names vCPU threads
+    time.sleep(30)
+for n in range(int(sys.argv[1])):
+    threading.Thread(target=named, args=(f"CPU {n}/KVM",), daemon=True).start()
+threading.Thread(target=named, args=("worker",), daemon=True).start()
+time.sleep(30)
+"""
+
+
+def test_a_kvm_guest_is_pinned_preallocated_and_says_so(tmp_path, monkeypatch):
+    """Under KVM (a fake QEMU here: no machine of this project has KVM),
+    each vCPU thread gets a host CPU of its own and the other threads stay
+    off it; memory is preallocated (per node with NUMA); the environment
+    says how the guest ran.  TCG gets none of it."""
+    import os
+    import subprocess
+    import sys
+    from types import SimpleNamespace
+
+    from mmlab.targets import boot, kvm, qemu
+    cpus = os.sched_getaffinity(0)
+    mine, rest = kvm.placement(1, cpus)
+    assert len(set(mine.values())) == 1 and (rest == cpus - set(mine.values()) or len(cpus) == 1)
+    fake = tmp_path / "qemu.py"
+    fake.write_text(FAKE_QEMU)
+    proc = subprocess.Popen([sys.executable, str(fake), "1"])
+    try:
+        kvm.pin(proc, 1).join(10)
+        threads = kvm._threads(proc.pid)
+        vcpu = next(t for t, name in threads.items() if name == "CPU 0/KVM")
+        assert os.sched_getaffinity(vcpu) == {mine[0]}
+        others = [t for t, name in threads.items() if name != "CPU 0/KVM"]
+        assert all(os.sched_getaffinity(t) == rest for t in others)
+    finally:
+        proc.kill()
+        proc.wait()
+    kernel = SimpleNamespace(image=tmp_path / "bzImage", name="k", version="v", source="s",
+                             package_version="p", suite="", flavour="", packaging="",
+                             config_sha256="")
+    guest = boot.Guest(kernel, vcpus=2, memory_mb=512)
+    argv = boot.qemu_argv(guest, tmp_path / "initrd", "kvm", tmp_path / "c", [])
+    assert {"-cpu", "host", "-mem-prealloc", "mmlab,debug-threads=on"} <= set(argv)
+    numa = boot.Guest(kernel, vcpus=2, memory_mb=512, numa_nodes=2)
+    assert all("prealloc=on" in a for a in boot.qemu_argv(numa, tmp_path / "i", "kvm",
+                                                        tmp_path / "c", [])
+               if a.startswith("memory-backend-ram"))
+    tcg = boot.qemu_argv(guest, tmp_path / "initrd", "tcg", tmp_path / "c", [])
+    assert "-mem-prealloc" not in tcg and "host" not in tcg
+    env = qemu.guest_environment(guest, "kvm", "boots under KVM")
+    assert env["vcpu_pinning"].startswith("one host CPU each")
+    assert env["guest_memory_backing"].startswith("preallocated")
+    assert qemu.guest_environment(guest, "tcg", "PVM")["vcpu_pinning"].startswith("none")

@@ -28,7 +28,7 @@ from mmlab.errors import MmlabError
 from mmlab.kernels import images
 from mmlab.machine import paths
 from mmlab.machine.knobs import parse_size
-from mmlab.targets import hostroot, initramfs
+from mmlab.targets import hostroot, initramfs, kvm
 from mmlab.workloads.mmwork import TrialFailed
 
 QEMU = "qemu-system-x86_64"
@@ -128,9 +128,10 @@ class BootResult:
     why_booted: str = ""      # why a guest meant to be restored was booted
 
 
-def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
+def numa_args(nodes: int, vcpus: int, memory_mb: int, prealloc: bool = False) -> list[str]:
     """QEMU's -numa: memory split evenly (node 0 takes the rest), vCPU i on
-    node i mod nodes; a node without vCPUs is a memory-only node."""
+    node i mod nodes; a node without vCPUs is a memory-only node; under KVM
+    each node's memory preallocated (kvm.py)."""
     if nodes <= 1:
         return []
     if memory_mb // nodes < 64:
@@ -140,7 +141,8 @@ def numa_args(nodes: int, vcpus: int, memory_mb: int) -> list[str]:
     for n in range(nodes):
         size = memory_mb // nodes + (memory_mb % nodes if n == 0 else 0)
         cpus = "".join(f",cpus={c}" for c in range(vcpus) if c % nodes == n)
-        args += ["-object", f"memory-backend-ram,id=mem{n},size={size}M",
+        args += ["-object", f"memory-backend-ram,id=mem{n},size={size}M"
+                 + (",prealloc=on" if prealloc else ""),
                  "-numa", f"node,nodeid={n}{cpus},memdev=mem{n}"]
     return args
 
@@ -149,12 +151,12 @@ def qemu_argv(guest: Guest, initrd: Path, accel: str, console: Path, results: li
               disk: Path | None = None) -> list[str]:
     """The guest's QEMU command line; `results` are the arguments giving it
     its second serial port (a file, or a socket for a restored guest)."""
-    accel_args = (["-accel", "kvm", "-cpu", "host"] if accel == "kvm"
+    accel_args = (kvm.args(guest.memory_mb, guest.numa_nodes) if accel == "kvm"
                   else ["-accel", "tcg,thread=multi", "-cpu", "max"])
     disk_args = ["-drive", f"file={disk},format=raw,if=virtio,cache=writeback"] if disk else []
     return [QEMU, "-machine", "pc", *accel_args, "-smp", str(guest.vcpus),
             "-m", str(guest.memory_mb),
-            *numa_args(guest.numa_nodes, guest.vcpus, guest.memory_mb),
+            *numa_args(guest.numa_nodes, guest.vcpus, guest.memory_mb, accel == "kvm"),
             "-kernel", str(guest.kernel.image),
             "-initrd", str(initrd), "-append", f"{CMDLINE} {guest.extra_cmdline}".strip(),
             "-display", "none", "-nodefaults", "-no-reboot", *disk_args,
@@ -217,6 +219,14 @@ class QemuExit:
     stderr: str
     hung: bool
     seconds: float
+
+
+def start_qemu(argv: list[str], accel: str, vcpus: int) -> subprocess.Popen:
+    """QEMU started; under KVM its vCPU threads pinned once they exist."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if accel == "kvm":
+        kvm.pin(proc, vcpus)
+    return proc
 
 
 def wait_qemu(proc: subprocess.Popen, timeout_s: float, t0: float) -> QemuExit:
@@ -298,7 +308,7 @@ def boot_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | No
             argv += hostroot.qemu_args(stack.enter_context(hostroot.served(tmpd)),
                                        guest.memory_mb)
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = start_qemu(argv, accel, guest.vcpus)
         ended = wait_qemu(proc, guest.timeout_s, t0)
         return result(guest, read_text(console), read_text(results), ended, read_text(counts))
 

@@ -28,7 +28,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
-from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, probe, snapshot
+from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, kvm, probe, snapshot
 from mmlab.targets.boot import (
     CMDLINE,
     BootResult,
@@ -235,6 +235,10 @@ def guest_environment(guest: Guest, accel: str, why: str,
             "guest_kernel_suite": k.suite, "guest_kernel_flavour": k.flavour,
             "guest_kernel_packaging": k.packaging, "guest_config_sha256": k.config_sha256,
             "accelerator": accel, "accelerator_why": why, "vcpus": guest.vcpus,
+            "vcpu_pinning": "one host CPU each, QEMU's other threads apart" if accel == "kvm"
+            else "none (TCG: vCPUs are emulation threads)",
+            "guest_memory_backing": kvm.memory(guest.memory_mb, guest.numa_nodes)
+            if accel == "kvm" else "QEMU's own (TCG)",
             "memory_mb": guest.memory_mb, "numa_nodes": guest.numa_nodes,
             "swap": [] if not swap or swap == "none" else
             ["/dev/zram0" if swap.startswith("zram:") else "/dev/vda (virtio disk)"],

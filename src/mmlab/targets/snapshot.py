@@ -55,6 +55,7 @@ from mmlab.targets.boot import (
     read_text,
     repeated,
     result,
+    start_qemu,
     swap_disk,
     swap_disk_size,
     tail,
@@ -145,7 +146,7 @@ def _save(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
         argv = qemu_argv(guest, snap.initrd, accel, console, ["-serial", f"file:{results}"],
                          swap_disk(tmpd, swap)) + ["-qmp", f"unix:{qmp},server=on,wait=off"]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = start_qemu(argv, accel, guest.vcpus)
         try:
             while READY not in read_text(results):
                 if proc.poll() is not None or time.monotonic() - t0 > SAVE_TIMEOUT_S:
@@ -223,7 +224,7 @@ def restore(guest: Guest, snap: Snapshot, script: str, accel: str, swap: str | N
             ["-qmp", f"unix:{qmp},server=on,wait=off",
              "-incoming", f"exec:zstd -d -q -c {shlex.quote(str(snap.state))}"]
         t0 = time.monotonic()
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = start_qemu(argv, accel, guest.vcpus)
         try:
             got = _converse(proc, sock, qmp, script, t0 + guest.timeout_s)
         except BaseException:
