@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mmlab.census import command, guest
 from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
+from mmlab.experiment import source
 from mmlab.machine import knobs, proc
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import hostroot
@@ -92,9 +93,7 @@ class Recipe(BaseModel):
 def load(path: Path) -> Recipe:
     """The recipe at `path`; a bad key or value is named in one line."""
     try:
-        return Recipe.model_validate(tomllib.loads(path.read_text()))
-    except FileNotFoundError:
-        raise MmlabError(f"{path}: no such recipe") from None
+        return Recipe.model_validate(tomllib.loads(source.read(path, "recipe")))
     except tomllib.TOMLDecodeError as exc:
         raise MmlabError(f"{path}: {exc}") from exc
     except ValidationError as exc:

@@ -35,7 +35,21 @@ NO_CONTROLS = typer.Option(False, "--no-controls",
                                 "finds in different page states")
 JSON = typer.Option(False, "--json", help="print JSON instead of tables")
 PROFILE = typer.Argument(..., metavar="PROFILE", help="a TOML profile (see docs/profiles.md)")
-EXPERIMENT = typer.Argument(..., metavar="EXPERIMENT", help="an experiment ID (mmlab experiments)")
+# The largest ID a store holds (SQLite's INTEGER, PostgreSQL's BIGINT): a
+# larger one is refused as the argument it is, not as a database error.
+MAX_ID = 2 ** 63 - 1
+
+
+def experiment_id(text: str) -> int:
+    """An experiment ID as typed: a whole number a store can hold."""
+    if not text.isdigit() or not 1 <= int(text) <= MAX_ID:
+        raise typer.BadParameter(f"{text!r}: an experiment ID is a number from 1 to {MAX_ID} "
+                                 "(mmlab experiments lists them)")
+    return int(text)
+
+
+EXPERIMENT = typer.Argument(..., metavar="EXPERIMENT", parser=experiment_id,
+                            help="an experiment ID (mmlab experiments)")
 
 
 def load_profile(path: Path) -> Plan:
