@@ -1,7 +1,8 @@
 """Options several commands share, spelled once, with metavars a person reads.
 
-Like every command module, this one imports only typer at its top: the
-library loads inside the command that uses it, so `--version`, `--help`
+Like every command module, this one imports only typer (and plain
+constants, experiment/limits.py) at its top: the library loads inside the
+command that uses it, so `--version`, `--help`
 and a one-line error start in a fraction of the time the statistics,
 pydantic and rich would take to import."""
 
@@ -10,6 +11,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import typer
+
+from mmlab.experiment.limits import MAX_ROUNDS
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -26,7 +29,7 @@ ALLOW = typer.Option(False, "--allow-host-changes",
 ATTRIBUTE = typer.Option(False, "--attribute",
                          help="after the timing trials, attribution trials (perf stacks, lock "
                               "waits, tracepoints; guest traces and instructions by function)")
-MAX_REPS = typer.Option(None, "--max-repetitions", min=3, metavar="N",
+MAX_REPS = typer.Option(None, "--max-repetitions", min=3, max=MAX_ROUNDS, metavar="N",
                         help="rounds at most (overrides the profile's max_repetitions)")
 BUDGET = typer.Option(None, "--budget", min=0.001, metavar="SECONDS",
                       help="seconds of trials after which no rounds are added (budget_s)")
