@@ -190,6 +190,14 @@ class Apt:
         self.refresh()
         return json.loads((self.root / "catalog.json").read_text())
 
+    def last_catalog(self) -> list[dict] | None:
+        """The catalog as last read, however old (nothing is downloaded);
+        None when it was never read."""
+        try:
+            return json.loads((self.root / "catalog.json").read_text())
+        except (OSError, ValueError):
+            return None
+
 
 # linux-image-ABI-FLAVOUR[-unsigned], linux-binary-ABI-FLAVOUR, linux-source-X.Y
 PACKAGE = re.compile(r"^linux-(?:(image|binary)-"

@@ -28,9 +28,30 @@ def parse_spec(spec: str) -> tuple[str, str | None, str]:
 
 def resolve(spec: str, apt: Apt | None = None) -> Entry:
     """'6.12' or '6.12.115' (or ...-generic) -> the newest matching catalog entry."""
-    series, exact, flavour = parse_spec(spec)
+    return _newest(spec, (apt or Apt()).catalog())
+
+
+def check(spec: str, apt: Apt | None = None) -> None:
+    """Refuse a Debian kernel the catalog does not serve, in one line, before
+    a store is made or a fetch begins.  The catalog as last read answers,
+    downloading nothing; only a name it lacks, when it is out of date, is
+    looked up again in a fresh one (a fetch would read one anyway)."""
     apt = apt or Apt()
-    all_entries = [e for e in entries(apt.catalog()) if e.flavour == flavour]
+    last = apt.last_catalog()
+    if last is not None:
+        try:
+            _newest(spec, last)
+            return
+        except MmlabError:
+            if apt.fresh():
+                raise
+    resolve(spec, apt)
+
+
+def _newest(spec: str, catalog: list[dict]) -> Entry:
+    """`resolve` in `catalog` (rows as Apt.catalog gives them)."""
+    series, exact, flavour = parse_spec(spec)
+    all_entries = [e for e in entries(catalog) if e.flavour == flavour]
     mine = [e for e in all_entries if e.series == series
             and (exact is None or e.upstream == exact or e.upstream.startswith(exact + "+"))]
     if not mine:
