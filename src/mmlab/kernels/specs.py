@@ -98,12 +98,12 @@ def expand(names: list, apt: Apt | None = None) -> list:
         s1, _, f1 = parse_spec(last)      # debian:6.1.. : open-ended, to the newest series
         if f0 != f1:
             raise MmlabError(f"{name}: both ends of a release range need the same flavour")
-        if series_key(s0) >= series_key(s1):
-            raise MmlabError(f"{name}: a release range goes from older to newer")
-        for end in (s0, s1):
+        for end in (s0, s1):     # before the order: debian:9.0.. ends older than it starts
             if end not in have:
                 raise MmlabError(f"{name}: {end} is not a release series the Debian catalog "
                                  f"has (it has {', '.join(have)})")
+        if series_key(s0) >= series_key(s1):
+            raise MmlabError(f"{name}: a release range goes from older to newer")
         suffix = "" if f0 == "cloud" else f"-{f0}"
         middle = [f"debian:{s}{suffix}" for s in have
                   if series_key(s0) < series_key(s) < series_key(s1)]
