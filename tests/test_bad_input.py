@@ -1,16 +1,27 @@
 """Bad input, as a new user types it: one line on stderr naming the key,
 value or file, a non-zero exit, and nothing started, built, downloaded or
-created first."""
+created first (nor changed: another program's database, a read-only
+store).  And a failure is never a success: a sample whose every call
+failed fails its trial in one line."""
 
 from __future__ import annotations
 
+import fcntl
 import os
+import random
+import resource
+import sqlite3
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from .conftest import THP_PAIR, mmlab
+from mmlab.errors import MmlabError
+from mmlab.store import Store
+from mmlab.workloads import output
+
+from .conftest import MMLAB, THP_PAIR, mmlab
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = THP_PAIR
@@ -132,3 +143,156 @@ def test_commands_that_do_not_apply_say_so(tmp_path):
     one_line(mmlab("compare", "1", "--json", "--csv", "--results", results), "choose one")
     one_line(mmlab("experiment", "run", profile(tmp_path, PROFILE), "--machines", "",
                    "--results", results), "--machines", "no machine named")
+
+
+def test_experiment_ids_a_store_cannot_hold_are_refused(tmp_path):
+    Store(tmp_path / "r").close()
+    huge = "99999999999999999999999"
+    for command in (["compare", huge], ["show", huge], ["report", huge],
+                    ["experiment", "resume", huge], ["fleet", "summary", huge]):
+        one_line(mmlab(*command, "--results", str(tmp_path / "r")), "EXPERIMENT", huge)
+
+
+def test_suites_recipes_and_profiles_that_are_binary_are_named(tmp_path):
+    noise = tmp_path / "noise.toml"
+    noise.write_bytes(random.Random(1).randbytes(10 << 20))
+    results, dash = str(tmp_path / "r"), str(tmp_path / "dash")
+    one_line(mmlab("track", "run", str(noise), "--results", results), str(noise), "not UTF-8")
+    one_line(mmlab("track", "report", str(noise), "--results", results, "-o", dash),
+             str(noise), "not UTF-8")
+    one_line(mmlab("census", "--recipe", str(noise)), str(noise), "not UTF-8")
+    for command in ("plan", "run"):
+        one_line(mmlab("experiment", command, str(noise)), str(noise), "not UTF-8")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["noise.toml"]
+
+
+def test_environment_numbers_that_do_not_read_are_named(monkeypatch):
+    monkeypatch.setenv("MMLAB_APT_MAX_AGE_S", "abc")
+    one_line(mmlab("kernels", "available"), "MMLAB_APT_MAX_AGE_S", "'abc'")
+
+
+def test_rounds_and_samples_on_the_command_line_have_bounds(tmp_path):
+    one_line(mmlab("run", "pageout-refault", "--samples", "100000000", "--results",
+                   str(tmp_path / "r")), "--samples", "10000")
+    one_line(mmlab("experiment", "run", profile(tmp_path, PROFILE), "--max-repetitions", "5000",
+                   "--results", str(tmp_path / "r")), "--max-repetitions", "100")
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("line", ["repetitions = 100000", "max_repetitions = 5000",
+                                  "samples_per_trial = 100000", "warmups = 5000"])
+def test_rounds_and_samples_in_a_profile_have_bounds(tmp_path, line):
+    key = line.split()[0]
+    path = profile(tmp_path, PROFILE.replace("repetitions = 6", line)
+                   if key == "repetitions" else line + "\n" + PROFILE)
+    one_line(mmlab("experiment", "plan", path, timeout=60), "p.toml:", key)
+    one_line(mmlab("selftest", "verdicts", "--profile", path, timeout=60), key)
+    one_line(mmlab("experiment", "run", path, "--results", str(tmp_path / "r"), timeout=60), key)
+    assert not (tmp_path / "r").exists()
+
+
+def test_another_programs_database_is_refused_untouched(tmp_path):
+    (tmp_path / "r").mkdir()
+    db = tmp_path / "r" / "mmlab.sqlite"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE users (id INTEGER, name TEXT)")
+    before = db.read_bytes()
+    one_line(mmlab("experiments", "--results", str(tmp_path / "r")), str(db),
+             "not an mmlab store")
+    one_line(mmlab("experiment", "run", profile(tmp_path, PROFILE), "--results",
+                   str(tmp_path / "r")), "not an mmlab store")
+    assert db.read_bytes() == before and os.listdir(tmp_path / "r") == ["mmlab.sqlite"]
+
+
+@contextmanager
+def read_only(path: Path):
+    """`path` unwritable while the block runs, also for root (immutable)."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+    else:
+        path.chmod(0o555)
+    try:
+        yield
+    finally:
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o755)
+
+
+def test_a_store_that_cannot_be_written_says_so(tmp_path):
+    Store(tmp_path / "lab").close()
+    (tmp_path / "empty").mkdir()
+    with read_only(tmp_path / "lab"), read_only(tmp_path / "empty"):
+        one_line(mmlab("experiments", "--results", str(tmp_path / "lab")), "read-only directory")
+        one_line(mmlab("run", "pageout-refault", "--results", str(tmp_path / "empty")),
+                 str(tmp_path / "empty"), "read-only directory")
+    assert os.listdir(tmp_path / "empty") == []
+
+
+SUITE = """
+name = "two"
+reference = "debian:6.12"
+kernels = ["debian:6.12", "debian:7.3"]
+metrics = ["advise_ns_per_page"]
+[[profile]]
+path = "p.toml"
+"""
+
+
+def test_a_tracker_report_of_nothing_measured_is_refused(tmp_path):
+    profile(tmp_path, PROFILE.replace("[matrix]", '[matrix]\nkernel = ["debian:6.12"]'))
+    suite = profile(tmp_path, SUITE, "suite.toml")
+    Store(tmp_path / "r").close()
+    one_line(mmlab("track", "report", suite, "--results", str(tmp_path / "r"), "-o",
+                   str(tmp_path / "dash")), "nothing measured for suite two", "track run")
+    assert not (tmp_path / "dash").exists()
+
+
+def test_a_range_from_a_series_the_catalog_lacks_names_the_catalog(tmp_path):
+    profile(tmp_path, PROFILE)
+    suite = profile(tmp_path, SUITE.replace('["debian:6.12", "debian:7.3"]', '"debian:9.0.."'),
+                    "suite.toml")
+    one_line(mmlab("track", "run", suite, "--results", str(tmp_path / "r")),
+             "9.0 is not a release series the Debian catalog has", "6.12")
+    ranged = profile(tmp_path, PROFILE.replace("[matrix]", '[matrix]\nkernel = ["debian:9.0.."]'),
+                     "ranged.toml")
+    one_line(mmlab("experiment", "plan", ranged), "matrix.kernel", "9.0 is not a release series")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_time_cannot_be_negative_but_a_change_can():
+    one_line(mmlab("run", "exec", "--samples", "1", "--metrics-from", "key=value", "--metric",
+                   "x_ns:lower", "--", "echo", "x_ns=-5"), "x_ns", "'-5' is negative")
+    assert output.figures("key=value", "d_kb=-5", ("d_kb",)) == {"d_kb": -5.0}
+    with pytest.raises(MmlabError, match="d_kb: '-5' is negative"):
+        output.figures("key=value", "d_kb=-5", ("d_kb",), ("d_kb",))
+
+
+def test_a_census_recipe_naming_a_missing_program_is_refused_before_the_lock(tmp_path,
+                                                                             monkeypatch):
+    recipe = profile(tmp_path, 'description = "x"\ncommand = ["no-such-program", "1"]\n',
+                     "recipe.toml")
+    monkeypatch.setenv("MMLAB_LOCK", str(tmp_path / "lock"))
+    with open(tmp_path / "lock", "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        one_line(mmlab("census", "--recipe", recipe, timeout=30), recipe, "no-such-program")
+
+
+def test_an_unknown_debian_kernel_is_refused_before_any_store(tmp_path):
+    results = str(tmp_path / "r")
+    one_line(mmlab("run", "pageout-refault", "--kernel", "debian:9.99", "--results", results),
+             "kernel", "debian:9.99", "the Debian catalog has no 9.99")
+    guest = profile(tmp_path, PROFILE.replace("[params]", 'kernel = "debian:9.99"\n[params]'))
+    one_line(mmlab("experiment", "run", guest, "--results", results), "p.toml:", "9.99")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_sample_whose_every_call_failed_fails_its_trial(tmp_path):
+    """A mapping larger than the address space allows: every mmap fails."""
+    def small_address_space() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+    proc = subprocess.run([*MMLAB, "run", "mremap-churn", "--bytes", "4G", "--workers", "1",
+                           "--seconds", "0.2", "--samples", "1", "--results",
+                           str(tmp_path / "r")], capture_output=True, text=True,
+                          preexec_fn=small_address_space)
+    one_line(proc, "the trial failed", "mmap ENOMEM x ")

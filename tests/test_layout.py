@@ -15,7 +15,7 @@ SRC = ROOT / "src" / "mmlab"
 
 # The stages, lowest first: a module may import its own stage and lower ones.
 STAGES = [
-    {"errors", "names"},
+    {"errors", "names", "environ"},
     {"machine"},
     {"workloads"},
     {"kernels"},

@@ -478,6 +478,24 @@ def test_a_release_whose_trials_failed_is_left_out_of_its_series(tmp_path):
                                                                              "local:c")}
 
 
+def test_a_run_whose_trials_failed_exits_1_naming_each_release(tmp_path, monkeypatch):
+    """Every trial failing (36 of 36) is no "nothing changed": exit status
+    1, each release named with its profile and first error."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    fake = Counting(cv=0.01, fail={f"kernel=local:{k}" for k in "abcde"})
+    monkeypatch.setattr(TargetPool, "local_target", lambda self, arm: fake)
+    monkeypatch.setattr(releases, "Catalog", Local)
+    ran = CliRunner().invoke(app, ["track", "run", str(write_suite(tmp_path)), "--results",
+                                   str(tmp_path / "r")])
+    assert ran.exit_code == 1, ran.output
+    for release, trials in (("a", 12), ("b", 6), ("c", 6), ("d", 6), ("e", 6)):
+        assert (f"failed: cell pageout on local:{release}: {trials} trial(s): "
+                f"kernel=local:{release}: failed on purpose") in ran.output
+    assert "36 trial(s) failed in this run" in ran.output
+
+
 def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path):
     """Blocks of 5, 2 or 1 releases: with the reference, 6, 3 or 2 arms, whole
     Williams squares in 6 rounds; each release's ratio is its own arm's."""

@@ -56,15 +56,30 @@ void mm_errors_clear(void)
 	errtab->n = 0;
 }
 
+static const char *errno_name(int err)
+{
+	const char *name = strerrorname_np(err);
+	return name ? name : "E?";
+}
+
 void mm_errors_json(struct jbuf *j)
 {
 	jb_open(j, "errors");
 	for (int i = 0; i < errtab->n; i++) {
 		char k[64];
-		const char *name = strerrorname_np(errtab->e[i].err);
-		snprintf(k, sizeof(k), "%s:%s", errtab->e[i].call, name ? name : "E?");
+		snprintf(k, sizeof(k), "%s:%s", errtab->e[i].call, errno_name(errtab->e[i].err));
 		jb_key_num(j, k, (double)errtab->e[i].count);
 	}
 	jb_close(j);
 	errtab->n = 0;
+}
+
+void mm_errors_text(char *buf, size_t len)
+{
+	size_t at = 0;
+	buf[0] = '\0';
+	for (int i = 0; i < errtab->n && at < len; i++)
+		at += (size_t)snprintf(buf + at, len - at, "%s%s %s x %ld", i ? ", " : "",
+				       errtab->e[i].call, errno_name(errtab->e[i].err),
+				       errtab->e[i].count);
 }

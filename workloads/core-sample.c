@@ -188,7 +188,10 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 	}
 	mm_knobs_restore();
 	if (rc) {
-		fprintf(stderr, "mmwork: %s: sample %d failed\n", c->wl->name, index);
+		char calls[256];
+		mm_errors_text(calls, sizeof(calls));
+		fprintf(stderr, "mmwork: %s: sample %d failed%s%s%s\n", c->wl->name, index,
+			calls[0] ? " (failed calls: " : "", calls, calls[0] ? ")" : "");
 		return rc;
 	}
 	if (warmup) {

@@ -134,7 +134,7 @@ static int churn_sample(struct mm_ctx *c)
 	mm_count(c, "real_s", real);
 	mm_count(c, "workers", workers);
 	mm_state_num(c, "numa_nodes", (double)mm_online_nodes());
-	return rc;
+	return total ? rc : 1;	/* no cycle got its mapping: nothing measured (core-errno.h) */
 }
 
 static const char *const tracepoints[] = { "mmap_lock", "migrate", NULL };

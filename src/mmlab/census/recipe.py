@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from mmlab.census import command, guest
 from mmlab.census.records import CommandCensus
 from mmlab.errors import MmlabError
+from mmlab.experiment import source
 from mmlab.machine import knobs, proc
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import hostroot
@@ -92,14 +93,25 @@ class Recipe(BaseModel):
 def load(path: Path) -> Recipe:
     """The recipe at `path`; a bad key or value is named in one line."""
     try:
-        return Recipe.model_validate(tomllib.loads(path.read_text()))
-    except FileNotFoundError:
-        raise MmlabError(f"{path}: no such recipe") from None
+        return Recipe.model_validate(tomllib.loads(source.read(path, "recipe")))
     except tomllib.TOMLDecodeError as exc:
         raise MmlabError(f"{path}: {exc}") from exc
     except ValidationError as exc:
         err = exc.errors()[0]
         raise MmlabError(f"{path}: {'.'.join(map(str, err['loc']))}: {err['msg']}") from exc
+
+
+def programs_found(path: Path, recipe: Recipe) -> None:
+    """Every program the recipe starts is found on this machine before
+    anything runs or is waited for (the machine lock, a guest's boot): a
+    missing one is one line naming it.  A program under {work} is made by a
+    step before it, so it is not looked for."""
+    here = str(path.resolve().parent)
+    for argv in (*recipe.prepare, *(s.command for s in recipe.services),
+                 *(s.ready for s in recipe.services if s.ready), *recipe.setup, recipe.command):
+        program = argv[0] if argv else ""
+        if "{work}" not in program and not shutil.which(program.replace("{here}", here)):
+            raise MmlabError(f"{path}: {program!r}: no such program on this machine")
 
 
 def travels(path: Path, recipe: Recipe) -> None:
@@ -120,6 +132,7 @@ def survey(path: Path, top: int = 5, allowed: bool = False, kernel: str = "host"
     with `kernel` in a guest of it (`memory_mb`: the guest's memory, the
     recipe's by default)."""
     recipe = load(path)
+    programs_found(path, recipe)
     if kernel != "host":
         travels(path, recipe)
         if recipe.guest.root == "host":

@@ -19,6 +19,7 @@ import typer
 
 from mmlab.cli import options
 from mmlab.errors import MmlabError
+from mmlab.experiment.limits import MAX_SAMPLES
 
 if TYPE_CHECKING:
     from mmlab import workloads
@@ -32,7 +33,7 @@ app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
 
 # Options every workload takes, beside its own parameters: (name, type, option).
 COMMON = (
-    ("samples", int, typer.Option(5, "--samples", min=1, metavar="N",
+    ("samples", int, typer.Option(5, "--samples", min=1, max=MAX_SAMPLES, metavar="N",
                                   help="samples in the one trial (one mmwork process; one boot "
                                        "in a guest)")),
     ("kernel", str, typer.Option("host", "--kernel", metavar="KERNEL",

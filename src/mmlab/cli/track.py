@@ -8,11 +8,17 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mmlab.cli import options
 from mmlab.cli.options import ALLOW, RESULTS
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from mmlab.track.cells import Failed
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode=None,
                   help="The release tracker: every kernel of a suite, change points confirmed.")
@@ -78,6 +84,20 @@ def run_cmd(suite_path: Path = SUITE, results: str = RESULTS, allow_host_changes
     show.out.print(f"this run took {took / 60:.1f} min: {result.cells} cell(s) in "
                    f"{len(result.measured)} experiment(s), {len(result.confirmations)} "
                    "confirmation(s)")
+    _exit_on_failed(result.failed, show.out)
+
+
+def _exit_on_failed(failed: list[Failed], out: Console) -> None:
+    """Exit status 1 when trials of this run failed (their releases' ratios
+    rest on fewer rounds, or are missing from their series): one line per
+    release, with the first error."""
+    for f in failed:
+        out.print(f"failed: {f.what} {f.profile} on {f.kernel}: {f.trials} trial(s): {f.error}",
+                  markup=False, emoji=False, highlight=False)
+    if failed:
+        typer.echo(f"mmlab: {sum(f.trials for f in failed)} trial(s) failed in this run "
+                   "(above: each release's first error); exit status 1", err=True)
+        raise typer.Exit(1)
 
 
 @app.command("report")

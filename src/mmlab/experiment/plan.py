@@ -24,7 +24,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment import source
 from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, where
 from mmlab.experiment.schedule import schedule
-from mmlab.kernels import specs
+from mmlab.kernels import images, specs
 from mmlab.machine import knobs
 from mmlab.names import axis_text
 from mmlab.workloads import execwork
@@ -120,7 +120,27 @@ def parse(text: str, path: str = "<profile>") -> Plan:
     except ValidationError as exc:
         raise MmlabError(f"{where(path, text, exc.errors()[0]['loc'])}: "
                          f"{message(exc)}") from exc
-    return build(profile, text, path)
+    plan = build(profile, text, path)
+    _known_kernels(plan)
+    return plan
+
+
+def _known_kernels(plan: Plan) -> None:
+    """Each Debian kernel the profile names is cached or served by the
+    catalog: an unknown one is refused here, naming its key, before a store
+    is made or a fetch begins (a trial would fail on it after both).  Plans
+    derived by the tracker, ab and narrow name releases the catalog gave."""
+    cached = {k.name for k in images.cached()}
+    for arm in plan.arms:
+        if not arm.kernel.startswith("debian:") or arm.kernel in cached:
+            continue
+        try:
+            specs.check(arm.kernel.removeprefix("debian:"))
+        except MmlabError as exc:
+            key = ("kernel",) if "kernel" not in arm.values else \
+                ("matrix", "kernel") if plan.profile.matrix else ("arms", "set", "kernel")
+            raise MmlabError(f"{where(plan.path, plan.text, key)}: {exc}") from exc
+        cached.add(arm.kernel)
 
 
 def build(profile: Profile, text: str, path: str) -> Plan:

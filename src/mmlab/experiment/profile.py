@@ -20,6 +20,7 @@ from pydantic import (
     field_validator,
 )
 
+from mmlab.experiment.limits import MAX_ROUNDS, MAX_SAMPLES, MAX_WARMUPS
 from mmlab.machine import knobs
 from mmlab.workloads import execwork, output
 
@@ -100,14 +101,15 @@ class Profile(BaseModel):
     params: dict[str, Scalar] = {}
     matrix: dict[str, Annotated[list[Scalar], Field(min_length=1)]] = {}
     arms: list[ArmEntry] = []
-    repetitions: int = Field(ge=1, description="rounds before the first look: the minimum; "
-                             "3 or more where arms are compared (one arm: `mmlab run`)")
-    max_repetitions: int | None = Field(default=None, ge=3, description="rounds at most; "
-                                        "None: repetitions (one look, no rounds added)")
+    repetitions: int = Field(ge=1, le=MAX_ROUNDS, description="rounds before the first look: "
+                             "the minimum; 3 or more where arms are compared (one arm: "
+                             "`mmlab run`)")
+    max_repetitions: int | None = Field(default=None, ge=3, le=MAX_ROUNDS, description="rounds "
+                                        "at most; None: repetitions (one look, no rounds added)")
     budget_s: float | None = Field(default=None, gt=0, description="no rounds are added once "
                                    "the finished trials took this long")
-    warmups: int | None = Field(default=None, ge=0)
-    samples_per_trial: int = Field(default=1, ge=1)
+    warmups: int | None = Field(default=None, ge=0, le=MAX_WARMUPS)
+    samples_per_trial: int = Field(default=1, ge=1, le=MAX_SAMPLES)
     min_sample_ms: int | None = Field(default=None, ge=0)
     metrics: list[str] = Field(min_length=1)
     baseline: str | dict[str, Scalar]

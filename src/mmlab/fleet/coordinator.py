@@ -21,7 +21,6 @@ left running or waiting forever.
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import threading
 import time
@@ -29,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mmlab import environ
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.fleet import engine, queue, registry
@@ -39,7 +39,7 @@ from mmlab.targets import Announce, TargetPool
 
 POLL_S = 0.5            # how often a machine's look reads its trials from the store
 ROLL_CALL_S = 2.0       # how often the workers are asked what they run
-LOST_S = float(os.environ.get("MMLAB_FLEET_LOST_S", "30"))   # silent this long: killed
+LOST_S = 30            # a worker silent this long is taken for killed (MMLAB_FLEET_LOST_S)
 
 
 def create(store: Store, plan: Plan, machines: list[str], allow_host_changes: bool) -> list[int]:
@@ -88,6 +88,7 @@ class RollCall(threading.Thread):
         self.started = time.monotonic()
         self.answered: dict[str, float] = {}              # node -> last answer (monotonic)
         self.views: list[tuple[float, dict[str, set[int]]]] = []   # (asked at, answers)
+        self.lost_s = environ.seconds("MMLAB_FLEET_LOST_S", LOST_S)
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -114,7 +115,7 @@ class RollCall(threading.Thread):
         if len(later) >= 2 and all(node in a and trial_id not in a[node] for a in later):
             return f"its worker {node} is not running it"
         silent = self.silent_for(node)
-        if min(silent, time.monotonic() - running_since) > LOST_S:
+        if min(silent, time.monotonic() - running_since) > self.lost_s:
             return f"its worker {node} has not answered for {silent:.0f} s"
         return ""
 
@@ -199,7 +200,7 @@ class MachineTarget:
     def _tell_silence(self, waiting: int) -> None:
         """Say once that trials wait for a worker that does not answer."""
         silent = self.roll_call.silent_for(self.machine.node)
-        if silent <= LOST_S:
+        if silent <= self.roll_call.lost_s:
             self.told_silent = False
         elif waiting and not self.told_silent:
             self.say(f"{self.machine.name}: its worker {self.machine.node} has not answered "

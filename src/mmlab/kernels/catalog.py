@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmlab import environ
 from mmlab.errors import MmlabError
 from mmlab.kernels.versions import VersionKey, series_key, series_of, upstream
 from mmlab.machine import paths, proc
@@ -127,8 +128,8 @@ class Apt:
     def fresh(self) -> bool:
         st = self._state()
         return (st.get("sources") == self.sources()
-                and time.time() - st.get("updated", 0) < float(
-                    os.environ.get("MMLAB_APT_MAX_AGE_S", MAX_AGE_S))
+                and time.time() - st.get("updated", 0) < environ.seconds(
+                    "MMLAB_APT_MAX_AGE_S", MAX_AGE_S)
                 and (self.root / "catalog.json").exists())
 
     def refresh(self, force: bool = False) -> None:
@@ -188,6 +189,14 @@ class Apt:
     def catalog(self) -> list[dict]:
         self.refresh()
         return json.loads((self.root / "catalog.json").read_text())
+
+    def last_catalog(self) -> list[dict] | None:
+        """The catalog as last read, however old (nothing is downloaded);
+        None when it was never read."""
+        try:
+            return json.loads((self.root / "catalog.json").read_text())
+        except (OSError, ValueError):
+            return None
 
 
 # linux-image-ABI-FLAVOUR[-unsigned], linux-binary-ABI-FLAVOUR, linux-source-X.Y

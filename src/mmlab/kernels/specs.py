@@ -28,9 +28,30 @@ def parse_spec(spec: str) -> tuple[str, str | None, str]:
 
 def resolve(spec: str, apt: Apt | None = None) -> Entry:
     """'6.12' or '6.12.115' (or ...-generic) -> the newest matching catalog entry."""
-    series, exact, flavour = parse_spec(spec)
+    return _newest(spec, (apt or Apt()).catalog())
+
+
+def check(spec: str, apt: Apt | None = None) -> None:
+    """Refuse a Debian kernel the catalog does not serve, in one line, before
+    a store is made or a fetch begins.  The catalog as last read answers,
+    downloading nothing; only a name it lacks, when it is out of date, is
+    looked up again in a fresh one (a fetch would read one anyway)."""
     apt = apt or Apt()
-    all_entries = [e for e in entries(apt.catalog()) if e.flavour == flavour]
+    last = apt.last_catalog()
+    if last is not None:
+        try:
+            _newest(spec, last)
+            return
+        except MmlabError:
+            if apt.fresh():
+                raise
+    resolve(spec, apt)
+
+
+def _newest(spec: str, catalog: list[dict]) -> Entry:
+    """`resolve` in `catalog` (rows as Apt.catalog gives them)."""
+    series, exact, flavour = parse_spec(spec)
+    all_entries = [e for e in entries(catalog) if e.flavour == flavour]
     mine = [e for e in all_entries if e.series == series
             and (exact is None or e.upstream == exact or e.upstream.startswith(exact + "+"))]
     if not mine:
@@ -77,12 +98,12 @@ def expand(names: list, apt: Apt | None = None) -> list:
         s1, _, f1 = parse_spec(last)      # debian:6.1.. : open-ended, to the newest series
         if f0 != f1:
             raise MmlabError(f"{name}: both ends of a release range need the same flavour")
-        if series_key(s0) >= series_key(s1):
-            raise MmlabError(f"{name}: a release range goes from older to newer")
-        for end in (s0, s1):
+        for end in (s0, s1):     # before the order: debian:9.0.. ends older than it starts
             if end not in have:
                 raise MmlabError(f"{name}: {end} is not a release series the Debian catalog "
                                  f"has (it has {', '.join(have)})")
+        if series_key(s0) >= series_key(s1):
+            raise MmlabError(f"{name}: a release range goes from older to newer")
         suffix = "" if f0 == "cloud" else f"-{f0}"
         middle = [f"debian:{s}{suffix}" for s in have
                   if series_key(s0) < series_key(s) < series_key(s1)]

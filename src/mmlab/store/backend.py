@@ -10,6 +10,7 @@ beyond the standard library; psycopg is imported only for a
 
 from __future__ import annotations
 
+import os
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
@@ -53,6 +54,33 @@ def connect(results: str | Path, schema: str, create: bool = True) -> SQLite | P
     return SQLite(Path(where), schema)
 
 
+def _writable(path: Path) -> None:
+    """A store is written by every command that opens it (WAL mode keeps
+    its journal beside it, readers included), so a read-only directory or
+    file is refused by name rather than as a database that cannot open."""
+    for where in (path.parent, path):
+        if where.exists() and not os.access(where, os.W_OK):
+            kind = "directory" if where.is_dir() else "file"
+            raise MmlabError(f"{where}: read-only {kind}: mmlab cannot write its store "
+                             "there (reading one writes its journal beside it too)")
+
+
+def _ours(path: Path) -> None:
+    """An existing database is opened read-only first and refused, untouched,
+    unless it is an mmlab store (it has the experiments table) or empty:
+    another program's database is never given mmlab's tables."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    finally:
+        conn.close()
+    if tables and "experiments" not in tables:
+        raise MmlabError(f"{path}: not an mmlab store (another program's database: its tables "
+                         f"are {', '.join(sorted(tables)[:5])})")
+
+
 def redacted(url: str) -> str:
     """A URL fit for messages and the worker registry: no password."""
     return re.sub(r"(//[^:/@]*):[^@/]*@", r"\1:***@", url)
@@ -68,6 +96,8 @@ class SQLite:
         self.where = str(directory)
         path = directory / SQLITE_FILE
         try:
+            _writable(path)
+            _ours(path)
             self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
             self.conn.row_factory = sqlite3.Row
             self.conn.execute("PRAGMA journal_mode=WAL")

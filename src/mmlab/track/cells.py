@@ -39,7 +39,7 @@ from mmlab.judge.measurements import Measurements
 from mmlab.kernels import specs
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
-from mmlab.store import Store
+from mmlab.store import Store, Trial
 from mmlab.track.releases import ACROSS, Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 from mmlab.workloads import insns
@@ -48,7 +48,7 @@ CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (
 BLOCK = 5            # releases per experiment at most: with the reference, CELL_ROUNDS arms
 KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<releases>.+?) "
                  r"vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
-OWNER = re.compile(r"^track(?:-confirm)? (?P<suite>\S+) ")
+OWNER = re.compile(r"^track(?P<confirm>-confirm)? (?P<suite>\S+) (?P<profile>\S+) ")
 
 
 @dataclass(frozen=True)
@@ -201,6 +201,36 @@ def line_profiles(suite: Suite, line: Line) -> list[Tracked]:
                                                 if t.plan.workload.metric(m).unit == insns.UNIT]})
                for t in suite.profiles]
     return [t for t in counted if t.metrics]
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The failed trials of one release in a run's cells (or confirmations)
+    of one profile."""
+    what: str          # cell or confirmation
+    profile: str
+    kernel: str        # the release, as its arms boot it
+    trials: int
+    error: str         # the first one's first line
+
+
+def failed(store: Store, ids: list[int]) -> list[Failed]:
+    """Each release whose trials failed in the tracker experiments `ids`
+    (cells, or confirmations), with how many and the first error: a run
+    that measured them failed."""
+    found: dict[tuple[str, str, str], list[Trial]] = {}
+    for exp_id in ids:
+        trials = store.trials(exp_id, "failed")
+        if not trials:
+            continue
+        plan = store.plan(exp_id)
+        m = OWNER.match(plan.profile.derived)
+        what = ("confirmation" if m and m["confirm"] else "cell",
+                m["profile"] if m else plan.profile.name)
+        for t in trials:
+            found.setdefault((*what, plan.arm(t.arm).kernel), []).append(t)
+    return [Failed(*key, len(mine), (mine[0].error or "").strip().split("\n")[0])
+            for key, mine in found.items()]
 
 
 def unfinished(store: Store, exp_id: int) -> bool:

@@ -37,13 +37,14 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, Progressed, ignore
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
-from mmlab.track.cells import Judgements, Series
+from mmlab.track.cells import Failed, Judgements, Series
 from mmlab.track.changepoints import Change, Thresholds
 from mmlab.track.releases import Line, Release, Resolver, lines
 from mmlab.track.spread import Fleet
@@ -67,6 +68,7 @@ class TrackResult:
     series: list[Series]
     changes: list[Change]
     judged: Judgements              # what was judged, for the changes' evidence
+    failed: list[Failed]            # releases whose trials failed in what was run now
 
 
 @dataclass(frozen=True)
@@ -293,7 +295,8 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
     (across releases first, then each branch), so a run stopped among a
     branch's cells has already confirmed the series before it; with
     `measure` False only what is stored is read (a report): candidates
-    without a stored confirmation stay candidates.  `on_event` hears each
+    without a stored confirmation stay candidates, and a store with no
+    cell of the suite is refused (a report of nothing).  `on_event` hears each
     cell as it starts (Progressed) and the runs here (of a cell or a
     confirmation); `fleet` runs the cells and the confirmations' trials
     instead of `here` (the attribution runs stay here);
@@ -301,6 +304,10 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
     time series are confirmed before its count series, so a count change
     that a time step's confirmation found is shown in the same run."""
     cells.check_owner(store, suite)
+    if not measure and not cells.stored(store, suite):
+        raise MmlabError(f"--results {store.where}: nothing measured for suite {suite.name} "
+                         "(no cell of its profiles as they are now): run mmlab track run "
+                         f"{suite.path} first")
     ref = cells.reference(store, suite, resolver)
     found_lines = lines(suite, resolver, ref, cells.remembered(store, suite, ref))
     work = cells.pending(store, suite, cells.planned(suite, found_lines, ref)) if measure else []
@@ -327,7 +334,8 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         changes += [ch for i in sorted(made) for ch in made[i]]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
-    return TrackResult(ref, found_lines, measured, counted, conf.ran, found, changes, judged)
+    return TrackResult(ref, found_lines, measured, counted, conf.ran, found, changes, judged,
+                       cells.failed(store, measured + conf.ran))
 
 
 def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: Resolver,

@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
+from mmlab.experiment import source
 from mmlab.kernels import catalog, specs
 
 
@@ -75,10 +76,7 @@ def load(path: str | Path) -> Suite:
     """Read and check a suite; the kernel range is expanded against the
     catalog as it is now, so a refreshed catalog brings new releases."""
     path = Path(path)
-    if not path.is_file():
-        raise MmlabError(f"{path}: " + ("not a regular file" if path.exists()
-                                        else "no such suite"))
-    text = path.read_text()
+    text = source.read(path, "suite")
     try:
         raw = SuiteFile.model_validate(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:

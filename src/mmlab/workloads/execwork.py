@@ -56,6 +56,10 @@ RESERVED = ("out", "source")        # placeholders mmwork and mmlab fill themsel
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_-]*)(?:\?([^{}]*))?\}")
 UNITS = {"ns": "ns", "us": "us", "ms": "ms", "s": "s", "per_s": "per s", "pages": "pages",
          "bytes": "bytes", "kb": "KiB"}
+# The units of times, sizes and counts: a figure in one of them cannot be
+# negative, and one that is fails its trial (a change, which can be, is
+# declared with a unit of its own, e.g. unit = "KiB change").
+NOT_NEGATIVE = ("ns", "us", "ms", "s", "pages", "bytes", "KiB", insns.UNIT)
 # Figures that say how much work was done: kept as counts (CPU time per op).
 COUNT_KEYS = {"ops": "ops", "bogo-ops": "ops", "pages": "pages", "rounds": "rounds"}
 
@@ -268,11 +272,15 @@ class ExecWorkload(Workload):
         """The output's figures, every declared key and window unit among them."""
         where = f"exec sample {sample.sample}"
         wanted = {key: f"metric {name}" for name, key in self.keys}
+        units = {m.name: m.unit for m in self.metrics}
+        counted = [key for name, key in self.keys if units[name] in NOT_NEGATIVE]
         for window, key in self.per:
             if key:
                 wanted.setdefault(key, f"the units of window {window}")
+                counted.append(key)
         try:
-            found = figures(self.metrics_from or "", sample.output or "", tuple(wanted))
+            found = figures(self.metrics_from or "", sample.output or "", tuple(wanted),
+                            tuple(counted))
         except MmlabError as exc:
             raise MmlabError(f"{where}: {exc}") from None
         for key, what in wanted.items():

@@ -100,18 +100,22 @@ def _json_lines(text: str) -> Raw:
 PARSERS = {"stress-ng-yaml": _stress_ng_yaml, "key=value": _key_value, "json": _json_lines}
 
 
-def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = ()
-            ) -> dict[str, float]:
+def figures(metrics_from: str, text: str, wanted: tuple[str, ...] = (),
+            not_negative: tuple[str, ...] = ()) -> dict[str, float]:
     """The figures a command's output holds, by key: every finite numeric
-    one, and each `wanted` key, which must be a finite number.  MmlabError
-    (one line) when the output is malformed or a wanted value is not a
-    finite number."""
+    one, and each `wanted` key, which must be a finite number, and not a
+    negative one where it is among `not_negative` (a time, a size or a
+    count).  MmlabError (one line) when the output is malformed or a wanted
+    value is not such a number."""
     if not text.strip():
         raise MmlabError(f"the command printed no {metrics_from} output")
     found: dict[str, float] = {}
     for key, (value, where) in PARSERS[metrics_from](text).items():
         if key in wanted:
             found[key] = _number(value, where)
+            if key in not_negative and found[key] < 0:
+                raise MmlabError(f"{where}: {value!r} is negative, which a time, a size or "
+                                 "a count cannot be")
         else:
             try:
                 found[key] = _number(value, where)
