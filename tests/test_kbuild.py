@@ -117,8 +117,12 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
         params = {"ksm-rmap": {"vmas": 200}, "mremap-churn": {"seconds": 0.2},
                   "populate-unmap": {"seconds": 0.2},
                   "unmap-young": {"size-kb": 1024, "backing": "shmem", "rounds": 1, "min-ms": 0},
-                  "pageout-refault": {"mapping-kb": 1024, "rounds": 1, "min-ms": 0}
-                  }.get(name, {})          # the broad workloads' defaults are small already
+                  "pageout-refault": {"mapping-kb": 1024, "rounds": 1, "min-ms": 0},
+                  "page-fault": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
+                  "mprotect": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
+                  "mremap-ops": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
+                  "munmap-zap": {"size-kb": 1024, "rounds": 1, "min-ms": 0}
+                  }.get(name, {})          # other workloads' defaults are small already
         (s,) = qemu.sample(guest, workloads.get(name), params, 1, 0, HostSettings())
         assert s.state["kernel"] == k.version and not s.errors, (name, s.errors)
     assert images.get(k.name).details["patches"][0]["sha256"]

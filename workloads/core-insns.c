@@ -30,10 +30,12 @@ struct mm_insns_totals {
 static struct mm_insns_totals *insns_totals;
 static double insns_units[MM_MAX_WINDOWS];
 
-/* This process's perf group: -1 until opened, -2 when it cannot be. */
-static int insns_perf_fd = -1, insns_perf_member = -1;
+/* This thread's perf group: -1 until opened, -2 when it cannot be.  The
+ * counters count the thread that opened them, so a workload's threads
+ * (page-fault --threads) each open and read their own. */
+static __thread int insns_perf_fd = -1, insns_perf_member = -1;
 static char insns_perf_why[160];
-static uint64_t insns_start_kernel[MM_MAX_WINDOWS], insns_start_user[MM_MAX_WINDOWS];
+static __thread uint64_t insns_start_kernel[MM_MAX_WINDOWS], insns_start_user[MM_MAX_WINDOWS];
 
 int mm_insns_counter(pid_t pid, int exclude_user, int group, int inherited)
 {

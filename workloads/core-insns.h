@@ -11,7 +11,7 @@
  * instructions from whichever source exists:
  *
  * - perf: a perf_event_open group (instructions, one counter excluding user
- *   and one excluding kernel) of the calling process, read outside the timed
+ *   and one excluding kernel) of the calling thread, read outside the timed
  *   part of the window: on a host with a PMU and in a KVM guest with a vPMU.
  *   The sample gets <window>_kernel_insns_per_<unit> and
  *   <window>_user_insns_per_<unit> (the mean window, per unit).

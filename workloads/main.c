@@ -23,6 +23,10 @@ extern const struct mm_workload wl_mremap_churn;
 extern const struct mm_workload wl_populate_unmap;
 extern const struct mm_workload wl_unmap_young;
 extern const struct mm_workload wl_ksm_rmap;
+extern const struct mm_workload wl_page_fault;
+extern const struct mm_workload wl_mprotect;
+extern const struct mm_workload wl_mremap_ops;
+extern const struct mm_workload wl_munmap_zap;
 extern const struct mm_workload wl_exec;
 
 #ifdef MMWORK_SINGLE
@@ -36,7 +40,8 @@ static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
 #else
 static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
-	&wl_unmap_young, &wl_ksm_rmap, &wl_exec, NULL,
+	&wl_unmap_young, &wl_ksm_rmap, &wl_page_fault, &wl_mprotect, &wl_mremap_ops,
+	&wl_munmap_zap, &wl_exec, NULL,
 };
 #endif
 
