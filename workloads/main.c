@@ -24,6 +24,10 @@ extern const struct mm_workload wl_populate_unmap;
 extern const struct mm_workload wl_unmap_young;
 extern const struct mm_workload wl_ksm_rmap;
 extern const struct mm_workload wl_exec;
+extern const struct mm_workload wl_madvise;
+extern const struct mm_workload wl_mincore_mlock;
+extern const struct mm_workload wl_fork_cow;
+extern const struct mm_workload wl_migrate;
 
 #ifdef MMWORK_SINGLE
 /*
@@ -36,7 +40,8 @@ static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
 #else
 static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
-	&wl_unmap_young, &wl_ksm_rmap, &wl_exec, NULL,
+	&wl_unmap_young, &wl_ksm_rmap, &wl_madvise, &wl_mincore_mlock, &wl_fork_cow,
+	&wl_migrate, &wl_exec, NULL,
 };
 #endif
 

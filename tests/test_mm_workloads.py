@@ -1,0 +1,160 @@
+"""The mm-family workloads beside the seeds' own: each variant the host can
+run, once, with tiny parameters, through mmlab's own runner; what needs a
+machine the host is not (two NUMA nodes) refuses in one line."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from mmlab import workloads
+from mmlab.workloads import mmwork
+from mmlab.workloads.build import mmwork_path
+from mmlab.workloads.samples import Sample
+
+from .conftest import is_root
+from .conftest import mmwork as run_mmwork
+
+TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
+
+
+def run_one(name: str, params: dict) -> Sample:
+    """One sample, no warm-up, with the windows counted (--insns): every
+    sample then says how many windows ran and the units of one."""
+    (s,) = mmwork.sample(workloads.get(name), {**TINY, **params, "insns": True}, samples=1,
+                         warmups=0)
+    return s
+
+
+def check_sample(s: Sample, windows: dict[str, float]) -> None:
+    """Metrics finite and positive, each window counted once a round with
+    its units, no failed call, the page state every sample carries."""
+    assert s.metrics and not s.errors, (s.metrics, s.errors)
+    for name, value in s.metrics.items():
+        assert value is not None and math.isfinite(value) and value > 0, (name, value)
+    rounds = s.counts["rounds"]
+    for window, units in windows.items():
+        assert s.counts[f"{window}_windows"] == rounds, window
+        assert s.counts[f"{window}_units"] == units, window
+    assert s.counts["pages"] == rounds * TINY["mapping-kb"] // 4
+    assert {"thp_enabled", "kernel", "mapping_start_mod_2m_kb", "thp_backed_fraction"} <= \
+        s.state.keys()
+
+
+# madvise, mincore, mlock, msync, fork, migration
+
+PAGES = TINY["mapping-kb"] // 4
+MM_FAMILY = ("madvise", "mincore-mlock", "fork-cow", "migrate")
+
+
+def test_describe_lists_windows_mm_paths_and_variants():
+    described = {w["name"]: w for w in json.loads(run_mmwork("describe").stdout)}
+    variants = {"madvise": ("advice", 9), "mincore-mlock": ("op", 4), "fork-cow": ("child", 2),
+                "migrate": ("op", 3)}
+    for name in MM_FAMILY:
+        w = described[name]
+        assert w["mm_paths"] and w["vmstat"] and all(x["unit"] == "page" for x in w["windows"])
+        metrics = {m["name"] for m in w["metrics"]}
+        for x in w["windows"]:
+            assert {x["kernel_metric"], x["user_metric"], f"{x['name']}_ns_per_page"} <= metrics
+        assert all(p["help"] for p in w["params"]) and all(m["help"] for m in w["metrics"])
+        assert all("min" in p and p["max"] >= p["min"] for p in w["params"]
+                   if p["type"] in ("int", "size_kb", "bytes"))
+        param, n = variants[name]
+        assert len(next(p for p in w["params"] if p["name"] == param)["choices"]) == n
+    assert [x["name"] for x in described["fork-cow"]["windows"]] == ["fork", "cow", "exit"]
+
+
+@pytest.mark.parametrize("advice, backing", [
+    ("dontneed", "auto"), ("free", "auto"), ("cold", "auto"), ("pageout", "auto"),
+    ("willneed", "auto"), ("populate-read", "auto"), ("populate-write", "auto"),
+    ("process-cold", "auto"), ("process-pageout", "auto"),
+    ("dontneed", "shmem"), ("willneed", "shmem"), ("pageout", "file"),
+])
+def test_madvise_variant(advice, backing, tmp_path):
+    s = run_one("madvise", {"advice": advice, "backing": backing, "dir": str(tmp_path),
+                            "thp": "nohugepage"})
+    check_sample(s, {"advise": PAGES})
+    st, kb = s.state, TINY["mapping-kb"]
+    assert st["backing"] == ("file" if advice == "willneed" else "anon") if backing == "auto" \
+        else backing
+    if advice.startswith("populate"):      # from an empty range to every page mapped
+        assert st["before_advise_rss_kb"] == 0 and st["after_advise_resident_fraction"] == 1
+    else:
+        assert st["before_advise_rss_kb"] == kb or advice == "willneed"
+    if advice == "dontneed":
+        assert st["after_advise_rss_kb"] == 0
+    if advice == "free":
+        assert s.vmstat_delta["pglazyfree"] >= s.counts["pages"]
+    if advice == "willneed" and st["backing"] == "file" and st["dir_fs"] not in ("tmpfs", "ramfs"):
+        # The page cache was dropped before the call; its readahead brings it back.
+        assert st["before_advise_resident_fraction"] == 0
+        assert st["after_advise_resident_fraction"] > 0.5
+    assert list(tmp_path.iterdir()) == []  # the file was unlinked
+
+
+@pytest.mark.parametrize("op, backing", [
+    ("mincore", "auto"), ("mlock", "auto"), ("munlock", "auto"), ("msync", "auto"),
+    ("mincore", "file"), ("munlock", "shmem"),
+])
+def test_mincore_mlock_variant(op, backing, tmp_path):
+    s = run_one("mincore-mlock", {"op": op, "backing": backing, "dir": str(tmp_path)})
+    check_sample(s, {"op": PAGES})
+    st, kb = s.state, TINY["mapping-kb"]
+    assert st["resident_fraction"] == 1 and st["after_op_rss_kb"] == kb
+    locked = {"mincore": (0, 0), "mlock": (0, kb), "munlock": (kb, 0), "msync": (0, 0)}[op]
+    assert (st["before_op_vmlck_kb"], st["after_op_vmlck_kb"]) == locked
+    if op in ("mlock", "munlock"):
+        assert s.vmstat_delta["unevictable_pgs_mlocked"] >= s.counts["pages"]
+    if op == "msync" and st["dir_fs"] not in ("tmpfs", "ramfs"):
+        assert s.vmstat_delta["nr_written"] >= s.counts["pages"]
+
+
+@pytest.mark.parametrize("child", ["write", "exit"])
+def test_fork_cow_variant(child):
+    s = run_one("fork-cow", {"child": child, "thp": "nohugepage"})
+    windows = {"fork": PAGES, "exit": PAGES} | ({"cow": PAGES} if child == "write" else {})
+    check_sample(s, windows)
+    assert ("cow_ns_per_page" in s.metrics) is (child == "write")
+    assert s.state["parent_anon_kb"] == TINY["mapping-kb"]
+    assert s.state["child_after_cow_anon_kb"] == TINY["mapping-kb"]
+
+
+def test_migrate_refuses_one_node_in_one_line():
+    nodes = Path("/sys/devices/system/node/has_memory")
+    if nodes.exists() and any(c in nodes.read_text() for c in ",-"):
+        pytest.skip("this machine has two memory nodes: migrate runs in a guest's tests")
+    proc = run_mmwork("migrate", "--check")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs two NUMA nodes" in line and "numa_nodes = 2" in line
+
+
+@pytest.mark.parametrize("args, message", [
+    (("madvise", "--advice", "free", "--backing", "file"), "private anonymous memory only"),
+    (("mincore-mlock", "--op", "msync", "--backing", "anon"), "writes back a shared file"),
+    (("fork-cow", "--child", "vfork"), "--child: 'vfork' is not one of"),
+])
+def test_impossible_variants_refuse_in_one_line(args, message):
+    proc = run_mmwork(*args, "--check")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert message in line
+
+
+@pytest.mark.skipif(not is_root() or not shutil.which("setpriv") or not shutil.which("prlimit"),
+                    reason="drops CAP_IPC_LOCK with setpriv: root only")
+def test_a_sample_whose_every_call_failed_fails():
+    """Without CAP_IPC_LOCK and with a 64 KiB RLIMIT_MEMLOCK every mlock()
+    fails: the sample is not printed and mmwork exits 1."""
+    proc = subprocess.run(["setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
+                           "prlimit", "--memlock=65536", str(mmwork_path()), "mincore-mlock",
+                           "--op", "mlock", "--mapping-kb", "1024", "--rounds", "2",
+                           "--min-ms", "0", "--warmups", "0"], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "sample 0 failed" in proc.stderr
