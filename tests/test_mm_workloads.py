@@ -20,10 +20,12 @@ from mmlab.workloads.samples import Sample
 from .conftest import is_root
 from .conftest import mmwork as run_mmwork
 
+# madvise, mincore, mlock, msync, fork, migration (and userfaultfd, hugetlb)
+
 TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
 
 
-def run_one(name: str, params: dict) -> Sample:
+def mm_run_one(name: str, params: dict) -> Sample:
     """One sample, no warm-up, with the windows counted (--insns): every
     sample then says how many windows ran and the units of one."""
     (s,) = mmwork.sample(workloads.get(name), {**TINY, **params, "insns": True}, samples=1,
@@ -31,7 +33,7 @@ def run_one(name: str, params: dict) -> Sample:
     return s
 
 
-def check_sample(s: Sample, windows: dict[str, float], thp: bool = True) -> None:
+def mm_check_sample(s: Sample, windows: dict[str, float], thp: bool = True) -> None:
     """Metrics finite and positive, each window counted once a round with
     its units, no failed call, the page state every sample carries."""
     assert s.metrics and not s.errors, (s.metrics, s.errors)
@@ -45,8 +47,6 @@ def check_sample(s: Sample, windows: dict[str, float], thp: bool = True) -> None
     assert {"thp_enabled", "kernel"} <= s.state.keys()
     assert not thp or {"mapping_start_mod_2m_kb", "thp_backed_fraction"} <= s.state.keys()
 
-
-# madvise, mincore, mlock, msync, fork, migration
 
 PAGES = TINY["mapping-kb"] // 4
 MM_FAMILY = ("madvise", "mincore-mlock", "fork-cow", "migrate", "uffd", "hugetlb-fault")
@@ -78,9 +78,9 @@ def test_describe_lists_windows_mm_paths_and_variants():
     ("dontneed", "shmem"), ("willneed", "shmem"), ("pageout", "file"),
 ])
 def test_madvise_variant(advice, backing, tmp_path):
-    s = run_one("madvise", {"advice": advice, "backing": backing, "dir": str(tmp_path),
+    s = mm_run_one("madvise", {"advice": advice, "backing": backing, "dir": str(tmp_path),
                             "thp": "nohugepage"})
-    check_sample(s, {"advise": PAGES})
+    mm_check_sample(s, {"advise": PAGES})
     st, kb = s.state, TINY["mapping-kb"]
     assert st["backing"] == ("file" if advice == "willneed" else "anon") if backing == "auto" \
         else backing
@@ -104,8 +104,8 @@ def test_madvise_variant(advice, backing, tmp_path):
     ("mincore", "file"), ("munlock", "shmem"),
 ])
 def test_mincore_mlock_variant(op, backing, tmp_path):
-    s = run_one("mincore-mlock", {"op": op, "backing": backing, "dir": str(tmp_path)})
-    check_sample(s, {"op": PAGES})
+    s = mm_run_one("mincore-mlock", {"op": op, "backing": backing, "dir": str(tmp_path)})
+    mm_check_sample(s, {"op": PAGES})
     st, kb = s.state, TINY["mapping-kb"]
     assert st["resident_fraction"] == 1 and st["after_op_rss_kb"] == kb
     locked = {"mincore": (0, 0), "mlock": (0, kb), "munlock": (kb, 0), "msync": (0, 0)}[op]
@@ -118,9 +118,9 @@ def test_mincore_mlock_variant(op, backing, tmp_path):
 
 @pytest.mark.parametrize("child", ["write", "exit"])
 def test_fork_cow_variant(child):
-    s = run_one("fork-cow", {"child": child, "thp": "nohugepage"})
+    s = mm_run_one("fork-cow", {"child": child, "thp": "nohugepage"})
     windows = {"fork": PAGES, "exit": PAGES} | ({"cow": PAGES} if child == "write" else {})
-    check_sample(s, windows)
+    mm_check_sample(s, windows)
     assert ("cow_ns_per_page" in s.metrics) is (child == "write")
     assert s.state["parent_anon_kb"] == TINY["mapping-kb"]
     assert s.state["child_after_cow_anon_kb"] == TINY["mapping-kb"]
@@ -130,8 +130,8 @@ def test_fork_cow_variant(child):
 def test_uffd_variant(resolve):
     if run_mmwork("uffd", "--check").returncode:
         pytest.skip("no userfaultfd here (root or vm.unprivileged_userfaultfd = 1)")
-    s = run_one("uffd", {"resolve": resolve})
-    check_sample(s, {"fault": PAGES}, thp=False)
+    s = mm_run_one("uffd", {"resolve": resolve})
+    mm_check_sample(s, {"fault": PAGES}, thp=False)
     assert s.counts["faults_resolved"] == s.counts["pages"]      # one ioctl per page
     # UFFDIO_COPY maps new pages; UFFDIO_ZEROPAGE the zero page, not in Rss.
     assert s.state["after_fault_rss_fraction"] == (1 if resolve == "copy" else 0)
