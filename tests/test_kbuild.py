@@ -3,6 +3,7 @@ the config check, on a tiny stand-in tree.  A real build is a slow test."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -113,17 +114,17 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     table = functions.SymbolTable.load(k.symbols)       # the build's System.map, kept
     assert "rmap_walk_ksm" in table.names and table.offsets[0] >= 0
     guest = boot.Guest(k, vcpus=1, memory_mb=256, timeout_s=300)
+    small = {"mapping-kb": 1024, "rounds": 1, "min-ms": 0}
+    sized = {"size-kb": 1024, "rounds": 1, "min-ms": 0}
+    params = {"ksm-rmap": {"vmas": 200}, "mremap-churn": {"seconds": 0.2},
+              "populate-unmap": {"seconds": 0.2},
+              "unmap-young": {"size-kb": 1024, "backing": "shmem", "rounds": 1, "min-ms": 0},
+              "pageout-refault": small, "madvise": small, "mincore-mlock": small,
+              "fork-cow": small, "page-fault": sized, "mprotect": sized, "mremap-ops": sized,
+              "munmap-zap": sized}
     for name in workloads.registry():
-        params = {"ksm-rmap": {"vmas": 200}, "mremap-churn": {"seconds": 0.2},
-                  "populate-unmap": {"seconds": 0.2},
-                  "unmap-young": {"size-kb": 1024, "backing": "shmem", "rounds": 1, "min-ms": 0},
-                  "pageout-refault": {"mapping-kb": 1024, "rounds": 1, "min-ms": 0},
-                  "page-fault": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
-                  "mprotect": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
-                  "mremap-ops": {"size-kb": 1024, "rounds": 1, "min-ms": 0},
-                  "munmap-zap": {"size-kb": 1024, "rounds": 1, "min-ms": 0}
-                  }.get(name, {})          # other workloads' defaults are small already
-        (s,) = qemu.sample(guest, workloads.get(name), params, 1, 0, HostSettings())
+        g = dataclasses.replace(guest, numa_nodes=2) if name == "migrate" else guest
+        (s,) = qemu.sample(g, workloads.get(name), params.get(name, {}), 1, 0, HostSettings())
         assert s.state["kernel"] == k.version and not s.errors, (name, s.errors)
     assert images.get(k.name).details["patches"][0]["sha256"]
 

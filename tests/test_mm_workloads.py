@@ -1,20 +1,26 @@
-"""The mm-family workloads beyond the seeds: each variant runs once on this
-kernel with tiny parameters and prints a sample whose timed windows were
-counted, whose metrics are real figures, whose page-state probes are there,
-and which no failed call spoiled; `mmwork describe` gives each its windows
-and mm paths."""
+"""The mm-family workloads beyond the seeds: each variant the host can run,
+once, with tiny parameters, through mmlab's own runner, printing a sample
+whose timed windows were counted, whose metrics are real figures, whose
+page-state probes are there and which no failed call spoiled; what needs a
+machine the host is not (two NUMA nodes) refuses in one line; `mmwork
+describe` gives each its windows and mm paths."""
 
 from __future__ import annotations
 
+import json
 import math
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from mmlab import workloads
 from mmlab.workloads import mmwork
+from mmlab.workloads.build import mmwork_path
 from mmlab.workloads.samples import Sample
 
+from .conftest import is_root
 from .conftest import mmwork as run_mmwork
 
 THP_ENABLED = Path("/sys/kernel/mm/transparent_hugepage/enabled")
@@ -202,3 +208,165 @@ def test_describe_gives_each_its_windows_mm_paths_and_help():
 def test_bad_arguments_exit_2_with_one_line(args, message):
     proc = run_mmwork(*args, "--check")
     assert proc.returncode == 2 and message in proc.stderr.strip().splitlines()[0]
+
+
+# ---------------------------------------------------------------- madvise, mincore, mlock,
+# msync, fork, migration (and userfaultfd, hugetlb)
+
+TINY = {"mapping-kb": 1024, "rounds": 2, "min-ms": 0}
+
+
+def mm_run_one(name: str, params: dict) -> Sample:
+    """One sample, no warm-up, with the windows counted (--insns): every
+    sample then says how many windows ran and the units of one."""
+    (s,) = mmwork.sample(workloads.get(name), {**TINY, **params, "insns": True}, samples=1,
+                         warmups=0)
+    return s
+
+
+def mm_check_sample(s: Sample, windows: dict[str, float], thp: bool = True) -> None:
+    """Metrics finite and positive, each window counted once a round with
+    its units, no failed call, the page state every sample carries."""
+    assert s.metrics and not s.errors, (s.metrics, s.errors)
+    for name, value in s.metrics.items():
+        assert value is not None and math.isfinite(value) and value > 0, (name, value)
+    rounds = s.counts["rounds"]
+    for window, units in windows.items():
+        assert s.counts[f"{window}_windows"] == rounds, window
+        assert s.counts[f"{window}_units"] == units, window
+    assert s.counts["pages"] == rounds * TINY["mapping-kb"] // 4
+    assert {"thp_enabled", "kernel"} <= s.state.keys()
+    assert not thp or {"mapping_start_mod_2m_kb", "thp_backed_fraction"} <= s.state.keys()
+
+
+PAGES = TINY["mapping-kb"] // 4
+MM_FAMILY = ("madvise", "mincore-mlock", "fork-cow", "migrate", "uffd", "hugetlb-fault")
+
+
+def test_describe_lists_windows_mm_paths_and_variants():
+    described = {w["name"]: w for w in json.loads(run_mmwork("describe").stdout)}
+    variants = {"madvise": ("advice", 9), "mincore-mlock": ("op", 4), "fork-cow": ("child", 2),
+                "migrate": ("op", 3), "uffd": ("resolve", 2), "hugetlb-fault": ("sharing", 2)}
+    for name in MM_FAMILY:
+        w = described[name]
+        assert w["mm_paths"] and w["vmstat"] and all(x["unit"] == "page" for x in w["windows"])
+        metrics = {m["name"] for m in w["metrics"]}
+        for x in w["windows"]:
+            assert {x["kernel_metric"], x["user_metric"], f"{x['name']}_ns_per_page"} <= metrics
+        assert all(p["help"] for p in w["params"]) and all(m["help"] for m in w["metrics"])
+        assert all("min" in p and p["max"] >= p["min"] for p in w["params"]
+                   if p["type"] in ("int", "size_kb", "bytes"))
+        param, n = variants[name]
+        assert len(next(p for p in w["params"] if p["name"] == param)["choices"]) == n
+    assert [x["name"] for x in described["fork-cow"]["windows"]] == ["fork", "cow", "exit"]
+    assert described["hugetlb-fault"]["host_settings"] == ["/proc/sys/vm/nr_hugepages"]
+
+
+@pytest.mark.parametrize("advice, backing", [
+    ("dontneed", "auto"), ("free", "auto"), ("cold", "auto"), ("pageout", "auto"),
+    ("willneed", "auto"), ("populate-read", "auto"), ("populate-write", "auto"),
+    ("process-cold", "auto"), ("process-pageout", "auto"),
+    ("dontneed", "shmem"), ("willneed", "shmem"), ("pageout", "file"),
+])
+def test_madvise_variant(advice, backing, tmp_path):
+    s = mm_run_one("madvise", {"advice": advice, "backing": backing, "dir": str(tmp_path),
+                            "thp": "nohugepage"})
+    mm_check_sample(s, {"advise": PAGES})
+    st, kb = s.state, TINY["mapping-kb"]
+    assert st["backing"] == ("file" if advice == "willneed" else "anon") if backing == "auto" \
+        else backing
+    if advice.startswith("populate"):      # from an empty range to every page mapped
+        assert st["before_advise_rss_kb"] == 0 and st["after_advise_resident_fraction"] == 1
+    else:
+        assert st["before_advise_rss_kb"] == kb or advice == "willneed"
+    if advice == "dontneed":
+        assert st["after_advise_rss_kb"] == 0
+    if advice == "free":
+        assert s.vmstat_delta["pglazyfree"] >= s.counts["pages"]
+    if advice == "willneed" and st["backing"] == "file" and st["dir_fs"] not in ("tmpfs", "ramfs"):
+        # The page cache was dropped before the call; its readahead brings it back.
+        assert st["before_advise_resident_fraction"] == 0
+        assert st["after_advise_resident_fraction"] > 0.5
+    assert list(tmp_path.iterdir()) == []  # the file was unlinked
+
+
+@pytest.mark.parametrize("op, backing", [
+    ("mincore", "auto"), ("mlock", "auto"), ("munlock", "auto"), ("msync", "auto"),
+    ("mincore", "file"), ("munlock", "shmem"),
+])
+def test_mincore_mlock_variant(op, backing, tmp_path):
+    s = mm_run_one("mincore-mlock", {"op": op, "backing": backing, "dir": str(tmp_path)})
+    mm_check_sample(s, {"op": PAGES})
+    st, kb = s.state, TINY["mapping-kb"]
+    assert st["resident_fraction"] == 1 and st["after_op_rss_kb"] == kb
+    locked = {"mincore": (0, 0), "mlock": (0, kb), "munlock": (kb, 0), "msync": (0, 0)}[op]
+    assert (st["before_op_vmlck_kb"], st["after_op_vmlck_kb"]) == locked
+    if op in ("mlock", "munlock"):
+        assert s.vmstat_delta["unevictable_pgs_mlocked"] >= s.counts["pages"]
+    if op == "msync" and st["dir_fs"] not in ("tmpfs", "ramfs"):
+        assert s.vmstat_delta["nr_written"] >= s.counts["pages"]
+
+
+@pytest.mark.parametrize("child", ["write", "exit"])
+def test_fork_cow_variant(child):
+    s = mm_run_one("fork-cow", {"child": child, "thp": "nohugepage"})
+    windows = {"fork": PAGES, "exit": PAGES} | ({"cow": PAGES} if child == "write" else {})
+    mm_check_sample(s, windows)
+    assert ("cow_ns_per_page" in s.metrics) is (child == "write")
+    assert s.state["parent_anon_kb"] == TINY["mapping-kb"]
+    assert s.state["child_after_cow_anon_kb"] == TINY["mapping-kb"]
+
+
+@pytest.mark.parametrize("resolve", ["copy", "zeropage"])
+def test_uffd_variant(resolve):
+    if run_mmwork("uffd", "--check").returncode:
+        pytest.skip("no userfaultfd here (root or vm.unprivileged_userfaultfd = 1)")
+    s = mm_run_one("uffd", {"resolve": resolve})
+    mm_check_sample(s, {"fault": PAGES}, thp=False)
+    assert s.counts["faults_resolved"] == s.counts["pages"]      # one ioctl per page
+    # UFFDIO_COPY maps new pages; UFFDIO_ZEROPAGE the zero page, not in Rss.
+    assert s.state["after_fault_rss_fraction"] == (1 if resolve == "copy" else 0)
+
+
+@pytest.mark.skipif(not is_root(), reason="hugetlb-fault writes /proc/sys/vm/nr_hugepages")
+def test_hugetlb_fault_is_checked_here_and_runs_in_a_guest():
+    """The pool is a global setting: the host only checks the arguments;
+    a guest runs it (mmlab run hugetlb-fault --target qemu ...)."""
+    assert run_mmwork("hugetlb-fault", "--sharing", "shared", "--check").returncode == 0
+    proc = run_mmwork("hugetlb-fault", "--mapping-kb", "3000", "--check")
+    assert proc.returncode == 2 and "not a multiple of 2048" in proc.stderr
+
+
+def test_migrate_refuses_one_node_in_one_line():
+    nodes = Path("/sys/devices/system/node/has_memory")
+    if nodes.exists() and any(c in nodes.read_text() for c in ",-"):
+        pytest.skip("this machine has two memory nodes: migrate runs in a guest's tests")
+    proc = run_mmwork("migrate", "--check")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "needs two NUMA nodes" in line and "numa_nodes = 2" in line
+
+
+@pytest.mark.parametrize("args, message", [
+    (("madvise", "--advice", "free", "--backing", "file"), "private anonymous memory only"),
+    (("mincore-mlock", "--op", "msync", "--backing", "anon"), "writes back a shared file"),
+    (("fork-cow", "--child", "vfork"), "--child: 'vfork' is not one of"),
+])
+def test_impossible_variants_refuse_in_one_line(args, message):
+    proc = run_mmwork(*args, "--check")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert message in line
+
+
+@pytest.mark.skipif(not is_root() or not shutil.which("setpriv") or not shutil.which("prlimit"),
+                    reason="drops CAP_IPC_LOCK with setpriv: root only")
+def test_a_sample_whose_every_call_failed_fails():
+    """Without CAP_IPC_LOCK and with a 64 KiB RLIMIT_MEMLOCK every mlock()
+    fails: the sample is not printed and mmwork exits 1."""
+    proc = subprocess.run(["setpriv", "--inh-caps=-ipc_lock", "--bounding-set=-ipc_lock",
+                           "prlimit", "--memlock=65536", str(mmwork_path()), "mincore-mlock",
+                           "--op", "mlock", "--mapping-kb", "1024", "--rounds", "2",
+                           "--min-ms", "0", "--warmups", "0"], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert "sample 0 failed" in proc.stderr

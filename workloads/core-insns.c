@@ -115,6 +115,33 @@ void mm_insns_end(int w)
 	__atomic_fetch_add(&insns_totals->user[w], u - insns_start_user[w], __ATOMIC_RELAXED);
 }
 
+void mm_insns_other_begin(struct mm_insns_other *o, pid_t pid, int counted)
+{
+	o->kernel = o->user = -1;
+	if (!mm_insns_on || !counted || insns_perf_open() < 0)
+		return;
+	o->kernel = mm_insns_counter(pid, 1, -1, 0);
+	o->user = o->kernel >= 0 ? mm_insns_counter(pid, 0, o->kernel, 0) : -1;
+	if (o->user < 0 && o->kernel >= 0) {
+		close(o->kernel);
+		o->kernel = -1;
+	}
+}
+
+void mm_insns_other_end(struct mm_insns_other *o, int w)
+{
+	struct { uint64_t nr, v[2]; } g;
+	if (o->kernel < 0)
+		return;
+	if (read(o->kernel, &g, sizeof(g)) == (ssize_t)sizeof(g) && g.nr == 2) {
+		__atomic_fetch_add(&insns_totals->kernel[w], g.v[0], __ATOMIC_RELAXED);
+		__atomic_fetch_add(&insns_totals->user[w], g.v[1], __ATOMIC_RELAXED);
+	}
+	close(o->user);
+	close(o->kernel);
+	o->kernel = o->user = -1;
+}
+
 void mm_window_units(struct mm_ctx *c, int w, double n)
 {
 	(void)c;

@@ -97,6 +97,37 @@ void mm_insns_end(int window);
 		mm_insns_end(w); \
 	t_; })
 
+/*
+ * A window whose work another process does (fork-cow's exit: the parent
+ * releases a child, the child exits, the parent reaps it).  Its markers
+ * cover every vCPU, since the other process runs on any of them; with perf,
+ * mm_insns_other_begin() opens a counter group on `pid` before the window
+ * and mm_insns_other_end() adds what it counted to window `w` after it (a
+ * reaped child's counters keep their final counts), so the window's
+ * instructions are both processes'.  `counted` as for MM_WINDOW_BEGIN.
+ */
+#define MM_WINDOW_BEGIN_ALL(w, counted) __extension__ ({ \
+	const int on_ = mm_insns_on && (counted); \
+	if (on_) \
+		mm_insns_begin(w); \
+	const uint64_t t_ = mm_now_ns(); \
+	if (on_) \
+		MM_MARK(MM_MARK_BEGIN_ALL | (w)); \
+	t_; })
+#define MM_WINDOW_END_ALL(w, counted) __extension__ ({ \
+	const int on_ = mm_insns_on && (counted); \
+	if (on_) \
+		MM_MARK(MM_MARK_END_ALL | (w)); \
+	const uint64_t t_ = mm_now_ns(); \
+	if (on_) \
+		mm_insns_end(w); \
+	t_; })
+struct mm_insns_other {
+	int kernel, user;	/* the counter group on the other process, or -1 */
+};
+void mm_insns_other_begin(struct mm_insns_other *o, pid_t pid, int counted);
+void mm_insns_other_end(struct mm_insns_other *o, int window);
+
 /* How many units (pages, ops) one window of `w` works on in this sample;
  * a window without units gets no per-unit metrics. */
 void mm_window_units(struct mm_ctx *ctx, int window, double units);

@@ -28,6 +28,12 @@ extern const struct mm_workload wl_mprotect;
 extern const struct mm_workload wl_mremap_ops;
 extern const struct mm_workload wl_munmap_zap;
 extern const struct mm_workload wl_exec;
+extern const struct mm_workload wl_madvise;
+extern const struct mm_workload wl_mincore_mlock;
+extern const struct mm_workload wl_fork_cow;
+extern const struct mm_workload wl_migrate;
+extern const struct mm_workload wl_uffd;
+extern const struct mm_workload wl_hugetlb_fault;
 
 #ifdef MMWORK_SINGLE
 /*
@@ -41,7 +47,8 @@ static const char *const default_args[] = { MMWORK_DEFAULT_ARGS NULL };
 static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
 	&wl_unmap_young, &wl_ksm_rmap, &wl_page_fault, &wl_mprotect, &wl_mremap_ops,
-	&wl_munmap_zap, &wl_exec, NULL,
+	&wl_munmap_zap, &wl_madvise, &wl_mincore_mlock, &wl_fork_cow,
+	&wl_migrate, &wl_uffd, &wl_hugetlb_fault, &wl_exec, NULL,
 };
 #endif
 

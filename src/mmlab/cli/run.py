@@ -85,7 +85,8 @@ def register() -> None:
     """One subcommand per workload in mmwork's table, and `exec`."""
     from mmlab import workloads
     for wl in workloads.registry().values():
-        app.command(wl.name, help=f"{wl.summary} (seed {wl.seed}). mm paths: "
+        seed = f" (seed {wl.seed})" if wl.seed else ""
+        app.command(wl.name, help=f"{wl.summary}{seed}. mm paths: "
                                   f"{', '.join(wl.mm_paths)}.",
                     epilog=f"Example: mmlab run {wl.name} --samples 3")(workload_command(wl))
     app.command("exec", context_settings={"allow_extra_args": True,

@@ -1,0 +1,401 @@
+/*
+ * madvise.c - the madvise() advices that act on the pages of a range, and
+ * process_madvise() through a pidfd of the process itself.
+ *
+ * Each round maps --mapping-kb fresh (anonymous memory by default, a memfd
+ * or a file in --dir with --backing), puts it in the state the advice acts
+ * on, outside the timed window, and times the one call over the whole
+ * range:
+ *
+ * - dontneed: zaps the PTEs (zap_page_range_single_batched), freeing anon
+ *   pages; free: MADV_FREE marks anon folios lazy-free (madvise_free_pte_range,
+ *   moved to the file LRU, freed only under pressure; anon only);
+ * - cold: deactivates (madvise_cold_or_pageout_pte_range, folio_deactivate);
+ *   pageout: isolates and reclaims at once (reclaim_pages ->
+ *   shrink_folio_list: without swap anon folios cannot go and are put back,
+ *   clean file folios are dropped);
+ * - willneed: on a file, readahead of what is not cached (the round drops
+ *   the file's page cache first with POSIX_FADV_DONTNEED and waits for the
+ *   reads after the window); on shmem or anon, swap-in of swapped-out pages
+ *   only (a walk over present pages without swap);
+ * - populate-read / populate-write: fault every page in (read: the zero page
+ *   for anon; write: allocate), on a mapping left unpopulated;
+ * - process-cold / process-pageout: the same two through process_madvise()
+ *   on a pidfd of this process (vector_madvise), one iovec for the range.
+ *
+ * The populate step is a write-touch (anon, shmem) or a read-touch (file,
+ * which keeps the page cache clean).  What backed the range, before and
+ * after the advice, is read on one extra untimed round after the timed
+ * ones: smaps and mincore walk the very page tables the advice walks.
+ */
+#define _GNU_SOURCE
+#include "common.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/vfs.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef MADV_COLD
+#define MADV_COLD 20
+#endif
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21
+#endif
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_process_madvise
+#define SYS_process_madvise 440
+#endif
+
+static const char *const advice_choices[] = {
+	"dontneed", "free", "cold", "pageout", "willneed", "populate-read", "populate-write",
+	"process-cold", "process-pageout", NULL,
+};
+static const char *const backing_choices[] = { "auto", "anon", "shmem", "file", NULL };
+static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
+
+static const struct mm_param params[] = {
+	{ "advice", MM_CHOICE, "dontneed", "what is timed: madvise(MADV_DONTNEED, _FREE, _COLD, "
+	  "_PAGEOUT, _WILLNEED, _POPULATE_READ, _POPULATE_WRITE) or process_madvise(MADV_COLD or "
+	  "MADV_PAGEOUT) on a pidfd of this process", 0, 0, advice_choices },
+	{ "backing", MM_CHOICE, "auto", "what the range maps: anon (private anonymous), shmem (a "
+	  "shared memfd), file (a shared mapping of a file in --dir); auto = file for willneed, "
+	  "anon otherwise", 0, 0, backing_choices },
+	{ "mapping-kb", MM_SIZE_KB, "4096", "size of the range in KiB", 64, 1L << 40, NULL },
+	{ "thp", MM_CHOICE, "default", "THP advice for the range (madvise), as pageout-refault",
+	  0, 0, thp_choices },
+	{ "align", MM_CHOICE, "pmd", "where the range starts: pmd = on a 2 MiB boundary, so THP "
+	  "can back it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
+	{ "rounds", MM_INT, "8", "minimum map/populate/advise rounds per sample", 1, 1000000, NULL },
+	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	{ "dir", MM_PATH, "/var/tmp", "directory for --backing file (a file created and "
+	  "unlinked there)", 0, 0, NULL },
+	{ NULL },
+};
+
+#define MEDIAN " (median round, per page)"
+#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
+static const struct mm_metric metrics[] = {
+	{ "advise_ns_per_page", "ns", 0, "the madvise() or process_madvise() call over the "
+	  "range" MEDIAN },
+	{ "advise_ns_per_page_total", "ns", 0, "the madvise() or process_madvise() call over the "
+	  "range" TOTAL },
+	{ NULL },
+};
+
+/* The timed window, by id. */
+enum { MA_ADVISE };
+static const struct mm_window windows[] = {
+	{ "advise", "page", "the madvise() or process_madvise() call over the range" },
+	{ NULL },
+};
+
+static const char *const mm_paths[] = {
+	"madvise_vma_behavior", "zap_page_range_single_batched", "zap_page_range_single",
+	"madvise_free_single_vma", "madvise_free_pte_range", "folio_mark_lazyfree",
+	"madvise_cold_or_pageout_pte_range", "folio_deactivate", "reclaim_pages",
+	"shrink_folio_list", "vfs_fadvise", "force_page_cache_ra", "page_cache_ra_unbounded",
+	"swapin_walk_pmd_entry", "faultin_page_range", "__get_user_pages", "handle_mm_fault",
+	"vector_madvise", "tlb_finish_mmu", "__split_huge_pmd", NULL,
+};
+
+static const char *const vmstat[] = {
+	"pgfault", "pgmajfault", "pgfree", "pglazyfree", "pglazyfreed", "pgdeactivate",
+	"pgactivate", "pgscan_anon", "pgsteal_anon", "pgscan_file", "pgsteal_file", "pswpout",
+	"pgpgin", "thp_fault_alloc", "thp_split_pmd", "thp_split_page", "thp_deferred_split_page",
+	"workingset_refault_file", NULL,
+};
+
+static const char *const tracepoints[] = { "vmscan", "huge_memory", "filemap", NULL };
+
+enum backing { B_ANON, B_SHMEM, B_FILE };
+
+struct ma_setup {
+	int advice;		/* MADV_* */
+	int process;		/* through process_madvise() */
+	int populate;		/* the advice faults in: leave the range empty */
+	int willneed_file;	/* drop the page cache before, wait for the reads after */
+	enum backing backing;
+	int fd;			/* shmem or file, or -1 */
+	int pidfd;		/* process_madvise, or -1 */
+};
+
+static enum backing backing_of(const struct mm_ctx *c)
+{
+	const char *b = mm_arg_str(c, "backing");
+	if (!strcmp(b, "auto"))
+		return strcmp(mm_arg_str(c, "advice"), "willneed") ? B_ANON : B_FILE;
+	return !strcmp(b, "anon") ? B_ANON : !strcmp(b, "shmem") ? B_SHMEM : B_FILE;
+}
+
+static int ma_validate(struct mm_ctx *c)
+{
+	if (!strcmp(mm_arg_str(c, "advice"), "free") && backing_of(c) != B_ANON) {
+		fprintf(stderr, "mmwork: madvise: --advice free acts on private anonymous memory "
+			"only (the kernel refuses MADV_FREE elsewhere): use --backing anon\n");
+		return -1;
+	}
+	return 0;
+}
+
+static const char *fs_name(long magic)
+{
+	switch (magic) {
+	case 0xEF53: return "ext4";
+	case 0x01021994: return "tmpfs";
+	case 0x58465342: return "xfs";
+	case 0x9123683E: return "btrfs";
+	case 0x794c7630: return "overlay";
+	case 0x858458f6: return "ramfs";
+	default: return "other";
+	}
+}
+
+/* The shmem or file contents, written so that they exist before mapping. */
+static int open_backing(struct mm_ctx *c, enum backing b, size_t len)
+{
+	char path[512];
+	int fd;
+	if (b == B_SHMEM) {
+		fd = memfd_create("mmwork-madvise", MFD_CLOEXEC);
+	} else {
+		snprintf(path, sizeof(path), "%s/mmwork-madvise.%d", mm_arg_str(c, "dir"), (int)getpid());
+		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+		unlink(path);	/* gone when the sample closes it, whatever happens */
+	}
+	if (fd < 0) {
+		mm_error("open", errno);
+		return -1;
+	}
+	char *chunk = malloc(1 << 20);
+	memset(chunk, 0x5a, 1 << 20);
+	for (size_t off = 0; off < len; off += 1 << 20) {
+		size_t n = len - off < (1 << 20) ? len - off : (1 << 20);
+		if (pwrite(fd, chunk, n, (off_t)off) != (ssize_t)n) {
+			mm_error("pwrite", errno);
+			free(chunk);
+			close(fd);
+			return -1;
+		}
+	}
+	free(chunk);
+	/* Clean page cache: a pageout or a DONTNEED of the fadvise drops it. */
+	if (b == B_FILE && fdatasync(fd))
+		mm_error("fdatasync", errno);
+	return fd;
+}
+
+static void setup(struct mm_ctx *c, struct ma_setup *s)
+{
+	const char *a = mm_arg_str(c, "advice");
+	memset(s, 0, sizeof(*s));
+	s->fd = s->pidfd = -1;
+	s->backing = backing_of(c);
+	s->process = !strncmp(a, "process-", 8);
+	if (s->process)
+		a += 8;
+	s->advice = !strcmp(a, "dontneed") ? MADV_DONTNEED : !strcmp(a, "free") ? MADV_FREE :
+		    !strcmp(a, "cold") ? MADV_COLD : !strcmp(a, "pageout") ? MADV_PAGEOUT :
+		    !strcmp(a, "willneed") ? MADV_WILLNEED :
+		    !strcmp(a, "populate-read") ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
+	s->populate = s->advice == MADV_POPULATE_READ || s->advice == MADV_POPULATE_WRITE;
+	s->willneed_file = s->advice == MADV_WILLNEED && s->backing == B_FILE;
+}
+
+/* Pages of [p, p + len) mincore() calls resident (a probe). */
+static double resident_fraction(char *p, size_t len)
+{
+	const size_t n = len / MM_PAGE_SIZE;
+	unsigned char *vec = malloc(n);
+	size_t in = 0;
+	if (!vec || mincore(p, len, vec)) {
+		mm_error("mincore_probe", errno);
+		free(vec);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		in += vec[i] & 1;
+	free(vec);
+	return (double)in / (double)n;
+}
+
+/* What the probe round saw, before and after the advice. */
+struct ma_probe {
+	struct mm_smaps before, after;
+	double resident_before, resident_after;
+};
+
+/*
+ * One round: map, THP advice, populate (or not), the timed advice, unmap.
+ * Returns the call's ns, 0 when it failed (counted), -1 without a mapping.
+ * With `probe` set the window is not counted and smaps and mincore are read
+ * around the call; that round's time is never used.
+ */
+static int64_t ma_round(struct mm_ctx *c, const struct ma_setup *s, size_t len,
+			struct ma_probe *probe, char **start)
+{
+	const char *thp = mm_arg_str(c, "thp");
+	const size_t align = mm_align_bytes(mm_arg_str(c, "align"));
+	const int timed = !probe;
+	char *p = s->backing == B_ANON ? mm_map_aligned(len, align) :
+		  mm_map(len, align, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd);
+	if (!p)
+		return -1;
+	*start = p;
+	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
+		mm_error("madvise_hugepage", errno);
+	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
+		mm_error("madvise_nohugepage", errno);
+
+	if (s->willneed_file) {
+		/* Nothing of the file is mapped: the fadvise drops all of its
+		 * (clean) page cache, so the readahead has everything to read. */
+		if (posix_fadvise(s->fd, 0, (off_t)len, POSIX_FADV_DONTNEED))
+			mm_error("fadvise_dontneed", errno);
+	} else if (!s->populate) {
+		if (s->backing == B_FILE)
+			mm_touch_read(p, len);
+		else
+			mm_touch_write(p, len, 1);
+	}
+	if (probe) {
+		mm_smaps_range(p, len, &probe->before);
+		probe->resident_before = resident_fraction(p, len);
+	}
+
+	struct iovec iov = { p, len };
+	uint64_t t0 = MM_WINDOW_BEGIN(MA_ADVISE, timed);
+	long rc = s->process ? syscall(SYS_process_madvise, s->pidfd, &iov, 1UL, s->advice, 0U) :
+		  madvise(p, len, s->advice);
+	uint64_t t1 = MM_WINDOW_END(MA_ADVISE, timed);
+	const int failed = s->process ? rc != (long)len : rc != 0;
+	if (failed)
+		mm_error(s->process ? "process_madvise" : "madvise", rc < 0 ? errno : EAGAIN);
+
+	if (probe) {
+		mm_smaps_range(p, len, &probe->after);
+		probe->resident_after = resident_fraction(p, len);
+		/* The readahead the call started completes later: what it
+		 * brought in, once nothing more arrives (or after a second). */
+		for (int i = 0; s->willneed_file && i < 100; i++) {
+			const struct timespec tick = { 0, 10 * 1000000 };
+			nanosleep(&tick, NULL);
+			double now = resident_fraction(p, len);
+			if (now == probe->resident_after && now > 0)
+				break;
+			probe->resident_after = now;
+		}
+	}
+	if (s->willneed_file)
+		mm_touch_read(p, len);	/* wait for the readahead: next round drops it all */
+	munmap(p, len);
+	return failed ? 0 : (int64_t)(t1 - t0);
+}
+
+static int ma_sample(struct mm_ctx *c)
+{
+	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
+	const double pages = (double)(len / MM_PAGE_SIZE);
+	const long min_rounds = mm_arg_long(c, "rounds");
+	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
+	static const char *const backing_names[] = { "anon", "shmem", "file" };
+	struct mm_rounds advise = { 0 };
+	struct ma_setup s;
+	long attempts = 0, aligned = 0;
+	char *start = NULL;
+	int rc = 1;
+
+	setup(c, &s);
+	if (s.backing != B_ANON && (s.fd = open_backing(c, s.backing, len)) < 0)
+		return 1;
+	if (s.process && (s.pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0) {
+		mm_error("pidfd_open", errno);
+		goto out;
+	}
+
+	/* The timed rounds read no state at all. */
+	const uint64_t t_start = mm_now_ns();
+	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
+		int64_t ns = ma_round(c, &s, len, NULL, &start);
+		attempts++;
+		if (ns < 0)
+			goto out;
+		if (ns > 0) {
+			mm_rounds_add(&advise, (uint64_t)ns);
+			aligned += mm_pmd_offset_kb(start) == 0;
+		}
+		if (!advise.n && attempts >= min_rounds)
+			break;		/* every call failed */
+	}
+	if (!advise.n)
+		goto out;
+
+	const double all = pages * (double)advise.n;
+	mm_metric(c, "advise_ns_per_page", mm_rounds_median(&advise) / pages);
+	mm_metric(c, "advise_ns_per_page_total", mm_rounds_total(&advise) / all);
+	mm_count(c, "rounds", (double)advise.n);
+	mm_count(c, "pages", all);
+	mm_window_units(c, MA_ADVISE, pages);
+	mm_state_str(c, "backing", backing_names[s.backing]);
+	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)advise.n);
+	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	rc = 0;
+	if (!mm_probes(c))
+		goto out;
+
+	/* What the memory was, from one extra round after the timed ones. */
+	struct ma_probe probe;
+	if (ma_round(c, &s, len, &probe, &start) < 0) {
+		rc = 1;
+		goto out;
+	}
+	mm_state_num(c, "thp_backed_fraction",
+		     (double)probe.before.anon_huge_kb / ((double)len / 1024));
+	mm_state_smaps(c, "before_advise_", &probe.before);
+	mm_state_smaps(c, "after_advise_", &probe.after);
+	mm_state_num(c, "before_advise_resident_fraction", probe.resident_before);
+	mm_state_num(c, "after_advise_resident_fraction", probe.resident_after);
+	if (s.backing == B_FILE) {
+		struct statfs fs;
+		if (!fstatfs(s.fd, &fs))
+			mm_state_str(c, "dir_fs", fs_name((long)fs.f_type));
+	}
+out:
+	mm_rounds_free(&advise);
+	if (s.fd >= 0)
+		close(s.fd);
+	if (s.pidfd >= 0)
+		close(s.pidfd);
+	return rc;
+}
+
+const struct mm_workload wl_madvise = {
+	.name = "madvise",
+	.seed = "",
+	.summary = "map a range, populate it, time one madvise() or process_madvise() advice "
+		   "over it (DONTNEED, FREE, COLD, PAGEOUT, WILLNEED, POPULATE_READ/WRITE)",
+	.params = params,
+	.metrics = metrics,
+	.mm_paths = mm_paths,
+	.vmstat = vmstat,
+	.tracepoints = tracepoints,
+	.windows = windows,
+	.default_warmups = 1,
+	.validate = ma_validate,
+	.sample = ma_sample,
+};
