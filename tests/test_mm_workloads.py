@@ -370,3 +370,34 @@ def test_a_sample_whose_every_call_failed_fails():
                            "--min-ms", "0", "--warmups", "0"], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout == ""
     assert "sample 0 failed" in proc.stderr
+
+
+# ---------------------------------------------------------------- in a guest
+
+BROAD = [name for name, wl in workloads.registry().items() if wl.seed.startswith("none")]
+
+
+@pytest.fixture(scope="module")
+def plugin() -> Path:
+    from mmlab.kernels import qemu_plugin
+    return qemu_plugin.ensure()
+
+
+@pytest.mark.parametrize("name", BROAD)
+def test_each_mm_family_workload_runs_and_is_counted_in_a_guest(name, k612, plugin):
+    """One counting boot of each at its defaults in a debian:6.12 TCG guest
+    (migrate in a guest of two NUMA nodes): no failed call, and every window
+    that ran counted by the QEMU plugin in kernel instructions per unit."""
+    from mmlab.machine.knobs import HostSettings
+    from mmlab.targets import boot, qemu
+    from mmlab.workloads import insns
+    wl = workloads.get(name)
+    guest = boot.Guest(k612, vcpus=1, memory_mb=512, numa_nodes=2 if name == "migrate" else 1,
+                       timeout_s=300)
+    (s,) = qemu.sample(guest, wl, insns.counting_params({}), 1, 0, HostSettings(), plugin=plugin)
+    assert not s.errors, s.errors
+    ran = [w for w in wl.windows if s.counts.get(f"{w.name}_windows")]
+    assert ran, s.counts
+    for w in ran:
+        assert s.metrics[w.kernel_metric] > 0, (w.name, s.metrics)
+    assert s.state["insns_source"] == "qemu tcg plugin"

@@ -289,7 +289,7 @@ out:
 
 const struct mm_workload wl_fork_cow = {
 	.name = "fork-cow",
-	.seed = "",
+	.seed = "none: a baseline of fork, copy-on-write and exit",
 	.summary = "populate an anon mapping, fork, the child writes every page (copy-on-write) "
 		   "and exits: fork, CoW and exit timed per page",
 	.params = params,

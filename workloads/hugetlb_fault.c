@@ -220,7 +220,7 @@ out:
 
 const struct mm_workload wl_hugetlb_fault = {
 	.name = "hugetlb-fault",
-	.seed = "",
+	.seed = "none: a baseline of hugetlb faults and unmap",
 	.summary = "fault in every page of a MAP_HUGETLB mapping from the reserved pool and "
 		   "unmap it, each timed per 4 KiB page (grows the pool through nr_hugepages)",
 	.params = params,

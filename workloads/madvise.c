@@ -386,7 +386,7 @@ out:
 
 const struct mm_workload wl_madvise = {
 	.name = "madvise",
-	.seed = "",
+	.seed = "none: a baseline of madvise() and process_madvise()",
 	.summary = "map a range, populate it, time one madvise() or process_madvise() advice "
 		   "over it (DONTNEED, FREE, COLD, PAGEOUT, WILLNEED, POPULATE_READ/WRITE)",
 	.params = params,

@@ -292,7 +292,7 @@ out:
 
 const struct mm_workload wl_migrate = {
 	.name = "migrate",
-	.seed = "",
+	.seed = "none: a baseline of page migration between NUMA nodes",
 	.summary = "bind a populated anon range to one node and time move_pages(), "
 		   "migrate_pages() or mbind(MPOL_MF_MOVE) moving it to the other (two nodes)",
 	.params = params,

@@ -331,7 +331,7 @@ out:
 
 const struct mm_workload wl_mincore_mlock = {
 	.name = "mincore-mlock",
-	.seed = "",
+	.seed = "none: a baseline of mincore, mlock, munlock and msync",
 	.summary = "populate a range once, then time mincore(), mlock(), munlock() or "
 		   "msync(MS_SYNC) of it per round",
 	.params = params,

@@ -284,7 +284,7 @@ out:
 
 const struct mm_workload wl_uffd = {
 	.name = "uffd",
-	.seed = "",
+	.seed = "none: a baseline of userfaultfd missing-fault resolution",
 	.summary = "register a fresh anon range with userfaultfd and time reading every page, "
 		   "a handler thread resolving each missing fault with UFFDIO_COPY or "
 		   "UFFDIO_ZEROPAGE",
