@@ -405,6 +405,21 @@ def test_the_shipped_suite_reads(monkeypatch):
     assert found.kernels[found.reference_slot] == "debian:6.12"
 
 
+def test_the_broad_mm_suite_reads_with_its_areas(monkeypatch):
+    """experiments/suites/mm.toml: at least 20 counted workload variants over
+    at least 10 mm areas, each profile measuring instruction counts only
+    (counting boots alone) and every one a plan the tracker can run."""
+    from mmlab.kernels import specs
+    from mmlab.workloads import insns
+    monkeypatch.setattr(specs, "expand", lambda names, apt=None: [
+        "debian:6.1", "debian:6.12", "debian:7.3"])
+    found = suite.load(ROOT / "experiments" / "suites" / "mm.toml")
+    assert len(found.profiles) >= 20 and len({t.area for t in found.profiles}) >= 10
+    for t in found.profiles:
+        assert t.metrics and insns.only(t.plan.workload, t.metrics), t.name
+        assert t.plan.workload.seed.startswith("none"), t.name
+
+
 def test_debian_releases_are_exact_and_branches_every_point_release(monkeypatch):
     rows = [{"package": f"linux-image-{v}+deb13-cloud-amd64-unsigned", "version": f"{v}-{r}",
              "suite": "trixie"} for v, r in (("6.12.90", "1"), ("6.12.90", "2"),
