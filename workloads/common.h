@@ -22,6 +22,7 @@
 #include "core-rounds.h"
 #include "core-insns.h"
 #include "core-record.h"
+#include "core-range.h"
 #include "core-sample.h"
 
 #endif

@@ -5,7 +5,9 @@
  * A workload is a table (name, parameters, metrics, the mm paths it drives,
  * the /proc/vmstat counters that explain it) and one function that produces
  * one measured sample.  Every other part of the harness reads this table, so
- * it is kept apart from any of them.  Types only; no code.
+ * it is kept apart from any of them.  Types only; no code.  A workload file
+ * names its tables params, metrics, mm_paths, vmstat, tracepoints and
+ * windows, which MM_WORKLOAD_TABLES puts in its `struct mm_workload`.
  */
 #ifndef MMWORK_CORE_WORKLOAD_H
 #define MMWORK_CORE_WORKLOAD_H
@@ -76,5 +78,10 @@ struct mm_workload {
 	/* Produce one sample: fill metrics/state through the mm_* calls. */
 	int (*sample)(struct mm_ctx *ctx);
 };
+
+/* The tables of a workload file, in its `const struct mm_workload`. */
+#define MM_WORKLOAD_TABLES \
+	.params = params, .metrics = metrics, .mm_paths = mm_paths, .vmstat = vmstat, \
+	.tracepoints = tracepoints, .windows = windows
 
 #endif

@@ -37,34 +37,30 @@
 #include <unistd.h>
 
 static const char *const child_choices[] = { "write", "exit", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
-	{ "mapping-kb", MM_SIZE_KB, "8192", "anonymous mapping size in KiB (the parent's; the "
-	  "child copies as much again with --child write)", 64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("mapping-kb", "8192", "anonymous mapping size in KiB (the parent's; the "
+			 "child copies as much again with --child write)"),
 	{ "child", MM_CHOICE, "write", "what the child does before it exits: write = a write to "
 	  "every page (copy-on-write, timed), then exit; exit = exit at once, its pages still "
 	  "shared", 0, 0, child_choices },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise)", 0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "4", "minimum map/populate/fork/write/exit rounds per sample", 1,
-	  1000000, NULL },
-	{ "min-ms", MM_INT, "100", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_THP("default", "mapping", ""),
+	MM_PARAM_ALIGN("mapping", "it", ""),
+	MM_PARAM_ROUNDS("4", "minimum map/populate/fork/write/exit rounds per sample"),
+	MM_PARAM_MIN_MS("100"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page of the mapping)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
+#define MEDIAN MM_MEDIAN_PER("page of the mapping")
 static const struct mm_metric metrics[] = {
 	{ "fork_ns_per_page", "ns", 0, "fork() in the parent" MEDIAN },
 	{ "cow_ns_per_page", "ns", 0, "the child's copy-on-write write to every page (--child "
 	  "write)" MEDIAN },
 	{ "exit_ns_per_page", "ns", 0, "the child's exit, from its release to the parent's "
 	  "wait() returning" MEDIAN },
-	{ "fork_ns_per_page_total", "ns", 0, "fork() in the parent" TOTAL },
-	{ "cow_ns_per_page_total", "ns", 0, "the child's copy-on-write writes" TOTAL },
-	{ "exit_ns_per_page_total", "ns", 0, "the child's exit to the parent's wait()" TOTAL },
+	{ "fork_ns_per_page_total", "ns", 0, "fork() in the parent" MM_TOTAL },
+	{ "cow_ns_per_page_total", "ns", 0, "the child's copy-on-write writes" MM_TOTAL },
+	{ "exit_ns_per_page_total", "ns", 0, "the child's exit to the parent's wait()" MM_TOTAL },
 	{ NULL },
 };
 
@@ -145,17 +141,11 @@ struct fc_ns {
 static int fc_round(struct mm_ctx *c, size_t len, struct fc_ns *ns, struct mm_smaps *probe,
 		    char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
 	const int timed = !probe, write_pages = !strcmp(mm_arg_str(c, "child"), "write");
 	int go[2], done[2], status, rc = 1;
-	char *p = mm_map_aligned(len, mm_align_bytes(mm_arg_str(c, "align")));
+	char *p = mm_map_range(c, len, MAP_PRIVATE | MAP_ANONYMOUS, -1, start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 	mm_touch_write(p, len, 1);
 	if (probe)
 		mm_smaps_range(p, len, probe);
@@ -212,55 +202,53 @@ close_go:
 	return rc;
 }
 
+/* A timed round for mm_run_rounds. */
+struct fc_run {
+	size_t len;
+	struct mm_rounds fork_r, cow_r, exit_r;
+};
+
+static int fc_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct fc_run *r = arg;
+	struct fc_ns ns;
+	const int rc = fc_round(c, r->len, &ns, NULL, start);
+	if (!rc) {
+		mm_rounds_add(&r->fork_r, ns.fork);
+		mm_rounds_add(&r->cow_r, ns.cow);
+		mm_rounds_add(&r->exit_r, ns.exit);
+	}
+	return rc;
+}
+
 static int fc_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
 	const int write_pages = !strcmp(mm_arg_str(c, "child"), "write");
-	struct mm_rounds fork_r = { 0 }, cow_r = { 0 }, exit_r = { 0 };
-	long attempts = 0, aligned = 0;
-	char *start = NULL;
+	struct fc_run r = { .len = len };
+	struct mm_loop loop;
 	struct fc_ns ns;
 	int rc = 1;
 
 	sh = mm_shared_alloc(sizeof(*sh));
-	/* The timed rounds read no state at all. */
-	const uint64_t t_start = mm_now_ns();
-	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		int r = fc_round(c, len, &ns, NULL, &start);
-		attempts++;
-		if (r < 0)
-			goto out;
-		if (r == 0) {
-			mm_rounds_add(&fork_r, ns.fork);
-			mm_rounds_add(&cow_r, ns.cow);
-			mm_rounds_add(&exit_r, ns.exit);
-			aligned += mm_pmd_offset_kb(start) == 0;
-		}
-		if (!fork_r.n && attempts >= min_rounds)
-			break;		/* every round failed */
-	}
-	if (!fork_r.n)
+	if (mm_run_rounds(c, mm_arg_long(c, "rounds"), fc_timed, &r, &loop) || !loop.timed)
 		goto out;
 
-	const double all = pages * (double)fork_r.n;
-	mm_metric(c, "fork_ns_per_page", mm_rounds_median(&fork_r) / pages);
-	mm_metric(c, "exit_ns_per_page", mm_rounds_median(&exit_r) / pages);
-	mm_metric(c, "fork_ns_per_page_total", mm_rounds_total(&fork_r) / all);
-	mm_metric(c, "exit_ns_per_page_total", mm_rounds_total(&exit_r) / all);
+	const double all = pages * (double)r.fork_r.n;
+	mm_metric(c, "fork_ns_per_page", mm_rounds_median(&r.fork_r) / pages);
+	mm_metric(c, "exit_ns_per_page", mm_rounds_median(&r.exit_r) / pages);
+	mm_metric(c, "fork_ns_per_page_total", mm_rounds_total(&r.fork_r) / all);
+	mm_metric(c, "exit_ns_per_page_total", mm_rounds_total(&r.exit_r) / all);
 	mm_window_units(c, FC_FORK, pages);
 	mm_window_units(c, FC_EXIT, pages);
 	if (write_pages) {
-		mm_metric(c, "cow_ns_per_page", mm_rounds_median(&cow_r) / pages);
-		mm_metric(c, "cow_ns_per_page_total", mm_rounds_total(&cow_r) / all);
+		mm_metric_rounds(c, "cow_ns_per_page", &r.cow_r, pages);
 		mm_window_units(c, FC_COW, pages);
 	}
-	mm_count(c, "rounds", (double)fork_r.n);
+	mm_count(c, "rounds", (double)r.fork_r.n);
 	mm_count(c, "pages", all);
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)fork_r.n);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
 	rc = 0;
 	if (!mm_probes(c))
 		goto out;
@@ -268,7 +256,7 @@ static int fc_sample(struct mm_ctx *c)
 	/* What the memory was, from one extra round after the timed ones. */
 	struct mm_smaps parent;
 	sh->child_probed = 0;
-	if (fc_round(c, len, &ns, &parent, &start) < 0) {
+	if (fc_round(c, len, &ns, &parent, &loop.start) < 0) {
 		rc = 1;
 		goto out;
 	}
@@ -280,9 +268,9 @@ static int fc_sample(struct mm_ctx *c)
 			     (double)sh->child_after_cow.anon_huge_kb);
 	}
 out:
-	mm_rounds_free(&fork_r);
-	mm_rounds_free(&cow_r);
-	mm_rounds_free(&exit_r);
+	mm_rounds_free(&r.fork_r);
+	mm_rounds_free(&r.cow_r);
+	mm_rounds_free(&r.exit_r);
 	munmap(sh, sizeof(*sh));
 	return rc;
 }
@@ -292,12 +280,7 @@ const struct mm_workload wl_fork_cow = {
 	.seed = "none: a baseline of fork, copy-on-write and exit",
 	.summary = "populate an anon mapping, fork, the child writes every page (copy-on-write) "
 		   "and exits: fork, CoW and exit timed per page",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.sample = fc_sample,
 };

@@ -38,20 +38,19 @@ static const struct mm_param params[] = {
 	  sharing_choices },
 	{ "mapping-kb", MM_SIZE_KB, "8192", "mapping size in KiB, a multiple of 2048 (one huge "
 	  "page each; the pool grows by what it lacks)", 2048, 1L << 40, NULL },
-	{ "rounds", MM_INT, "8", "minimum map/fault/unmap rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_ROUNDS("8", "minimum map/fault/unmap rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per 4 KiB page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
+#define MEDIAN MM_MEDIAN_PER("4 KiB page")
 static const struct mm_metric metrics[] = {
 	{ "fault_ns_per_page", "ns", 0, "a write to every huge page of the mapping (allocation "
 	  "from the pool and clearing)" MEDIAN },
 	{ "unmap_ns_per_page", "ns", 0, "munmap of the faulted mapping (the folios back to the "
 	  "pool)" MEDIAN },
-	{ "fault_ns_per_page_total", "ns", 0, "a write to every huge page of the mapping" TOTAL },
-	{ "unmap_ns_per_page_total", "ns", 0, "munmap of the faulted mapping" TOTAL },
+	{ "fault_ns_per_page_total", "ns", 0, "a write to every huge page of the mapping" MM_TOTAL },
+	{ "unmap_ns_per_page_total", "ns", 0, "munmap of the faulted mapping" MM_TOTAL },
 	{ NULL },
 };
 
@@ -161,15 +160,31 @@ static int hf_round(struct mm_ctx *c, size_t len, struct hf_ns *ns, long *probe)
 	return 0;
 }
 
+/* A timed round for mm_run_rounds: a mapping that failed is counted. */
+struct hf_run {
+	size_t len;
+	struct mm_rounds fault, unmap;
+};
+
+static int hf_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct hf_run *r = arg;
+	struct hf_ns ns;
+	(void)start;	/* wherever mmap() put it */
+	if (hf_round(c, r->len, &ns, NULL))
+		return 1;
+	mm_rounds_add(&r->fault, ns.fault);
+	mm_rounds_add(&r->unmap, ns.unmap);
+	return 0;
+}
+
 static int hf_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
 	const long need = (long)(len / HUGE_SIZE);
-	struct mm_rounds fault = { 0 }, unmap = { 0 };
-	long attempts = 0;
+	struct hf_run r = { .len = len };
+	struct mm_loop loop;
 	struct hf_ns ns;
 	int rc = 1;
 
@@ -178,28 +193,17 @@ static int hf_sample(struct mm_ctx *c)
 	if (reserve_pool(need))
 		return 1;
 
-	/* The timed rounds read no state at all. */
-	const uint64_t t_start = mm_now_ns();
-	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		attempts++;
-		if (hf_round(c, len, &ns, NULL) == 0) {
-			mm_rounds_add(&fault, ns.fault);
-			mm_rounds_add(&unmap, ns.unmap);
-		}
-		if (!fault.n && attempts >= min_rounds)
-			break;		/* every mapping failed */
-	}
-	if (!fault.n)
+	if (mm_run_rounds(c, mm_arg_long(c, "rounds"), hf_timed, &r, &loop) || !loop.timed)
 		goto out;
 
-	const double all = pages * (double)fault.n;
-	mm_metric(c, "fault_ns_per_page", mm_rounds_median(&fault) / pages);
-	mm_metric(c, "unmap_ns_per_page", mm_rounds_median(&unmap) / pages);
-	mm_metric(c, "fault_ns_per_page_total", mm_rounds_total(&fault) / all);
-	mm_metric(c, "unmap_ns_per_page_total", mm_rounds_total(&unmap) / all);
-	mm_count(c, "rounds", (double)fault.n);
+	const double all = pages * (double)loop.timed;
+	mm_metric(c, "fault_ns_per_page", mm_rounds_median(&r.fault) / pages);
+	mm_metric(c, "unmap_ns_per_page", mm_rounds_median(&r.unmap) / pages);
+	mm_metric(c, "fault_ns_per_page_total", mm_rounds_total(&r.fault) / all);
+	mm_metric(c, "unmap_ns_per_page_total", mm_rounds_total(&r.unmap) / all);
+	mm_count(c, "rounds", (double)loop.timed);
 	mm_count(c, "pages", all);
-	mm_count(c, "huge_pages", (double)need * (double)fault.n);
+	mm_count(c, "huge_pages", (double)need * (double)loop.timed);
 	mm_window_units(c, HF_FAULT, pages);
 	mm_window_units(c, HF_UNMAP, pages);
 	mm_state_num(c, "nr_hugepages_before", (double)pool_before);
@@ -213,8 +217,8 @@ static int hf_sample(struct mm_ctx *c)
 	if (hf_round(c, len, &ns, &taken) == 0)
 		mm_state_num(c, "huge_pages_faulted_fraction", (double)taken / (double)need);
 out:
-	mm_rounds_free(&fault);
-	mm_rounds_free(&unmap);
+	mm_rounds_free(&r.fault);
+	mm_rounds_free(&r.unmap);
 	return rc;
 }
 
@@ -223,13 +227,8 @@ const struct mm_workload wl_hugetlb_fault = {
 	.seed = "none: a baseline of hugetlb faults and unmap",
 	.summary = "fault in every page of a MAP_HUGETLB mapping from the reserved pool and "
 		   "unmap it, each timed per 4 KiB page (grows the pool through nr_hugepages)",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
+	MM_WORKLOAD_TABLES,
 	.host_settings = host_settings,
-	.windows = windows,
 	.default_warmups = 1,
 	.validate = hf_validate,
 	.sample = hf_sample,

@@ -39,7 +39,6 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -66,35 +65,26 @@ static const char *const advice_choices[] = {
 	"dontneed", "free", "cold", "pageout", "willneed", "populate-read", "populate-write",
 	"process-cold", "process-pageout", NULL,
 };
-static const char *const backing_choices[] = { "auto", "anon", "shmem", "file", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
 	{ "advice", MM_CHOICE, "dontneed", "what is timed: madvise(MADV_DONTNEED, _FREE, _COLD, "
 	  "_PAGEOUT, _WILLNEED, _POPULATE_READ, _POPULATE_WRITE) or process_madvise(MADV_COLD or "
 	  "MADV_PAGEOUT) on a pidfd of this process", 0, 0, advice_choices },
-	{ "backing", MM_CHOICE, "auto", "what the range maps: anon (private anonymous), shmem (a "
-	  "shared memfd), file (a shared mapping of a file in --dir); auto = file for willneed, "
-	  "anon otherwise", 0, 0, backing_choices },
-	{ "mapping-kb", MM_SIZE_KB, "4096", "size of the range in KiB", 64, 1L << 40, NULL },
-	{ "thp", MM_CHOICE, "default", "THP advice for the range (madvise), as pageout-refault",
-	  0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the range starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "8", "minimum map/populate/advise rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
-	{ "dir", MM_PATH, "/var/tmp", "directory for --backing file (a file created and "
-	  "unlinked there)", 0, 0, NULL },
+	MM_PARAM_BACKING("willneed"),
+	MM_PARAM_SIZE_KB("mapping-kb", "4096", "size of the range in KiB"),
+	MM_PARAM_THP("default", "range", ", as pageout-refault"),
+	MM_PARAM_ALIGN("range", "it", ""),
+	MM_PARAM_ROUNDS("8", "minimum map/populate/advise rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
+	MM_PARAM_BACKING_DIR,
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "advise_ns_per_page", "ns", 0, "the madvise() or process_madvise() call over the "
-	  "range" MEDIAN },
+	  "range" MM_MEDIAN },
 	{ "advise_ns_per_page_total", "ns", 0, "the madvise() or process_madvise() call over the "
-	  "range" TOTAL },
+	  "range" MM_TOTAL },
 	{ NULL },
 };
 
@@ -123,81 +113,29 @@ static const char *const vmstat[] = {
 
 static const char *const tracepoints[] = { "vmscan", "huge_memory", "filemap", NULL };
 
-enum backing { B_ANON, B_SHMEM, B_FILE };
-
 struct ma_setup {
 	int advice;		/* MADV_* */
 	int process;		/* through process_madvise() */
 	int populate;		/* the advice faults in: leave the range empty */
 	int willneed_file;	/* drop the page cache before, wait for the reads after */
-	enum backing backing;
+	enum mm_backing backing;
 	int fd;			/* shmem or file, or -1 */
 	int pidfd;		/* process_madvise, or -1 */
 };
 
-static enum backing backing_of(const struct mm_ctx *c)
+static enum mm_backing backing_of(const struct mm_ctx *c)
 {
-	const char *b = mm_arg_str(c, "backing");
-	if (!strcmp(b, "auto"))
-		return strcmp(mm_arg_str(c, "advice"), "willneed") ? B_ANON : B_FILE;
-	return !strcmp(b, "anon") ? B_ANON : !strcmp(b, "shmem") ? B_SHMEM : B_FILE;
+	return mm_backing_of(c, !strcmp(mm_arg_str(c, "advice"), "willneed"));
 }
 
 static int ma_validate(struct mm_ctx *c)
 {
-	if (!strcmp(mm_arg_str(c, "advice"), "free") && backing_of(c) != B_ANON) {
+	if (!strcmp(mm_arg_str(c, "advice"), "free") && backing_of(c) != MM_BACKING_ANON) {
 		fprintf(stderr, "mmwork: madvise: --advice free acts on private anonymous memory "
 			"only (the kernel refuses MADV_FREE elsewhere): use --backing anon\n");
 		return -1;
 	}
 	return 0;
-}
-
-static const char *fs_name(long magic)
-{
-	switch (magic) {
-	case 0xEF53: return "ext4";
-	case 0x01021994: return "tmpfs";
-	case 0x58465342: return "xfs";
-	case 0x9123683E: return "btrfs";
-	case 0x794c7630: return "overlay";
-	case 0x858458f6: return "ramfs";
-	default: return "other";
-	}
-}
-
-/* The shmem or file contents, written so that they exist before mapping. */
-static int open_backing(struct mm_ctx *c, enum backing b, size_t len)
-{
-	char path[512];
-	int fd;
-	if (b == B_SHMEM) {
-		fd = memfd_create("mmwork-madvise", MFD_CLOEXEC);
-	} else {
-		snprintf(path, sizeof(path), "%s/mmwork-madvise.%d", mm_arg_str(c, "dir"), (int)getpid());
-		fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		unlink(path);	/* gone when the sample closes it, whatever happens */
-	}
-	if (fd < 0) {
-		mm_error("open", errno);
-		return -1;
-	}
-	char *chunk = malloc(1 << 20);
-	memset(chunk, 0x5a, 1 << 20);
-	for (size_t off = 0; off < len; off += 1 << 20) {
-		size_t n = len - off < (1 << 20) ? len - off : (1 << 20);
-		if (pwrite(fd, chunk, n, (off_t)off) != (ssize_t)n) {
-			mm_error("pwrite", errno);
-			free(chunk);
-			close(fd);
-			return -1;
-		}
-	}
-	free(chunk);
-	/* Clean page cache: a pageout or a DONTNEED of the fadvise drops it. */
-	if (b == B_FILE && fdatasync(fd))
-		mm_error("fdatasync", errno);
-	return fd;
 }
 
 static void setup(struct mm_ctx *c, struct ma_setup *s)
@@ -214,7 +152,7 @@ static void setup(struct mm_ctx *c, struct ma_setup *s)
 		    !strcmp(a, "willneed") ? MADV_WILLNEED :
 		    !strcmp(a, "populate-read") ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
 	s->populate = s->advice == MADV_POPULATE_READ || s->advice == MADV_POPULATE_WRITE;
-	s->willneed_file = s->advice == MADV_WILLNEED && s->backing == B_FILE;
+	s->willneed_file = s->advice == MADV_WILLNEED && s->backing == MM_BACKING_FILE;
 }
 
 /* Pages of [p, p + len) mincore() calls resident (a probe). */
@@ -249,18 +187,12 @@ struct ma_probe {
 static int64_t ma_round(struct mm_ctx *c, const struct ma_setup *s, size_t len,
 			struct ma_probe *probe, char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
-	const size_t align = mm_align_bytes(mm_arg_str(c, "align"));
 	const int timed = !probe;
-	char *p = s->backing == B_ANON ? mm_map_aligned(len, align) :
-		  mm_map(len, align, PROT_READ | PROT_WRITE, MAP_SHARED, s->fd);
+	const int anon = s->backing == MM_BACKING_ANON;
+	char *p = mm_map_range(c, len, anon ? MAP_PRIVATE | MAP_ANONYMOUS : MAP_SHARED, s->fd,
+			       start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 
 	if (s->willneed_file) {
 		/* Nothing of the file is mapped: the fadvise drops all of its
@@ -268,7 +200,7 @@ static int64_t ma_round(struct mm_ctx *c, const struct ma_setup *s, size_t len,
 		if (posix_fadvise(s->fd, 0, (off_t)len, POSIX_FADV_DONTNEED))
 			mm_error("fadvise_dontneed", errno);
 	} else if (!s->populate) {
-		if (s->backing == B_FILE)
+		if (s->backing == MM_BACKING_FILE)
 			mm_touch_read(p, len);
 		else
 			mm_touch_write(p, len, 1);
@@ -307,60 +239,56 @@ static int64_t ma_round(struct mm_ctx *c, const struct ma_setup *s, size_t len,
 	return failed ? 0 : (int64_t)(t1 - t0);
 }
 
+/* A timed round for mm_run_rounds. */
+struct ma_run {
+	struct ma_setup s;
+	size_t len;
+	struct mm_rounds advise;
+};
+
+static int ma_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct ma_run *r = arg;
+	const int64_t ns = ma_round(c, &r->s, r->len, NULL, start);
+	if (ns > 0)
+		mm_rounds_add(&r->advise, (uint64_t)ns);
+	return ns < 0 ? -1 : ns == 0;
+}
+
 static int ma_sample(struct mm_ctx *c)
 {
-	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
+	struct ma_run r = { .len = (size_t)mm_arg_long(c, "mapping-kb") * 1024 };
+	const size_t len = r.len;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	static const char *const backing_names[] = { "anon", "shmem", "file" };
-	struct mm_rounds advise = { 0 };
-	struct ma_setup s;
-	long attempts = 0, aligned = 0;
-	char *start = NULL;
+	struct ma_setup *s = &r.s;
+	struct mm_loop loop;
 	int rc = 1;
 
-	setup(c, &s);
-	if (s.backing != B_ANON && (s.fd = open_backing(c, s.backing, len)) < 0)
+	setup(c, s);
+	if (s->backing != MM_BACKING_ANON &&
+	    (s->fd = mm_open_backing(c, s->backing, "mmwork-madvise", len, 1)) < 0)
 		return 1;
-	if (s.process && (s.pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0) {
+	if (s->process && (s->pidfd = (int)syscall(SYS_pidfd_open, getpid(), 0)) < 0) {
 		mm_error("pidfd_open", errno);
 		goto out;
 	}
 
-	/* The timed rounds read no state at all. */
-	const uint64_t t_start = mm_now_ns();
-	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		int64_t ns = ma_round(c, &s, len, NULL, &start);
-		attempts++;
-		if (ns < 0)
-			goto out;
-		if (ns > 0) {
-			mm_rounds_add(&advise, (uint64_t)ns);
-			aligned += mm_pmd_offset_kb(start) == 0;
-		}
-		if (!advise.n && attempts >= min_rounds)
-			break;		/* every call failed */
-	}
-	if (!advise.n)
+	if (mm_run_rounds(c, mm_arg_long(c, "rounds"), ma_timed, &r, &loop) || !loop.timed)
 		goto out;
 
-	const double all = pages * (double)advise.n;
-	mm_metric(c, "advise_ns_per_page", mm_rounds_median(&advise) / pages);
-	mm_metric(c, "advise_ns_per_page_total", mm_rounds_total(&advise) / all);
-	mm_count(c, "rounds", (double)advise.n);
-	mm_count(c, "pages", all);
+	mm_metric_rounds(c, "advise_ns_per_page", &r.advise, pages);
+	mm_count(c, "rounds", (double)loop.timed);
+	mm_count(c, "pages", pages * (double)loop.timed);
 	mm_window_units(c, MA_ADVISE, pages);
-	mm_state_str(c, "backing", backing_names[s.backing]);
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)advise.n);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_str(c, "backing", mm_backing_names[s->backing]);
+	mm_state_placement(c, &loop);
 	rc = 0;
 	if (!mm_probes(c))
 		goto out;
 
 	/* What the memory was, from one extra round after the timed ones. */
 	struct ma_probe probe;
-	if (ma_round(c, &s, len, &probe, &start) < 0) {
+	if (ma_round(c, s, len, &probe, &loop.start) < 0) {
 		rc = 1;
 		goto out;
 	}
@@ -370,17 +298,14 @@ static int ma_sample(struct mm_ctx *c)
 	mm_state_smaps(c, "after_advise_", &probe.after);
 	mm_state_num(c, "before_advise_resident_fraction", probe.resident_before);
 	mm_state_num(c, "after_advise_resident_fraction", probe.resident_after);
-	if (s.backing == B_FILE) {
-		struct statfs fs;
-		if (!fstatfs(s.fd, &fs))
-			mm_state_str(c, "dir_fs", fs_name((long)fs.f_type));
-	}
+	if (s->backing == MM_BACKING_FILE)
+		mm_state_dir_fs(c, s->fd);
 out:
-	mm_rounds_free(&advise);
-	if (s.fd >= 0)
-		close(s.fd);
-	if (s.pidfd >= 0)
-		close(s.pidfd);
+	mm_rounds_free(&r.advise);
+	if (s->fd >= 0)
+		close(s->fd);
+	if (s->pidfd >= 0)
+		close(s->pidfd);
 	return rc;
 }
 
@@ -389,12 +314,7 @@ const struct mm_workload wl_madvise = {
 	.seed = "none: a baseline of madvise() and process_madvise()",
 	.summary = "map a range, populate it, time one madvise() or process_madvise() advice "
 		   "over it (DONTNEED, FREE, COLD, PAGEOUT, WILLNEED, POPULATE_READ/WRITE)",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = ma_validate,
 	.sample = ma_sample,

@@ -41,29 +41,24 @@
 #define NODE_BITS (8 * sizeof(unsigned long))
 
 static const char *const op_choices[] = { "move-pages", "migrate-pages", "mbind", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
 	{ "op", MM_CHOICE, "move-pages", "what moves the range to the second node: move_pages(), "
 	  "migrate_pages() or mbind(MPOL_BIND, MPOL_MF_MOVE)", 0, 0, op_choices },
-	{ "mapping-kb", MM_SIZE_KB, "4096", "anonymous range size in KiB", 64, 1L << 40, NULL },
-	{ "thp", MM_CHOICE, "nohugepage", "THP advice for the range (madvise): nohugepage "
-	  "migrates 4 KiB folios; hugepage 2 MiB ones", 0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the range starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "8", "minimum map/bind/populate/migrate rounds per sample", 1,
-	  1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_SIZE_KB("mapping-kb", "4096", "anonymous range size in KiB"),
+	MM_PARAM_THP("nohugepage", "range", ": nohugepage migrates 4 KiB folios; hugepage 2 MiB "
+		     "ones"),
+	MM_PARAM_ALIGN("range", "it", ""),
+	MM_PARAM_ROUNDS("8", "minimum map/bind/populate/migrate rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page of the range)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "migrate_ns_per_page", "ns", 0, "the --op call moving the range to the second "
-	  "node" MEDIAN },
+	  "node" MM_MEDIAN_PER("page of the range") },
 	{ "migrate_ns_per_page_total", "ns", 0, "the --op call moving the range to the second "
-	  "node" TOTAL },
+	  "node" MM_TOTAL },
 	{ NULL },
 };
 
@@ -161,18 +156,12 @@ struct mg_probe {
 static int64_t mg_round(struct mm_ctx *c, struct mg_setup *s, size_t len,
 			struct mg_probe *probe, char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
 	const int timed = !probe;
 	const unsigned long from_mask = 1UL << s->from, to_mask = 1UL << s->to;
-	char *p = mm_map_aligned(len, mm_align_bytes(mm_arg_str(c, "align")));
+	char *p = mm_map_range(c, len, MAP_PRIVATE | MAP_ANONYMOUS, -1, start);
 	long rc;
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 	/* Empty yet: the policy only decides where the faults allocate. */
 	if (syscall(SYS_mbind, p, len, MPOL_BIND_, &from_mask, NODE_BITS + 1, 0))
 		mm_error("mbind_source", errno);
@@ -211,81 +200,80 @@ static int64_t mg_round(struct mm_ctx *c, struct mg_setup *s, size_t len,
 	return failed ? 0 : (int64_t)(t1 - t0);
 }
 
+/* A timed round for mm_run_rounds. */
+struct mg_run {
+	struct mg_setup s;
+	size_t len;
+	struct mm_rounds mig;
+};
+
+static int mg_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct mg_run *r = arg;
+	const int64_t ns = mg_round(c, &r->s, r->len, NULL, start);
+	if (ns > 0)
+		mm_rounds_add(&r->mig, (uint64_t)ns);
+	return ns < 0 ? -1 : ns == 0;
+}
+
 static int mg_sample(struct mm_ctx *c)
 {
-	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
+	struct mg_run r = { .len = (size_t)mm_arg_long(c, "mapping-kb") * 1024 };
+	const size_t len = r.len;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
 	const char *op = mm_arg_str(c, "op");
-	struct mm_rounds mig = { 0 };
-	struct mg_setup s = { 0 };
+	struct mg_setup *s = &r.s;
 	int node[2] = { 0, 1 };
-	long attempts = 0;
-	char *start = NULL;
+	struct mm_loop loop;
 	int rc = 1;
 
 	const int n = memory_nodes(node);
 	if (n < 2)
 		mm_die(c, "needs two NUMA nodes with memory (this machine has %d); run it in a guest "
 		       "with numa_nodes = 2", n);
-	s.op = !strcmp(op, "move-pages") ? 0 : !strcmp(op, "migrate-pages") ? 1 : 2;
-	s.from = node[0];
-	s.to = node[1];
-	s.npages = (long)(len / MM_PAGE_SIZE);
-	s.addr = calloc((size_t)s.npages, sizeof(*s.addr));
-	s.target = calloc((size_t)s.npages, sizeof(*s.target));
-	s.status = calloc((size_t)s.npages, sizeof(*s.status));
-	if (!s.addr || !s.target || !s.status)
+	s->op = !strcmp(op, "move-pages") ? 0 : !strcmp(op, "migrate-pages") ? 1 : 2;
+	s->from = node[0];
+	s->to = node[1];
+	s->npages = (long)(len / MM_PAGE_SIZE);
+	s->addr = calloc((size_t)s->npages, sizeof(*s->addr));
+	s->target = calloc((size_t)s->npages, sizeof(*s->target));
+	s->status = calloc((size_t)s->npages, sizeof(*s->status));
+	if (!s->addr || !s->target || !s->status)
 		goto out;
-	for (long i = 0; i < s.npages; i++)
-		s.target[i] = s.to;
+	for (long i = 0; i < s->npages; i++)
+		s->target[i] = s->to;
 
-	/* The timed rounds read no state at all. */
-	const uint64_t t_start = mm_now_ns();
-	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		int64_t ns = mg_round(c, &s, len, NULL, &start);
-		attempts++;
-		if (ns < 0)
-			goto out;
-		if (ns > 0)
-			mm_rounds_add(&mig, (uint64_t)ns);
-		if (!mig.n && attempts >= min_rounds)
-			break;		/* every call failed */
-	}
-	if (!mig.n)
+	if (mm_run_rounds(c, mm_arg_long(c, "rounds"), mg_timed, &r, &loop) || !loop.timed)
 		goto out;
 
-	const double all = pages * (double)mig.n;
-	mm_metric(c, "migrate_ns_per_page", mm_rounds_median(&mig) / pages);
-	mm_metric(c, "migrate_ns_per_page_total", mm_rounds_total(&mig) / all);
-	mm_count(c, "rounds", (double)mig.n);
-	mm_count(c, "pages", all);
+	mm_metric_rounds(c, "migrate_ns_per_page", &r.mig, pages);
+	mm_count(c, "rounds", (double)loop.timed);
+	mm_count(c, "pages", pages * (double)loop.timed);
 	mm_window_units(c, MG_MIGRATE, pages);
-	if (s.op == 1)
-		mm_count(c, "pages_not_migrated", (double)s.not_moved);
-	mm_state_num(c, "from_node", s.from);
-	mm_state_num(c, "to_node", s.to);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	if (s->op == 1)
+		mm_count(c, "pages_not_migrated", (double)s->not_moved);
+	mm_state_num(c, "from_node", s->from);
+	mm_state_num(c, "to_node", s->to);
+	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(loop.start));
 	rc = 0;
 	if (!mm_probes(c))
 		goto out;
 
 	/* Where the pages were, from one extra round after the timed ones. */
 	struct mg_probe probe;
-	if (mg_round(c, &s, len, &probe, &start) < 0) {
+	if (mg_round(c, s, len, &probe, &loop.start) < 0) {
 		rc = 1;
 		goto out;
 	}
 	mm_state_num(c, "thp_backed_fraction", (double)probe.smaps.anon_huge_kb / ((double)len / 1024));
-	mm_state_num(c, "before_on_from_fraction", (double)probe.before_from / (double)s.npages);
-	mm_state_num(c, "after_on_to_fraction", (double)probe.after_to / (double)s.npages);
-	mm_state_num(c, "after_on_from_fraction", (double)probe.after_from / (double)s.npages);
+	mm_state_num(c, "before_on_from_fraction", (double)probe.before_from / (double)s->npages);
+	mm_state_num(c, "after_on_to_fraction", (double)probe.after_to / (double)s->npages);
+	mm_state_num(c, "after_on_from_fraction", (double)probe.after_from / (double)s->npages);
 out:
-	mm_rounds_free(&mig);
-	free(s.addr);
-	free(s.target);
-	free(s.status);
+	mm_rounds_free(&r.mig);
+	free(s->addr);
+	free(s->target);
+	free(s->status);
 	return rc;
 }
 
@@ -294,12 +282,7 @@ const struct mm_workload wl_migrate = {
 	.seed = "none: a baseline of page migration between NUMA nodes",
 	.summary = "bind a populated anon range to one node and time move_pages(), "
 		   "migrate_pages() or mbind(MPOL_MF_MOVE) moving it to the other (two nodes)",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = mg_validate,
 	.sample = mg_sample,

@@ -36,36 +36,32 @@
 
 static const char *const mapping_choices[] = { "private", "shared", NULL };
 static const char *const state_choices[] = { "dirty", "clean", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 static const char *const range_choices[] = { "full", "alternate", NULL };
 
 static const struct mm_param params[] = {
-	{ "size-kb", MM_SIZE_KB, "4096", "mapping size in KiB", 64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("size-kb", "4096", "mapping size in KiB"),
 	{ "mapping", MM_CHOICE, "private", "private (MAP_PRIVATE anonymous) or shared "
 	  "(MAP_SHARED anonymous: shmem)", 0, 0, mapping_choices },
 	{ "page-state", MM_CHOICE, "dirty", "how the pages were touched before the protect: "
 	  "dirty = written, clean = read (private: the shared zero page)", 0, 0, state_choices },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise): hugepage lets anon "
-	  "(and shmem with shmem_enabled=advise) map whole PMDs", 0, 0, thp_choices },
+	MM_PARAM_THP("default", "mapping", ": hugepage lets anon (and shmem with "
+		     "shmem_enabled=advise) map whole PMDs"),
 	{ "range", MM_CHOICE, "full", "full = one mprotect() of the whole range each way; "
 	  "alternate = every other page on its own call (each protect splits the VMA, each "
 	  "unprotect merges it back)", 0, 0, range_choices },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back all of it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "8", "minimum map/touch/protect/unprotect rounds per sample",
-	  1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_ALIGN("mapping", "all of it", ""),
+	MM_PARAM_ROUNDS("8", "minimum map/touch/protect/unprotect rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page of the mapping)"
-#define PER_CALL " (median round, per mprotect() call)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
+#define MEDIAN MM_MEDIAN_PER("page of the mapping")
+#define PER_CALL MM_MEDIAN_PER("mprotect() call")
 static const struct mm_metric metrics[] = {
 	{ "protect_ns_per_page", "ns", 0, "mprotect(PROT_READ) of the range" MEDIAN },
 	{ "unprotect_ns_per_page", "ns", 0, "mprotect(PROT_READ|PROT_WRITE) back" MEDIAN },
-	{ "protect_ns_per_page_total", "ns", 0, "mprotect(PROT_READ) of the range" TOTAL },
-	{ "unprotect_ns_per_page_total", "ns", 0, "mprotect(PROT_READ|PROT_WRITE) back" TOTAL },
+	{ "protect_ns_per_page_total", "ns", 0, "mprotect(PROT_READ) of the range" MM_TOTAL },
+	{ "unprotect_ns_per_page_total", "ns", 0, "mprotect(PROT_READ|PROT_WRITE) back" MM_TOTAL },
 	{ "protect_ns_per_call", "ns", 0, "mprotect(PROT_READ)" PER_CALL },
 	{ "unprotect_ns_per_call", "ns", 0, "mprotect(PROT_READ|PROT_WRITE)" PER_CALL },
 	{ NULL },
@@ -123,19 +119,13 @@ static long mp_protect(char *p, size_t len, int alternate, int prot, long *faile
 static int mp_round(struct mm_ctx *c, size_t len, uint64_t ns[2], long *calls, long *failed,
 		    struct mp_probe *probe, char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
 	const int shared = !strcmp(mm_arg_str(c, "mapping"), "shared");
 	const int alternate = !strcmp(mm_arg_str(c, "range"), "alternate");
 	const int timed = !probe;
-	char *p = mm_map(len, mm_align_bytes(mm_arg_str(c, "align")), PROT_READ | PROT_WRITE,
-			 (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS, -1);
+	const int flags = (shared ? MAP_SHARED : MAP_PRIVATE) | MAP_ANONYMOUS;
+	char *p = mm_map_range(c, len, flags, -1, start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 	if (!strcmp(mm_arg_str(c, "page-state"), "dirty"))
 		mm_touch_write(p, len, 1);
 	else
@@ -172,57 +162,64 @@ static int mp_validate(struct mm_ctx *c)
 	return 0;
 }
 
+/* The timed rounds, for mm_run_rounds: a failed mprotect() is counted,
+ * the round still timed. */
+struct mp_run {
+	size_t len;
+	long calls, failed;
+	struct mm_rounds protect, unprotect;
+};
+
+static int mp_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct mp_run *r = arg;
+	uint64_t ns[2];
+	if (mp_round(c, r->len, ns, &r->calls, &r->failed, NULL, start))
+		return -1;
+	mm_rounds_add(&r->protect, ns[0]);
+	mm_rounds_add(&r->unprotect, ns[1]);
+	return 0;
+}
+
 static int mp_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024 & ~(MM_PAGE_SIZE - 1);
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct mm_rounds protect = { 0 }, unprotect = { 0 };
-	const uint64_t t_start = mm_now_ns();
-	long rounds = 0, aligned = 0, calls = 0, failed = 0;
+	struct mp_run r = { .len = len };
+	struct mm_loop loop;
 	uint64_t ns[2];
-	char *start = NULL;
+	int rc = 1;
 
-	while (rounds < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		if (mp_round(c, len, ns, &calls, &failed, NULL, &start))
-			return 1;
-		mm_rounds_add(&protect, ns[0]);
-		mm_rounds_add(&unprotect, ns[1]);
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
-	}
 	/* Every call failed: nothing was measured. */
-	if (failed >= 2 * calls * rounds) {
-		mm_rounds_free(&protect);
-		mm_rounds_free(&unprotect);
-		return 1;
-	}
+	if (mm_run_rounds(c, MM_GIVE_UP, mp_timed, &r, &loop) ||
+	    r.failed >= 2 * r.calls * loop.timed)
+		goto out;
 
-	const double all = pages * (double)rounds;
-	mm_metric(c, "protect_ns_per_page", mm_rounds_median(&protect) / pages);
-	mm_metric(c, "unprotect_ns_per_page", mm_rounds_median(&unprotect) / pages);
-	mm_metric(c, "protect_ns_per_page_total", mm_rounds_total(&protect) / all);
-	mm_metric(c, "unprotect_ns_per_page_total", mm_rounds_total(&unprotect) / all);
-	mm_metric(c, "protect_ns_per_call", mm_rounds_median(&protect) / (double)calls);
-	mm_metric(c, "unprotect_ns_per_call", mm_rounds_median(&unprotect) / (double)calls);
-	mm_rounds_free(&protect);
-	mm_rounds_free(&unprotect);
-	mm_count(c, "rounds", (double)rounds);
+	const long calls = r.calls;
+	const double all = pages * (double)loop.timed;
+	mm_metric(c, "protect_ns_per_page", mm_rounds_median(&r.protect) / pages);
+	mm_metric(c, "unprotect_ns_per_page", mm_rounds_median(&r.unprotect) / pages);
+	mm_metric(c, "protect_ns_per_page_total", mm_rounds_total(&r.protect) / all);
+	mm_metric(c, "unprotect_ns_per_page_total", mm_rounds_total(&r.unprotect) / all);
+	mm_metric(c, "protect_ns_per_call", mm_rounds_median(&r.protect) / (double)calls);
+	mm_metric(c, "unprotect_ns_per_call", mm_rounds_median(&r.unprotect) / (double)calls);
+	mm_count(c, "rounds", (double)loop.timed);
 	mm_count(c, "pages", all);
 	mm_count(c, "calls_per_round", (double)calls);
 	mm_window_units(c, MP_PROTECT, pages);
 	mm_window_units(c, MP_UNPROTECT, pages);
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)rounds);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
+	rc = 0;
 	if (!mm_probes(c))
-		return 0;
+		goto out;
 
 	/* What the memory was, from one extra round after the timed ones. */
 	struct mp_probe probe;
-	long probe_failed = 0;
-	if (mp_round(c, len, ns, &calls, &probe_failed, &probe, &start))
-		return 1;
+	long probe_calls, probe_failed = 0;
+	if (mp_round(c, len, ns, &probe_calls, &probe_failed, &probe, &loop.start)) {
+		rc = 1;
+		goto out;
+	}
 	const double huge_kb = (double)(probe.touched.anon_huge_kb + probe.touched.shmem_pmd_kb);
 	mm_state_num(c, "thp_backed_fraction", huge_kb / ((double)len / 1024));
 	mm_state_smaps(c, "after_touch_", &probe.touched);
@@ -231,7 +228,10 @@ static int mp_sample(struct mm_ctx *c)
 		     (double)(probe.protected.anon_huge_kb + probe.protected.shmem_pmd_kb));
 	mm_state_num(c, "after_unprotect_vmas", (double)probe.unprotected.vmas);
 	mm_state_num(c, "after_unprotect_rss_kb", (double)probe.unprotected.rss_kb);
-	return 0;
+out:
+	mm_rounds_free(&r.protect);
+	mm_rounds_free(&r.unprotect);
+	return rc;
 }
 
 static const char *const tracepoints[] = { "mmap_lock", "tlb", "huge_memory", NULL };
@@ -241,12 +241,7 @@ const struct mm_workload wl_mprotect = {
 	.seed = "none: a baseline of change_protection and VMA split/merge",
 	.summary = "populated private/shared anon range, mprotect(PROT_READ) and back, whole or "
 		   "every other page (split and merge), timed per page",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = mp_validate,
 	.sample = mp_sample,

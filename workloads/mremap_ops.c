@@ -29,36 +29,32 @@
 #include <sys/mman.h>
 
 static const char *const op_choices[] = { "move", "grow", "shrink", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
-	{ "size-kb", MM_SIZE_KB, "4096", "mapping size in KiB before the call", 64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("size-kb", "4096", "mapping size in KiB before the call"),
 	{ "op", MM_CHOICE, "move", "move = MREMAP_MAYMOVE|MREMAP_FIXED to a new place; grow = "
 	  "to twice the size in place; shrink = to half the size", 0, 0, op_choices },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise)", 0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back all of it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
+	MM_PARAM_THP("default", "mapping", ""),
+	MM_PARAM_ALIGN("mapping", "all of it", ""),
 	{ "dst-offset-kb", MM_INT, "0", "move: where the destination starts past a 2 MiB boundary "
 	  "(0: on it, so whole page tables and PMDs can move; 4: every PTE moves alone)",
 	  0, 2044, NULL },
-	{ "rounds", MM_INT, "8", "minimum map/touch/mremap/unmap rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_ROUNDS("8", "minimum map/touch/mremap/unmap rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
-	{ "move_ns_per_page", "ns", 0, "--op move: the mremap() that moves the range" MEDIAN },
+	{ "move_ns_per_page", "ns", 0, "--op move: the mremap() that moves the range" MM_MEDIAN },
 	{ "grow_ns_per_op", "ns", 0, "--op grow: the mremap() that doubles the range in place "
 	  "(median round)" },
 	{ "shrink_ns_per_page", "ns", 0, "--op shrink: the mremap() that halves the range, per "
-	  "page removed" MEDIAN },
-	{ "move_ns_per_page_total", "ns", 0, "--op move: the moving mremap()" TOTAL },
+	  "page removed" MM_MEDIAN },
+	{ "move_ns_per_page_total", "ns", 0, "--op move: the moving mremap()" MM_TOTAL },
 	{ "grow_ns_per_op_total", "ns", 0, "--op grow: the growing mremap() (total time over all "
 	  "calls: the mean)" },
 	{ "shrink_ns_per_page_total", "ns", 0, "--op shrink: the halving mremap(), per page "
-	  "removed" TOTAL },
+	  "removed" MM_TOTAL },
 	{ NULL },
 };
 
@@ -112,7 +108,6 @@ static int rm_round(struct mm_ctx *c, size_t len, uint64_t *ns, struct rm_probe 
 		    char **start)
 {
 	const char *op = mm_arg_str(c, "op");
-	const char *thp = mm_arg_str(c, "thp");
 	const size_t align = mm_align_bytes(mm_arg_str(c, "align"));
 	const int grow = !strcmp(op, "grow"), move = !strcmp(op, "move");
 	const int timed = !probe;
@@ -130,10 +125,7 @@ static int rm_round(struct mm_ctx *c, size_t len, uint64_t *ns, struct rm_probe 
 		return -1;
 	}
 	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
+	mm_advise_thp(c, p, len);
 	mm_touch_write(p, len, 1);
 	if (move && !(dst = rm_reserve_dst(len, (size_t)mm_arg_long(c, "dst-offset-kb") * 1024))) {
 		munmap(p, len);
@@ -176,6 +168,22 @@ static int rm_round(struct mm_ctx *c, size_t len, uint64_t *ns, struct rm_probe 
 	return rc;
 }
 
+/* A timed round for mm_run_rounds. */
+struct rm_run {
+	size_t len;
+	struct mm_rounds times;
+};
+
+static int rm_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct rm_run *r = arg;
+	uint64_t ns;
+	const int rc = rm_round(c, r->len, &ns, NULL, start);
+	if (!rc)
+		mm_rounds_add(&r->times, ns);
+	return rc;
+}
+
 static int rm_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024 & ~(MM_PAGE_SIZE - 1);
@@ -184,49 +192,30 @@ static int rm_sample(struct mm_ctx *c)
 	/* What one call works on: the pages moved or removed, or the call. */
 	const double units = window == RM_GROW ? 1 : window == RM_MOVE ?
 		(double)(len / MM_PAGE_SIZE) : (double)((len - len / 2) / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct mm_rounds times = { 0 };
-	const uint64_t t_start = mm_now_ns();
-	long rounds = 0, aligned = 0, failed = 0;
+	struct rm_run r = { .len = len };
+	struct mm_loop loop;
 	uint64_t ns;
-	char *start = NULL;
 
-	while (rounds + failed < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		int r = rm_round(c, len, &ns, NULL, &start);
-		if (r < 0)
-			return 1;
-		if (r) {	/* the call failed: counted, not timed */
-			if (++failed > 100 && !rounds)
-				break;
-			continue;
-		}
-		mm_rounds_add(&times, ns);
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
-	}
-	if (!rounds)
+	if (mm_run_rounds(c, MM_GIVE_UP, rm_timed, &r, &loop) || !loop.timed) {
+		mm_rounds_free(&r.times);
 		return 1;	/* every call failed */
+	}
 
 	char name[64];
-	const char *per = window == RM_GROW ? "op" : "page";
-	snprintf(name, sizeof(name), "%s_ns_per_%s", op, per);
-	mm_metric(c, name, mm_rounds_median(&times) / units);
-	snprintf(name, sizeof(name), "%s_ns_per_%s_total", op, per);
-	mm_metric(c, name, mm_rounds_total(&times) / (units * (double)rounds));
-	mm_rounds_free(&times);
-	mm_count(c, "rounds", (double)rounds);
-	mm_count(c, "failed_calls", (double)failed);
+	snprintf(name, sizeof(name), "%s_ns_per_%s", op, window == RM_GROW ? "op" : "page");
+	mm_metric_rounds(c, name, &r.times, units);
+	mm_rounds_free(&r.times);
+	mm_count(c, "rounds", (double)loop.timed);
+	mm_count(c, "failed_calls", (double)loop.failed);
 	if (window != RM_GROW)
-		mm_count(c, "pages", units * (double)rounds);
+		mm_count(c, "pages", units * (double)loop.timed);
 	mm_window_units(c, window, units);
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)rounds);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
 	if (!mm_probes(c))
 		return 0;
 
 	struct rm_probe probe;
-	if (rm_round(c, len, &ns, &probe, &start))
+	if (rm_round(c, len, &ns, &probe, &loop.start))
 		return 0;	/* no state: the failure is counted */
 	mm_state_num(c, "thp_backed_fraction",
 		     (double)probe.before.anon_huge_kb / ((double)len / 1024));
@@ -242,12 +231,7 @@ const struct mm_workload wl_mremap_ops = {
 	.seed = "none: a baseline of mremap move/grow/shrink (seed 000's churn is mremap-churn)",
 	.summary = "populated anon range, one mremap() timed: move (MREMAP_FIXED), grow in place "
 		   "or shrink by half; per page (grow: per call)",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.sample = rm_sample,
 };

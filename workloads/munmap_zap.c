@@ -26,25 +26,23 @@
 #include <sys/mman.h>
 
 static const char *const op_choices[] = { "munmap", "dontneed", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
-	{ "size-kb", MM_SIZE_KB, "4096", "mapping size in KiB", 64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("size-kb", "4096", "mapping size in KiB"),
 	{ "op", MM_CHOICE, "munmap", "munmap = unmap the range; dontneed = "
 	  "madvise(MADV_DONTNEED): zap its pages, keep the VMA", 0, 0, op_choices },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise)", 0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back all of it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "8", "minimum map/touch/zap rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_THP("default", "mapping", ""),
+	MM_PARAM_ALIGN("mapping", "all of it", ""),
+	MM_PARAM_ROUNDS("8", "minimum map/touch/zap rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
 static const struct mm_metric metrics[] = {
-	{ "zap_ns_per_page", "ns", 0, "munmap() or madvise(MADV_DONTNEED) of the populated range "
-	  "(median round, per page)" },
-	{ "zap_ns_per_page_total", "ns", 0, "munmap() or madvise(MADV_DONTNEED) of the range "
-	  "(total time over total pages: the mean, as reproducers and stress-ng report)" },
+	{ "zap_ns_per_page", "ns", 0, "munmap() or madvise(MADV_DONTNEED) of the populated "
+	  "range" MM_MEDIAN },
+	{ "zap_ns_per_page_total", "ns", 0, "munmap() or madvise(MADV_DONTNEED) of the "
+	  "range" MM_TOTAL },
 	{ NULL },
 };
 
@@ -79,18 +77,12 @@ struct mz_probe {
 static int mz_round(struct mm_ctx *c, size_t len, uint64_t *ns, struct mz_probe *probe,
 		    char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
 	const int dontneed = !strcmp(mm_arg_str(c, "op"), "dontneed");
 	const int timed = !probe;
 	int rc = 0;
-	char *p = mm_map_aligned(len, mm_align_bytes(mm_arg_str(c, "align")));
+	char *p = mm_map_range(c, len, MAP_PRIVATE | MAP_ANONYMOUS, -1, start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 	mm_touch_write(p, len, 1);
 	if (probe)
 		mm_smaps_range(p, len, &probe->before);
@@ -110,48 +102,47 @@ static int mz_round(struct mm_ctx *c, size_t len, uint64_t *ns, struct mz_probe 
 	return rc;
 }
 
+/* A timed round for mm_run_rounds. */
+struct mz_run {
+	size_t len;
+	struct mm_rounds zap;
+};
+
+static int mz_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct mz_run *r = arg;
+	uint64_t ns;
+	const int rc = mz_round(c, r->len, &ns, NULL, start);
+	if (!rc)
+		mm_rounds_add(&r->zap, ns);
+	return rc;
+}
+
 static int mz_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024 & ~(MM_PAGE_SIZE - 1);
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct mm_rounds zap = { 0 };
-	const uint64_t t_start = mm_now_ns();
-	long rounds = 0, aligned = 0, failed = 0;
+	struct mz_run r = { .len = len };
+	struct mm_loop loop;
 	uint64_t ns;
-	char *start = NULL;
 
-	while (rounds + failed < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		int r = mz_round(c, len, &ns, NULL, &start);
-		if (r < 0)
-			return 1;
-		if (r) {	/* the zap failed: counted, not timed */
-			if (++failed > 100 && !rounds)
-				break;
-			continue;
-		}
-		mm_rounds_add(&zap, ns);
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
-	}
-	if (!rounds)
+	if (mm_run_rounds(c, MM_GIVE_UP, mz_timed, &r, &loop) || !loop.timed) {
+		mm_rounds_free(&r.zap);
 		return 1;	/* every zap failed */
+	}
 
-	mm_metric(c, "zap_ns_per_page", mm_rounds_median(&zap) / pages);
-	mm_metric(c, "zap_ns_per_page_total", mm_rounds_total(&zap) / (pages * (double)rounds));
-	mm_rounds_free(&zap);
-	mm_count(c, "rounds", (double)rounds);
-	mm_count(c, "failed_calls", (double)failed);
-	mm_count(c, "pages", pages * (double)rounds);
+	mm_metric_rounds(c, "zap_ns_per_page", &r.zap, pages);
+	mm_rounds_free(&r.zap);
+	mm_count(c, "rounds", (double)loop.timed);
+	mm_count(c, "failed_calls", (double)loop.failed);
+	mm_count(c, "pages", pages * (double)loop.timed);
 	mm_window_units(c, MZ_ZAP, pages);
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)rounds);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
 	if (!mm_probes(c))
 		return 0;
 
 	struct mz_probe probe = { 0 };
-	if (mz_round(c, len, &ns, &probe, &start))
+	if (mz_round(c, len, &ns, &probe, &loop.start))
 		return 0;	/* no state: the failure is counted */
 	mm_state_num(c, "thp_backed_fraction",
 		     (double)probe.before.anon_huge_kb / ((double)len / 1024));
@@ -170,12 +161,7 @@ const struct mm_workload wl_munmap_zap = {
 	.seed = "none: a baseline of anon teardown (seed 000's small munmaps: populate-unmap)",
 	.summary = "populated anon range (4 KiB or THP), munmap() or MADV_DONTNEED of it timed "
 		   "per page",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.sample = mz_sample,
 };

@@ -46,40 +46,34 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/vfs.h>
 #include <unistd.h>
 
 static const char *const backing_choices[] = { "anon", "file", "file-private", "shmem", NULL };
 static const char *const access_choices[] = { "write", "read", NULL };
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
 
 static const struct mm_param params[] = {
-	{ "size-kb", MM_SIZE_KB, "4096", "mapping size in KiB (all threads' slices together)",
-	  64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("size-kb", "4096", "mapping size in KiB (all threads' slices together)"),
 	{ "backing", MM_CHOICE, "anon", "what backs the mapping: anon (private anonymous), file "
 	  "(MAP_SHARED of a cached file in --dir), file-private (MAP_PRIVATE of it), shmem "
 	  "(a memfd, emptied after every round)", 0, 0, backing_choices },
 	{ "access", MM_CHOICE, "write", "how each page is first touched: write (allocating, "
 	  "CoW or dirtying fault) or read", 0, 0, access_choices },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise): hugepage lets anon "
-	  "(and shmem with shmem_enabled=advise) fault whole PMDs", 0, 0, thp_choices },
+	MM_PARAM_THP("default", "mapping", ": hugepage lets anon (and shmem with "
+		     "shmem_enabled=advise) fault whole PMDs"),
 	{ "threads", MM_INT, "1", "threads of this one process, each touching its own contiguous "
 	  "slice of the one mapping (they share the VMA, its lock and the mm)", 1, 1024, NULL },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back all of it; none = a plain mmap() of the size", 0, 0, mm_align_choices },
-	{ "dir", MM_PATH, "/var/tmp", "directory for the file of --backing file and file-private "
-	  "(created, unlinked at once)", 0, 0, NULL },
-	{ "rounds", MM_INT, "8", "minimum map/touch/unmap rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_ALIGN("mapping", "all of it", ""),
+	MM_PARAM_DIR("directory for the file of --backing file and file-private (created, "
+		     "unlinked at once)"),
+	MM_PARAM_ROUNDS("8", "minimum map/touch/unmap rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round of every thread, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "fault_ns_per_page", "ns", 0, "first touch of every page of a thread's slice "
-	  "(the faults)" MEDIAN },
-	{ "fault_ns_per_page_total", "ns", 0, "first touch of every page (the faults)" TOTAL },
+	  "(the faults) (median round of every thread, per page)" },
+	{ "fault_ns_per_page_total", "ns", 0, "first touch of every page (the faults)" MM_TOTAL },
 	{ "pages_per_s_real", "pages/s", 1, "pages faulted by all threads per second of the "
 	  "rounds' wall time (first thread's start to last thread's end; all rounds)" },
 	{ NULL },
@@ -188,7 +182,6 @@ static int pf_pool(int n)
 static int pf_open_backing(struct mm_ctx *c, size_t len)
 {
 	const char *backing = mm_arg_str(c, "backing");
-	char path[512];
 	int fd;
 
 	if (!strcmp(backing, "anon"))
@@ -206,35 +199,19 @@ static int pf_open_backing(struct mm_ctx *c, size_t len)
 		}
 		return fd;
 	}
-	snprintf(path, sizeof(path), "%s/mmwork-page-fault.%d", mm_arg_str(c, "dir"), (int)getpid());
-	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	fd = mm_open_unlinked(mm_arg_str(c, "dir"), "mmwork-page-fault");
 	if (fd < 0) {
 		mm_error("open", errno);
 		return -2;
 	}
-	unlink(path);	/* gone when it is closed, whatever happens */
 	/* Write it, sync it (clean) and read it once: every page cached. */
-	char *chunk = malloc(1 << 20);
-	if (!chunk) {
+	if (mm_fill(fd, len)) {
 		close(fd);
 		return -2;
 	}
-	memset(chunk, 0x5a, 1 << 20);
-	for (size_t off = 0; off < len; off += 1 << 20) {
-		const size_t n = len - off < (1 << 20) ? len - off : (1 << 20);
-		if (pwrite(fd, chunk, n, (off_t)off) != (ssize_t)n) {
-			mm_error("pwrite", errno);
-			free(chunk);
-			close(fd);
-			return -2;
-		}
-	}
 	if (fdatasync(fd))
 		mm_error("fdatasync", errno);
-	for (size_t off = 0; off < len; off += 1 << 20)
-		if (pread(fd, chunk, 1 << 20, (off_t)off) < 0)
-			mm_error("pread", errno);
-	free(chunk);
+	mm_pread_all(fd, len);
 	return fd;
 }
 
@@ -247,18 +224,11 @@ static int pf_open_backing(struct mm_ctx *c, size_t len)
 static int pf_round(struct mm_ctx *c, int fd, size_t len, struct mm_smaps *probe, char **start)
 {
 	const char *backing = mm_arg_str(c, "backing");
-	const char *thp = mm_arg_str(c, "thp");
 	const int shared = !strcmp(backing, "file") || !strcmp(backing, "shmem");
 	const int flags = fd < 0 ? MAP_PRIVATE | MAP_ANONYMOUS : shared ? MAP_SHARED : MAP_PRIVATE;
-	char *p = mm_map(len, mm_align_bytes(mm_arg_str(c, "align")), PROT_READ | PROT_WRITE,
-			 flags, fd);
+	char *p = mm_map_range(c, len, flags, fd, start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 
 	pf.p = p;
 	pf.timed = !probe;
@@ -297,65 +267,69 @@ static long pf_minflt(void)
 	return getrusage(RUSAGE_SELF, &r) ? 0 : r.ru_minflt;
 }
 
+/* A timed round for mm_run_rounds: every thread's slice. */
+struct pf_run {
+	int fd;
+	size_t len;
+	struct mm_rounds fault_ps;	/* per thread and round: ps per page */
+	uint64_t total_ns, span_ns;
+};
+
+static int pf_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct pf_run *r = arg;
+	uint64_t lo = UINT64_MAX, hi = 0;
+	if (pf_round(c, r->fd, r->len, NULL, start))
+		return -1;
+	for (int i = 0; i < pf.threads; i++) {
+		const struct pf_slice *s = &pf.slice[i];
+		mm_rounds_add(&r->fault_ps, (s->end - s->begin) * 1000 / s->pages);
+		r->total_ns += s->end - s->begin;
+		lo = s->begin < lo ? s->begin : lo;
+		hi = s->end > hi ? s->end : hi;
+	}
+	r->span_ns += hi - lo;
+	return 0;
+}
+
 static int pf_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024 & ~(MM_PAGE_SIZE - 1);
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct mm_rounds fault_ps = { 0 };	/* per thread and round: ps per page */
-	uint64_t total_ns = 0, span_ns = 0;
-	long rounds = 0, aligned = 0;
-	char *start = NULL;
-	int rc = 0;
+	struct pf_run r = { .len = len };
+	struct mm_loop loop;
 
 	if (pf_pool((int)mm_arg_long(c, "threads")))
 		return 1;
 	pf.write = !strcmp(mm_arg_str(c, "access"), "write");
 	pf.pages = len / MM_PAGE_SIZE;
-	const int fd = pf_open_backing(c, len);
+	const int fd = r.fd = pf_open_backing(c, len);
 	if (fd == -2)
 		return 1;
 
 	/* The timed rounds read no state: rusage's fault count is taken
 	 * around all of them. */
 	const long flt0 = pf_minflt();
-	const uint64_t t_start = mm_now_ns();
-	while (rounds < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		if (pf_round(c, fd, len, NULL, &start)) {
-			rc = 1;
-			break;
-		}
-		uint64_t lo = UINT64_MAX, hi = 0;
-		for (int i = 0; i < pf.threads; i++) {
-			const struct pf_slice *s = &pf.slice[i];
-			mm_rounds_add(&fault_ps, (s->end - s->begin) * 1000 / s->pages);
-			total_ns += s->end - s->begin;
-			lo = s->begin < lo ? s->begin : lo;
-			hi = s->end > hi ? s->end : hi;
-		}
-		span_ns += hi - lo;
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
-	}
+	const int rc = mm_run_rounds(c, MM_GIVE_UP, pf_timed, &r, &loop) ? 1 : 0;
 	const long flt1 = pf_minflt();
+	const long rounds = loop.timed;
 
 	struct mm_smaps probe;
 	int probed = 0;
 	if (!rc && mm_probes(c))
-		probed = !pf_round(c, fd, len, &probe, &start);
+		probed = !pf_round(c, fd, len, &probe, &loop.start);
 	if (fd >= 0)
 		close(fd);
 	if (!rounds) {
-		mm_rounds_free(&fault_ps);
+		mm_rounds_free(&r.fault_ps);
 		return 1;
 	}
 
 	const double all = pages * (double)rounds;
-	mm_metric(c, "fault_ns_per_page", mm_rounds_median(&fault_ps) / 1000);
-	mm_metric(c, "fault_ns_per_page_total", (double)total_ns / all);
-	mm_metric(c, "pages_per_s_real", all / ((double)span_ns / 1e9));
-	mm_rounds_free(&fault_ps);
+	mm_metric(c, "fault_ns_per_page", mm_rounds_median(&r.fault_ps) / 1000);
+	mm_metric(c, "fault_ns_per_page_total", (double)r.total_ns / all);
+	mm_metric(c, "pages_per_s_real", all / ((double)r.span_ns / 1e9));
+	mm_rounds_free(&r.fault_ps);
 	mm_count(c, "rounds", (double)rounds);
 	mm_count(c, "pages", all);
 	mm_count(c, "threads", pf.threads);
@@ -364,8 +338,7 @@ static int pf_sample(struct mm_ctx *c)
 	mm_count(c, "faults_per_page", (double)(flt1 - flt0) / all);
 	mm_window_units(c, PF_FAULT, pages / pf.threads);
 	/* Where the kernel put the mappings: a pointer, not a probe. */
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)rounds);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
 	if (!mm_probes(c))
 		return rc;
 	if (probed) {
@@ -374,12 +347,8 @@ static int pf_sample(struct mm_ctx *c)
 		mm_state_num(c, "thp_backed_fraction", huge_kb / ((double)len / 1024));
 		mm_state_smaps(c, "after_fault_", &probe);
 	}
-	struct statfs fs;
-	if (!strncmp(mm_arg_str(c, "backing"), "file", 4) && !statfs(mm_arg_str(c, "dir"), &fs)) {
-		char magic[32];
-		snprintf(magic, sizeof(magic), "0x%lx", (unsigned long)fs.f_type);
-		mm_state_str(c, "file_fs_magic", magic);
-	}
+	if (!strncmp(mm_arg_str(c, "backing"), "file", 4))
+		mm_state_file_fs_magic(c, mm_arg_str(c, "dir"));
 	return rc;
 }
 
@@ -390,12 +359,7 @@ const struct mm_workload wl_page_fault = {
 	.seed = "none: a baseline of the fault path (will-it-scale page_fault1/2/3)",
 	.summary = "fresh anon/file/shmem mapping, first read or write touch of every page by "
 		   "1..N threads of one mm, timed per page (MAP_POPULATE's faults: populate-unmap)",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = pf_validate,
 	.sample = pf_sample,

@@ -22,30 +22,27 @@
 #define MADV_PAGEOUT 21
 #endif
 
-static const char *const thp_choices[] = { "default", "hugepage", "nohugepage", NULL };
-
 static const struct mm_param params[] = {
-	{ "mapping-kb", MM_SIZE_KB, "16384", "anonymous mapping size in KiB", 64, 1L << 40, NULL },
-	{ "thp", MM_CHOICE, "default", "THP advice for the mapping (madvise)", 0, 0, thp_choices },
-	{ "align", MM_CHOICE, "pmd", "where the mapping starts: pmd = on a 2 MiB boundary, so THP "
-	  "can back all of it; none = a plain mmap() of the size, as the seed's reproducer maps "
-	  "(the kernel then decides)", 0, 0, mm_align_choices },
-	{ "rounds", MM_INT, "8", "minimum map/touch/pageout/touch rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_SIZE_KB("mapping-kb", "16384", "anonymous mapping size in KiB"),
+	MM_PARAM_THP("default", "mapping", ""),
+	MM_PARAM_ALIGN("mapping", "all of it", ", as the seed's reproducer maps (the kernel then "
+		       "decides)"),
+	MM_PARAM_ROUNDS("8", "minimum map/touch/pageout/touch rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
-	{ "prefault_ns_per_page", "ns", 0, "first write-touch of every page (faults, THP allocation)" MEDIAN },
-	{ "advise_ns_per_page", "ns", 0, "madvise(MADV_PAGEOUT) of the whole mapping" MEDIAN },
-	{ "post_touch_ns_per_page", "ns", 0, "write-touch after the pageout (refaults)" MEDIAN },
-	{ "cycle_ns_per_page", "ns", 0, "pageout plus refault touch" MEDIAN },
-	{ "prefault_ns_per_page_total", "ns", 0, "first write-touch of every page" TOTAL },
-	{ "advise_ns_per_page_total", "ns", 0, "madvise(MADV_PAGEOUT) of the whole mapping" TOTAL },
-	{ "post_touch_ns_per_page_total", "ns", 0, "write-touch after the pageout" TOTAL },
-	{ "cycle_ns_per_page_total", "ns", 0, "pageout plus refault touch" TOTAL },
+	{ "prefault_ns_per_page", "ns", 0, "first write-touch of every page (faults, THP "
+	  "allocation)" MM_MEDIAN },
+	{ "advise_ns_per_page", "ns", 0, "madvise(MADV_PAGEOUT) of the whole mapping" MM_MEDIAN },
+	{ "post_touch_ns_per_page", "ns", 0, "write-touch after the pageout (refaults)" MM_MEDIAN },
+	{ "cycle_ns_per_page", "ns", 0, "pageout plus refault touch" MM_MEDIAN },
+	{ "prefault_ns_per_page_total", "ns", 0, "first write-touch of every page" MM_TOTAL },
+	{ "advise_ns_per_page_total", "ns", 0, "madvise(MADV_PAGEOUT) of the whole "
+	  "mapping" MM_TOTAL },
+	{ "post_touch_ns_per_page_total", "ns", 0, "write-touch after the pageout" MM_TOTAL },
+	{ "cycle_ns_per_page_total", "ns", 0, "pageout plus refault touch" MM_TOTAL },
 	{ NULL },
 };
 
@@ -89,16 +86,10 @@ struct pageout_ns {
 static int pageout_round(struct mm_ctx *c, size_t len, struct pageout_ns *ns,
 			 struct pageout_probe *probe, char **start)
 {
-	const char *thp = mm_arg_str(c, "thp");
 	const int timed = !probe;
-	char *p = mm_map_aligned(len, mm_align_bytes(mm_arg_str(c, "align")));
+	char *p = mm_map_range(c, len, MAP_PRIVATE | MAP_ANONYMOUS, -1, start);
 	if (!p)
 		return -1;
-	*start = p;
-	if (!strcmp(thp, "hugepage") && madvise(p, len, MADV_HUGEPAGE))
-		mm_error("madvise_hugepage", errno);
-	if (!strcmp(thp, "nohugepage") && madvise(p, len, MADV_NOHUGEPAGE))
-		mm_error("madvise_nohugepage", errno);
 
 	uint64_t t0 = MM_WINDOW_BEGIN(PO_PREFAULT, timed);
 	mm_touch_write(p, len, 1);
@@ -119,51 +110,64 @@ static int pageout_round(struct mm_ctx *c, size_t len, struct pageout_ns *ns,
 	return 0;
 }
 
+/* The timed rounds, for mm_run_rounds: each phase's, and the cycle's. */
+struct pageout_run {
+	size_t len;
+	struct mm_rounds prefault, advise, touch, cycle;
+};
+
+static int pageout_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct pageout_run *r = arg;
+	struct pageout_ns ns;
+	if (pageout_round(c, r->len, &ns, NULL, start))
+		return -1;
+	mm_rounds_add(&r->prefault, ns.prefault);
+	mm_rounds_add(&r->advise, ns.advise);
+	mm_rounds_add(&r->touch, ns.touch);
+	mm_rounds_add(&r->cycle, ns.advise + ns.touch);
+	return 0;
+}
+
+static void pageout_free(struct pageout_run *r)
+{
+	mm_rounds_free(&r->prefault);
+	mm_rounds_free(&r->advise);
+	mm_rounds_free(&r->touch);
+	mm_rounds_free(&r->cycle);
+}
+
 static int pageout_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
-	struct mm_rounds prefault = { 0 }, advise = { 0 }, touch = { 0 }, cycle = { 0 };
-	const uint64_t t_start = mm_now_ns();
-	long rounds = 0, aligned = 0;
+	struct pageout_run r = { .len = len };
+	struct mm_loop loop;
 	struct pageout_ns ns;
-	char *start = NULL;
 
 	/* The timed rounds read no state at all. */
-	while (rounds < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		if (pageout_round(c, len, &ns, NULL, &start))
-			return 1;
-		mm_rounds_add(&prefault, ns.prefault);
-		mm_rounds_add(&advise, ns.advise);
-		mm_rounds_add(&touch, ns.touch);
-		mm_rounds_add(&cycle, ns.advise + ns.touch);
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
+	if (mm_run_rounds(c, MM_GIVE_UP, pageout_timed, &r, &loop)) {
+		pageout_free(&r);
+		return 1;
 	}
 
 	/* Each phase per page: the median round, and total time over total pages. */
-	const double all = pages * (double)rounds;
-	mm_metric(c, "prefault_ns_per_page", mm_rounds_median(&prefault) / pages);
-	mm_metric(c, "advise_ns_per_page", mm_rounds_median(&advise) / pages);
-	mm_metric(c, "post_touch_ns_per_page", mm_rounds_median(&touch) / pages);
-	mm_metric(c, "cycle_ns_per_page", mm_rounds_median(&cycle) / pages);
-	mm_metric(c, "prefault_ns_per_page_total", mm_rounds_total(&prefault) / all);
-	mm_metric(c, "advise_ns_per_page_total", mm_rounds_total(&advise) / all);
-	mm_metric(c, "post_touch_ns_per_page_total", mm_rounds_total(&touch) / all);
-	mm_metric(c, "cycle_ns_per_page_total", mm_rounds_total(&cycle) / all);
-	mm_count(c, "rounds", (double)rounds);
+	const double all = pages * (double)loop.timed;
+	mm_metric(c, "prefault_ns_per_page", mm_rounds_median(&r.prefault) / pages);
+	mm_metric(c, "advise_ns_per_page", mm_rounds_median(&r.advise) / pages);
+	mm_metric(c, "post_touch_ns_per_page", mm_rounds_median(&r.touch) / pages);
+	mm_metric(c, "cycle_ns_per_page", mm_rounds_median(&r.cycle) / pages);
+	mm_metric(c, "prefault_ns_per_page_total", mm_rounds_total(&r.prefault) / all);
+	mm_metric(c, "advise_ns_per_page_total", mm_rounds_total(&r.advise) / all);
+	mm_metric(c, "post_touch_ns_per_page_total", mm_rounds_total(&r.touch) / all);
+	mm_metric(c, "cycle_ns_per_page_total", mm_rounds_total(&r.cycle) / all);
+	mm_count(c, "rounds", (double)loop.timed);
 	mm_count(c, "pages", all);
 	for (int w = PO_PREFAULT; w <= PO_TOUCH; w++)
 		mm_window_units(c, w, pages);
-	mm_rounds_free(&prefault);
-	mm_rounds_free(&advise);
-	mm_rounds_free(&touch);
-	mm_rounds_free(&cycle);
+	pageout_free(&r);
 	/* Where the kernel put the mappings: a pointer, not a probe. */
-	mm_state_num(c, "mapping_pmd_aligned_fraction", (double)aligned / (double)rounds);
-	mm_state_num(c, "mapping_start_mod_2m_kb", mm_pmd_offset_kb(start));
+	mm_state_placement(c, &loop);
 	if (!mm_probes(c))
 		return 0;
 
@@ -171,7 +175,7 @@ static int pageout_sample(struct mm_ctx *c)
 	 * ones: THP backing after the prefault, and how much of it left RAM on
 	 * the pageout. */
 	struct pageout_probe probe;
-	if (pageout_round(c, len, &ns, &probe, &start))
+	if (pageout_round(c, len, &ns, &probe, &loop.start))
 		return 1;
 	mm_state_num(c, "thp_backed_fraction",
 		     (double)probe.after_fault.anon_huge_kb / ((double)len / 1024));
@@ -188,12 +192,7 @@ const struct mm_workload wl_pageout_refault = {
 	.name = "pageout-refault",
 	.seed = "001: MADV_PAGEOUT THP/no-swap refault ~1.7x slower on v6.19 than v6.12",
 	.summary = "map anon, write-touch, madvise(MADV_PAGEOUT), write-touch again",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.sample = pageout_sample,
 };

@@ -22,14 +22,13 @@ static const struct mm_param params[] = {
 };
 
 #define MEDIAN " (median mapping, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "populate_ns_per_page", "ns", 0, "mmap(MAP_POPULATE) time" MEDIAN },
 	{ "unmap_ns_per_page", "ns", 0, "munmap time" MEDIAN },
 	{ "ops_per_s_real", "ops/s", 1, "map+unmap pairs per second of wall time, all workers "
 	  "(whole sample)" },
-	{ "populate_ns_per_page_total", "ns", 0, "mmap(MAP_POPULATE) time" TOTAL },
-	{ "unmap_ns_per_page_total", "ns", 0, "munmap time" TOTAL },
+	{ "populate_ns_per_page_total", "ns", 0, "mmap(MAP_POPULATE) time" MM_TOTAL },
+	{ "unmap_ns_per_page_total", "ns", 0, "munmap time" MM_TOTAL },
 	{ NULL },
 };
 
@@ -120,12 +119,7 @@ const struct mm_workload wl_populate_unmap = {
 	.name = "populate-unmap",
 	.seed = "000: the populate/unmap core of the stress-ng --mremap contention",
 	.summary = "per worker: short-lived mmap(MAP_POPULATE) + munmap, each timed",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 0,
 	.sample = pu_sample,
 };

@@ -46,20 +46,18 @@ static const char *const resolve_choices[] = { "copy", "zeropage", NULL };
 static const struct mm_param params[] = {
 	{ "resolve", MM_CHOICE, "copy", "how the handler resolves each missing fault: "
 	  "UFFDIO_COPY of a 4 KiB source page, or UFFDIO_ZEROPAGE", 0, 0, resolve_choices },
-	{ "mapping-kb", MM_SIZE_KB, "2048", "anonymous range size in KiB (one fault per 4 KiB "
-	  "page)", 64, 1L << 40, NULL },
-	{ "rounds", MM_INT, "8", "minimum map/register/fault rounds per sample", 1, 1000000, NULL },
-	{ "min-ms", MM_INT, "200", "minimum measured time per sample in ms", 0, 3600000, NULL },
+	MM_PARAM_SIZE_KB("mapping-kb", "2048", "anonymous range size in KiB (one fault per 4 KiB "
+			 "page)"),
+	MM_PARAM_ROUNDS("8", "minimum map/register/fault rounds per sample"),
+	MM_PARAM_MIN_MS("200"),
 	{ NULL },
 };
 
-#define MEDIAN " (median round, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "fault_ns_per_page", "ns", 0, "a read of every page of the registered range, each "
-	  "fault resolved by the handler thread" MEDIAN },
+	  "fault resolved by the handler thread" MM_MEDIAN },
 	{ "fault_ns_per_page_total", "ns", 0, "a read of every page of the registered range, "
-	  "each fault resolved by the handler thread" TOTAL },
+	  "each fault resolved by the handler thread" MM_TOTAL },
 	{ NULL },
 };
 
@@ -208,15 +206,31 @@ static uint64_t uf_round(struct handler *h, size_t len, struct mm_smaps *probe)
 	return t1 - t0;
 }
 
+/* A timed round for mm_run_rounds. */
+struct uf_run {
+	struct handler *h;
+	size_t len;
+	struct mm_rounds faults;
+};
+
+static int uf_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct uf_run *r = arg;
+	const uint64_t ns = uf_round(r->h, r->len, NULL);
+	(void)c;
+	(void)start;	/* wherever mmap() put it */
+	if (ns)
+		mm_rounds_add(&r->faults, ns);
+	return ns == 0;
+}
+
 static int uf_sample(struct mm_ctx *c)
 {
 	const size_t len = (size_t)mm_arg_long(c, "mapping-kb") * 1024;
 	const double pages = (double)(len / MM_PAGE_SIZE);
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
 	struct handler h = { 0 };
-	struct mm_rounds faults = { 0 };
-	long attempts = 0;
+	struct uf_run r = { &h, len, { 0 } };
+	struct mm_loop loop;
 	int rc = 1;
 
 	h.zeropage = !strcmp(mm_arg_str(c, "resolve"), "zeropage");
@@ -237,32 +251,21 @@ static int uf_sample(struct mm_ctx *c)
 	while (!h.tid)
 		sched_yield();
 
-	/* The timed rounds read no state at all. */
-	const uint64_t t_start = mm_now_ns();
-	while (attempts < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		uint64_t ns = uf_round(&h, len, NULL);
-		attempts++;
-		if (ns)
-			mm_rounds_add(&faults, ns);
-		if (!faults.n && attempts >= min_rounds)
-			break;		/* no round could be set up */
-	}
+	mm_run_rounds(c, mm_arg_long(c, "rounds"), uf_timed, &r, &loop);
 	const long resolved = h.resolved;	/* by the timed rounds */
 	struct mm_smaps probe = { 0 };
-	const int probed = faults.n && mm_probes(c) && uf_round(&h, len, &probe) != 0;
+	const int probed = r.faults.n && mm_probes(c) && uf_round(&h, len, &probe) != 0;
 
 	/* Stop the handler: its last fault. */
 	if (!h.dead)
 		mm_touch_read(h.doorbell, MM_PAGE_SIZE);
 	pthread_join(h.thread, NULL);
-	if (!faults.n)
+	if (!r.faults.n)
 		goto out;
 
-	const double all = pages * (double)faults.n;
-	mm_metric(c, "fault_ns_per_page", mm_rounds_median(&faults) / pages);
-	mm_metric(c, "fault_ns_per_page_total", mm_rounds_total(&faults) / all);
-	mm_count(c, "rounds", (double)faults.n);
-	mm_count(c, "pages", all);
+	mm_metric_rounds(c, "fault_ns_per_page", &r.faults, pages);
+	mm_count(c, "rounds", (double)r.faults.n);
+	mm_count(c, "pages", pages * (double)r.faults.n);
 	mm_count(c, "faults_resolved", (double)resolved);	/* one per page */
 	mm_window_units(c, UF_FAULT, pages);
 	rc = 0;
@@ -272,7 +275,7 @@ static int uf_sample(struct mm_ctx *c)
 		mm_state_num(c, "after_fault_rss_fraction", (double)probe.rss_kb / ((double)len / 1024));
 	}
 out:
-	mm_rounds_free(&faults);
+	mm_rounds_free(&r.faults);
 	if (h.src)
 		munmap(h.src, MM_PAGE_SIZE);
 	if (h.doorbell)
@@ -288,12 +291,7 @@ const struct mm_workload wl_uffd = {
 	.summary = "register a fresh anon range with userfaultfd and time reading every page, "
 		   "a handler thread resolving each missing fault with UFFDIO_COPY or "
 		   "UFFDIO_ZEROPAGE",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = uf_validate,
 	.sample = uf_sample,

@@ -22,10 +22,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/vfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,14 +35,14 @@ static const char *const backing_choices[] = { "file", "shmem", "anon", NULL };
 static const char *const state_choices[] = { "cold", "warm", NULL };
 
 static const struct mm_param params[] = {
-	{ "size-kb", MM_SIZE_KB, "32768", "mapping size per worker in KiB", 64, 1L << 40, NULL },
+	MM_PARAM_SIZE_KB("size-kb", "32768", "mapping size per worker in KiB"),
 	{ "backing", MM_CHOICE, "file", "what backs the mapping", 0, 0, backing_choices },
 	{ "sequential", MM_FLAG, NULL, "madvise(MADV_SEQUENTIAL): VM_SEQ_READ skips the marking", 0, 0, NULL },
 	{ "page-state", MM_CHOICE, "cold", "LRU state of the folios at unmap (see source)", 0, 0, state_choices },
 	{ "workers", MM_INT, "1", "worker processes, each with its own file", 1, 4096, NULL },
-	{ "rounds", MM_INT, "4", "minimum map/touch/unmap rounds per worker and sample", 1, 1000000, NULL },
+	MM_PARAM_ROUNDS("4", "minimum map/touch/unmap rounds per worker and sample"),
 	{ "min-ms", MM_INT, "100", "minimum measured time per worker and sample in ms", 0, 3600000, NULL },
-	{ "dir", MM_PATH, "/var/tmp", "directory for --backing file", 0, 0, NULL },
+	MM_PARAM_DIR("directory for --backing file"),
 	{ "align", MM_CHOICE, "none", "where the mapping starts: none = a plain mmap() of the size; "
 	  "pmd = on a 2 MiB boundary, so THP (file, shmem or anon) can map it by PMD", 0, 0,
 	  mm_align_choices },
@@ -52,12 +50,11 @@ static const struct mm_param params[] = {
 };
 
 #define MEDIAN " (median round of all workers, per page)"
-#define TOTAL " (total time over total pages: the mean, as reproducers and stress-ng report)"
 static const struct mm_metric metrics[] = {
 	{ "unmap_ns_per_page", "ns", 0, "munmap of the young mapping" MEDIAN },
 	{ "touch_ns_per_page", "ns", 0, "read-touch that made the PTEs young" MEDIAN },
-	{ "unmap_ns_per_page_total", "ns", 0, "munmap of the young mapping" TOTAL },
-	{ "touch_ns_per_page_total", "ns", 0, "read-touch that made the PTEs young" TOTAL },
+	{ "unmap_ns_per_page_total", "ns", 0, "munmap of the young mapping" MM_TOTAL },
+	{ "touch_ns_per_page_total", "ns", 0, "read-touch that made the PTEs young" MM_TOTAL },
 	{ NULL },
 };
 
@@ -111,18 +108,10 @@ static int open_backing(struct mm_ctx *c, int index, size_t len)
 		return -2;
 	}
 	/* Write the contents so they sit in the page cache (or shmem), clean. */
-	char *chunk = malloc(1 << 20);
-	memset(chunk, 0x5a, 1 << 20);
-	for (size_t off = 0; off < len; off += 1 << 20) {
-		size_t n = len - off < (1 << 20) ? len - off : (1 << 20);
-		if (pwrite(fd, chunk, n, (off_t)off) != (ssize_t)n) {
-			mm_error("pwrite", errno);
-			free(chunk);
-			close(fd);
-			return -2;
-		}
+	if (mm_fill(fd, len)) {
+		close(fd);
+		return -2;
 	}
-	free(chunk);
 	if (!strcmp(backing, "file") && fdatasync(fd))
 		mm_error("fdatasync", errno);
 	return fd;
@@ -133,13 +122,8 @@ static void make_cold_referenced(char *p, size_t len, int fd)
 {
 	if (madvise(p, len, MADV_COLD))
 		mm_error("madvise_cold", errno);
-	if (fd >= 0) {
-		char *buf = malloc(1 << 20);
-		for (size_t off = 0; off < len; off += 1 << 20)
-			if (pread(fd, buf, 1 << 20, (off_t)off) < 0)
-				mm_error("pread", errno);
-		free(buf);
-	}
+	if (fd >= 0)
+		mm_pread_all(fd, len);
 }
 
 /*
@@ -183,46 +167,55 @@ static int uy_round(struct mm_ctx *c, int fd, size_t len, uint64_t *touch_ns,
 	return 0;
 }
 
+/* A worker's timed round, for mm_run_rounds. */
+struct uy_run {
+	int fd;
+	size_t len;
+	struct mm_hist *unmap, *touch;
+};
+
+static int uy_timed(struct mm_ctx *c, void *arg, char **start)
+{
+	struct uy_run *r = arg;
+	uint64_t touch_ns, unmap_ns;
+	if (uy_round(c, r->fd, r->len, &touch_ns, &unmap_ns, NULL, start))
+		return -1;
+	mm_hist_add(r->touch, touch_ns);
+	mm_hist_add(r->unmap, unmap_ns);
+	return 0;
+}
+
 static int uy_worker(struct mm_ctx *c, int index)
 {
 	const size_t len = (size_t)mm_arg_long(c, "size-kb") * 1024;
 	const int workers = (int)mm_arg_long(c, "workers");
-	const long min_rounds = mm_arg_long(c, "rounds");
-	const double min_s = (double)mm_arg_long(c, "min-ms") / 1000.0;
 	static struct mm_hist unmap, touch;	/* this worker's */
 	uint64_t touch_ns, unmap_ns;
-	long rounds = 0, aligned = 0;
-	char *start = NULL;
+	struct mm_loop loop;
 	int fd = open_backing(c, index, len);
+	struct uy_run r = { fd, len, &unmap, &touch };
 
 	if (fd == -2)
 		return 1;
 	/* Fault the histograms in before the first timed call, not during. */
 	mm_hist_clear(&unmap);
 	mm_hist_clear(&touch);
-	const uint64_t t_start = mm_now_ns();
-	while (rounds < min_rounds || !mm_deadline_passed(t_start, min_s)) {
-		if (uy_round(c, fd, len, &touch_ns, &unmap_ns, NULL, &start))
-			return 1;
-		mm_hist_add(&touch, touch_ns);
-		mm_hist_add(&unmap, unmap_ns);
-		aligned += mm_pmd_offset_kb(start) == 0;
-		rounds++;
-	}
+	if (mm_run_rounds(c, MM_GIVE_UP, uy_timed, &r, &loop))
+		return 1;
 	mm_hist_merge(&sh->unmap, &unmap);
 	mm_hist_merge(&sh->touch, &touch);
-	__atomic_fetch_add(&sh->rounds, rounds, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&sh->aligned_rounds, aligned, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->rounds, loop.timed, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&sh->aligned_rounds, loop.aligned, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&sh->finished, 1, __ATOMIC_RELEASE);
 	if (index == 0) {
-		sh->start_mod_2m_kb = mm_pmd_offset_kb(start);
+		sh->start_mod_2m_kb = mm_pmd_offset_kb(loop.start);
 		/* The state probe: one extra round, once every worker's timed
 		 * rounds are over, so that it overlaps none of them. */
 		if (mm_probes(c)) {
 			const struct timespec ms = { 0, 1000000 };
 			while (__atomic_load_n(&sh->finished, __ATOMIC_ACQUIRE) < workers)
 				nanosleep(&ms, NULL);
-			if (!uy_round(c, fd, len, &touch_ns, &unmap_ns, &sh->probe, &start))
+			if (!uy_round(c, fd, len, &touch_ns, &unmap_ns, &sh->probe, &loop.start))
 				sh->probed = 1;
 		}
 	}
@@ -236,7 +229,6 @@ static int uy_sample(struct mm_ctx *c)
 	const int workers = (int)mm_arg_long(c, "workers");
 	const double pages_per_round = (double)mm_arg_long(c, "size-kb") * 1024 / MM_PAGE_SIZE;
 	uint64_t real_ns;
-	struct statfs fs;
 
 	sh = mm_shared_alloc(sizeof(*sh));
 	int rc = mm_run_workers(c, workers, uy_worker, &real_ns);
@@ -264,11 +256,8 @@ static int uy_sample(struct mm_ctx *c)
 		mm_state_num(c, "shmem_pmd_mapped_kb", (double)r.probe.shmem_pmd_kb);
 		mm_state_num(c, "anon_huge_kb", (double)r.probe.anon_huge_kb);
 	}
-	if (!strcmp(mm_arg_str(c, "backing"), "file") && !statfs(mm_arg_str(c, "dir"), &fs)) {
-		char magic[32];
-		snprintf(magic, sizeof(magic), "0x%lx", (unsigned long)fs.f_type);
-		mm_state_str(c, "file_fs_magic", magic);
-	}
+	if (!strcmp(mm_arg_str(c, "backing"), "file"))
+		mm_state_file_fs_magic(c, mm_arg_str(c, "dir"));
 	return 0;
 }
 
@@ -278,12 +267,7 @@ const struct mm_workload wl_unmap_young = {
 	.name = "unmap-young",
 	.seed = "003: mm: drop mark_page_accessed from the unmap path",
 	.summary = "map a file/shmem/anon range, read every page (young PTEs), time munmap",
-	.params = params,
-	.metrics = metrics,
-	.mm_paths = mm_paths,
-	.vmstat = vmstat,
-	.tracepoints = tracepoints,
-	.windows = windows,
+	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.sample = uy_sample,
 };
