@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from mmlab.experiment.plan import parse
 from mmlab.judge import controls, verdicts
+from mmlab.judge.audit import Finding
 from mmlab.report import data, text
 from mmlab.report.terminal import experiment
 from mmlab.run import runner
@@ -82,7 +83,7 @@ def test_a_ksm_difference_derives_no_control():
     """Merging is what ksm-rmap measures: there is no lever that keeps the question."""
     plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
-    finding = type("F", (), {"check": "KSM merging"})()
+    finding = Finding("KSM merging", ("a", "b"), "")
     assert controls.derive(plan, {(a, b): [finding]}) == []
 
 
@@ -91,7 +92,7 @@ def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
     pair runs both kernels with DAMON off, and the guest script stops it."""
     plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
-    finding = type("F", (), {"check": "DAMON running"})()
+    finding = Finding("DAMON running", ("a", "b"), "")
     arms = controls.derive(plan, {(a, b): [finding]})
     assert {(c.control_of, c.control) for c in arms} == {(a, "damon=off"), (b, "damon=off")}
     assert all(c.settings.damon == "off" and c.settings.fixed_files() == [] for c in arms)
@@ -102,7 +103,7 @@ def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
 def test_a_pair_that_differs_in_two_states_gets_controls_that_force_both():
     plan = parse(PROFILE, "seed001.toml")
     a, b = plan.arms[1].name, plan.arms[0].name
-    found = [type("F", (), {"check": c})() for c in ("DAMON running", "THP backing of the mapping")]
+    found = [Finding(c, ("a", "b"), "") for c in ("DAMON running", "THP backing of the mapping")]
     arms = controls.derive(plan, {(a, b): found})
     assert {c.control for c in arms} == {"thp=nohugepage, damon=off", "thp=hugepage, damon=off"}
     assert all(c.settings.damon == "off" for c in arms)

@@ -171,13 +171,14 @@ def lock_path() -> Path:
 
 
 _lock_depth = 0
+_said_wait = False      # this process has said it waits for the lock
 
 
 @contextmanager
 def machine_lock() -> Iterator[None]:
     """Hold the machine lock for the block (re-entrant within a process);
     says once on stderr who it waits for."""
-    global _lock_depth
+    global _lock_depth, _said_wait
     if _lock_depth:
         _lock_depth += 1
         try:
@@ -193,8 +194,10 @@ def machine_lock() -> Iterator[None]:
         except BlockingIOError:
             f.seek(0)
             holder = f.read().strip() or "?"
-            print(f"mmlab: waiting for mmlab pid {holder}: host trials and setting changes "
-                  f"take turns on this machine ({path})", file=sys.stderr)
+            if not _said_wait:          # once a run, not once a trial
+                print(f"mmlab: waiting for mmlab pid {holder}: host trials and setting "
+                      f"changes take turns on this machine ({path})", file=sys.stderr)
+            _said_wait = True
             fcntl.flock(f, fcntl.LOCK_EX)
         f.seek(0)
         f.truncate()
