@@ -54,7 +54,8 @@ Z90 = 1.6449          # a 90 % interval's half-width in sigmas
 CONFIRMED = ("regression", "improvement")
 EMULATED_ONLY = "emulated time only"              # the pair's counts did not change
 NOT_COUNTED = "emulated time, not counted"        # the pair has no counts to say
-EMULATED = (EMULATED_ONLY, NOT_COUNTED)
+COUNTS_CHANGED = "emulated time, counts changed"  # the counts' own change is the finding
+EMULATED = (EMULATED_ONLY, NOT_COUNTED, COUNTS_CHANGED)
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,9 @@ def why(metric: str, c: Comparison, outcome: str, t: Thresholds = Thresholds()) 
         return "it is emulated time, and the pair's instruction counts did not change"
     if outcome == NOT_COUNTED:
         return "it is emulated time, and nothing counted the pair"
+    if outcome == COUNTS_CHANGED:
+        return ("it is emulated time; the pair's instruction counts changed, and that change "
+                "is reported on its own")
     if not is_count(metric):
         return ""
     floor = max(t.count_cvs * max(c.rcv, c.rcv_baseline), t.count_tolerance)
@@ -209,10 +213,12 @@ def emulated_outcome(time: str, counts: str | None) -> str:
     pair's counts say (`counted`).  A counted change backs the time
     verdict; counts that stayed make a time change, confirmed or not,
     "emulated time only"; with no counts to say, a confirmed time change is
-    "emulated time, not counted".  Emulated time alone is never a
-    regression or an improvement."""
+    "emulated time, not counted".  Where the counts changed, the time step
+    keeps its confirmed verdict (only confirmed when asked for) or is
+    "emulated time, counts changed": the counted change is the finding.
+    Emulated time alone is never a regression or an improvement."""
     if counts == "changed":
-        return time
+        return time if time in CONFIRMED else COUNTS_CHANGED
     if counts == "same" and time in (*CONFIRMED, "candidate"):
         return EMULATED_ONLY
     return NOT_COUNTED if time in CONFIRMED else time

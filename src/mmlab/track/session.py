@@ -15,10 +15,11 @@ confirmation of each.
 A time step measured in a TCG guest is emulated time, which can point the
 other way from hardware time; instruction counts are exact there.  So the
 pair's counts decide it (changepoints.emulated_outcome): their
-confirmation is measured first, and its time confirmation only where the
-counts changed too, or where the run asks for it (`confirm_emulated`, track
-run --confirm-emulated).  A profile that counts nothing leaves its emulated
-time steps candidates unless asked.
+confirmation is measured, and a time confirmation only where the run asks
+for it (`confirm_emulated`, track run --confirm-emulated): confirming
+emulated times cost most of a run and decided nothing the counts did not.
+A profile that counts nothing leaves its emulated time steps candidates
+unless asked.
 
 Confirmations are experiments in the store like cells, keyed by the
 change's series, class and release labels, so a confirmed change keeps its
@@ -153,9 +154,9 @@ class Confirmations:
         and the tracker's outcome (`measure` as `get`).  An emulated time
         step (`emulated`: the pair's figures are a TCG guest's time) is
         decided by the pair's counts where the profile counts: their
-        confirmation first, the time confirmation only where the counts
-        changed or the run asks for it; where the counts alone decided, it
-        is their confirmation."""
+        confirmation, and a time confirmation only where the run asks for
+        it (`confirm_emulated`); where the counts alone decided, it is
+        their confirmation."""
         if not emulated:
             got = self.get(tracked, kind, metric_class(metric), before, after, measure)
             c = self.comparison(got.experiment, metric) if got else None
@@ -164,10 +165,11 @@ class Confirmations:
             if any(changepoints.is_count(m) for m in tracked.metrics) else None
         said = changepoints.counted(self._outcomes(counts.experiment, t)) if counts else None
         times = self.get(tracked, kind, "times", before, after,
-                         measure and (self.confirm_emulated or said == "changed"))
+                         measure and self.confirm_emulated)
         c = self.comparison(times.experiment, metric) if times else None
         outcome = changepoints.emulated_outcome(changepoints.outcome_of(metric, c, t), said)
-        return times or (counts if outcome == changepoints.EMULATED_ONLY else None), c, outcome
+        decided_by_counts = (changepoints.EMULATED_ONLY, changepoints.COUNTS_CHANGED)
+        return times or (counts if outcome in decided_by_counts else None), c, outcome
 
     def _outcomes(self, exp_id: int, t: Thresholds) -> list[str]:
         """The outcome of each metric a confirmation judged."""
