@@ -23,7 +23,7 @@ GLOBAL_SETTINGS = [
 ]
 
 
-TRACEFS_SETTINGS = ["tracing_on", "buffer_size_kb", "options/stacktrace",
+TRACEFS_SETTINGS = ["tracing_on", "buffer_size_kb", "options/stacktrace", "options/event-fork",
                     "events/lock/contention_begin/enable", "events/lock/contention_end/enable"]
 
 
@@ -33,6 +33,8 @@ def global_state() -> dict[str, object]:
     tf = Path("/sys/kernel/tracing")
     state.update({f"tracefs:{n}": (tf / n).read_text().split()[0] for n in TRACEFS_SETTINGS
                   if (tf / n).exists()})
+    if (tf / "set_event_pid").exists():
+        state["tracefs:set_event_pid"] = (tf / "set_event_pid").read_text().split()
     state["swaps"] = knobs.active_swaps()
     state["tracefs mounted"] = knobs.mounted(knobs.TRACEFS)
     return state

@@ -187,3 +187,24 @@ def test_tracepoint_events_are_counted_by_system_and_name():
     assert got == Counter({"mmap_lock:mmap_lock_start_locking": 2,
                            "mmap_lock:mmap_lock_acquire_returned": 1,
                            "compaction:mm_compaction_begin": 1})
+
+
+def test_a_tracefs_session_records_this_process_tree_only_and_puts_the_filter_back(tmp_path):
+    """Inside a session the pid filter is this process, followed into the
+    processes it starts (a neighbour's lock waits are not the trial's);
+    afterwards every file holds what it held before."""
+    import os
+
+    from mmlab.attribution import tracefs
+    (tmp_path / "options").mkdir()
+    files = {"tracing_on": "1\n", "buffer_size_kb": "1408\n", "options/stacktrace": "0\n",
+             "options/event-fork": "0\n", "set_event_pid": "\n", "trace": "",
+             "ev": "0\n"}
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with tracefs.session(tmp_path, ["ev"]):
+        assert (tmp_path / "set_event_pid").read_text() == str(os.getpid())
+        assert (tmp_path / "options/event-fork").read_text() == "1"
+    assert (tmp_path / "set_event_pid").read_text() == ""
+    assert (tmp_path / "options/event-fork").read_text() == "0"
+    assert (tmp_path / "tracing_on").read_text() == "1"
