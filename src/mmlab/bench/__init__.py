@@ -54,6 +54,7 @@ from mmlab.run.events import Created, Event, Message
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.workloads import execwork, mmwork
+from mmlab.workloads.build import REPO_ROOT
 
 CASES = [(1, 4096), (2, 8192), (2, 256 * 1024)]   # (workers, stress-ng --mremap-bytes)
 SECONDS = 3
@@ -286,8 +287,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.part in ("all", "selftest"):
             selftest_report.print_report(args.experiments, args.seed)
         if args.part in ("all", "verdicts"):
-            root = Path(__file__).resolve().parents[3]
-            print_real(real_verdicts([root / p for p in REAL_PROFILES], args.results,
+            print_real(real_verdicts([REPO_ROOT / p for p in REAL_PROFILES], args.results,
                                      args.period, repetitions=args.repetitions,
                                      max_repetitions=args.max_repetitions,
                                      min_sample_ms=args.min_sample_ms))

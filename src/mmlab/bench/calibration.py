@@ -34,9 +34,9 @@ from mmlab.run.events import Event, Message
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.workloads import insns
+from mmlab.workloads.build import REPO_ROOT
 
 SAME = 0.03            # ratios within 3% of 1 point nowhere
-ROOT = Path(__file__).resolve().parents[3]
 
 
 @dataclass(frozen=True)
@@ -87,7 +87,7 @@ CASES = (
          Pair("unmap: 64 KiB / 4 KiB mappings", "unmap_ns_per_page",
               "unmap_kernel_insns_per_page"))),
     Case("exec", {
-        "workload": "exec", "source": str(ROOT / "experiments/repro/mprotect_repro.c"),
+        "workload": "exec", "source": str(REPO_ROOT / "experiments/repro/mprotect_repro.c"),
         "command": ["{source}", "{pages}"], "metrics_from": "key=value", "warmups": 1,
         "exec_metrics": {"ns_per_page": "lower"},
         "windows": {"protect": {"id": 1, "per": "pages"}},

@@ -34,9 +34,14 @@ def args(memory_mb: int, numa_nodes: int) -> list[str]:
     out = ["-accel", "kvm", "-cpu", "host", "-name", "mmlab,debug-threads=on"]
     if numa_nodes > 1:
         return out
-    if hugetlb_free_mb() >= memory_mb and os.path.ismount(HUGEPAGES):
+    if hugetlb_backed(memory_mb):
         out += ["-mem-path", str(HUGEPAGES)]
     return [*out, "-mem-prealloc"]
+
+
+def hugetlb_backed(memory_mb: int) -> bool:
+    """Can the guest's memory come from the host's free 2 MiB hugetlb pages?"""
+    return hugetlb_free_mb() >= memory_mb and os.path.ismount(HUGEPAGES)
 
 
 def hugetlb_free_mb() -> int:
@@ -50,8 +55,7 @@ def memory(memory_mb: int, numa_nodes: int) -> str:
     """How the guest's memory is backed, in words, for its environment."""
     if numa_nodes > 1:
         return "preallocated per NUMA node"
-    hugetlb = hugetlb_free_mb() >= memory_mb and os.path.ismount(HUGEPAGES)
-    return "preallocated, 2 MiB hugetlb pages" if hugetlb else "preallocated"
+    return "preallocated, 2 MiB hugetlb pages" if hugetlb_backed(memory_mb) else "preallocated"
 
 
 def placement(vcpus: int, cpus: set[int]) -> tuple[dict[int, int], set[int]]:
