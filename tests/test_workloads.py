@@ -219,9 +219,13 @@ def test_bad_arguments_give_one_line_and_exit_2(args, message):
 # changes no timed metric: probes-on and probes-off processes run in pairs,
 # in alternating order, and the median of the per-pair log ratios must lie
 # within a bound made from the pairs' own spread: four standard errors of
-# that median (1.2533 * 1.4826 * MAD / sqrt(n)), and never less than 3 %.  A
-# smaps read between two timed phases (what pageout-refault did) moved advise
-# time by 5-7 %, which this bound catches on this machine.
+# that median (1.2533 * 1.4826 * MAD / sqrt(n)), and never less than 1.5 %.
+# A smaps read between two timed phases (what pageout-refault did) moved
+# advise time by 5-7 %, which this bound catches on this machine.  A metric
+# beyond its bound is measured again with fresh pairs and fails only when the
+# second set puts it beyond on the same side: a probe's cost shows every time,
+# a neighbour's busy stretch (one pair of 11 at -13 % moved a median to -2.8 %
+# beside a test suite) seldom twice.
 
 AA_FLOOR = 0.015
 AA_CASES = {
@@ -234,9 +238,9 @@ AA_CASES = {
     "unmap-young": (("--backing", "shmem", "--size-kb", "4096", "--rounds", "6", "--min-ms", "0",
                      "--samples", "3"),
                     ("unmap_ns_per_page", "touch_ns_per_page", "unmap_ns_per_page_total"), 9),
-    # Two workers on two shared CPUs: 7 pairs let one disturbed stretch of the
-    # machine decide (0.92x and 0.94x seen beside other load); 11 do not.
-    "populate-unmap": (("--workers", "2", "--bytes", "64K", "--seconds", "0.15", "--samples", "2"),
+    # One worker, as for mremap-churn: with two on two shared CPUs, wall time
+    # follows the neighbours (0.92x, 0.94x and 0.97x seen beside other load).
+    "populate-unmap": (("--workers", "1", "--bytes", "64K", "--seconds", "0.15", "--samples", "2"),
                        ("populate_ns_per_page", "unmap_ns_per_page", "ops_per_s_real"), 11),
     # One worker: with two on two shared CPUs, wall time follows the neighbours.
     "mremap-churn": (("--workers", "1", "--seconds", "0.15", "--samples", "2"),
@@ -289,19 +293,37 @@ def _run_metrics(workload: str, args: tuple[str, ...], metrics: tuple[str, ...],
 ])
 def test_turning_state_probes_off_changes_no_timed_metric(workload):
     args, metrics, pairs = AA_CASES[workload]
+    far = _beyond(workload, _aa_pairs(workload, args, metrics, pairs))
+    if far:
+        again = _beyond(workload, _aa_pairs(workload, args, tuple(far), pairs))
+        far = {m: why for m, why in far.items()
+               if m in again and np.sign(again[m][0]) == np.sign(far[m][0])}
+    assert not far, f"{workload}: state probes change timed metrics: " + "; ".join(
+        why for _, why in far.values())
+
+
+def _aa_pairs(workload: str, args: tuple[str, ...], metrics: tuple[str, ...],
+              pairs: int) -> dict[str, list[float]]:
+    """Per-pair log ratios (probes on / off) of each metric, the pairs'
+    order alternating."""
     ratios: dict[str, list[float]] = {m: [] for m in metrics}
     for i in range(pairs):
         order = (True, False) if i % 2 == 0 else (False, True)
         runs = {probes: _run_metrics(workload, args, metrics, probes) for probes in order}
         for m in metrics:
             ratios[m].append(float(np.log(runs[True][m] / runs[False][m])))
-    figures = []
-    for m in metrics:
-        med, bound = aa_judge(ratios[m])
-        figures.append((m, med, bound))
+    return ratios
+
+
+def _beyond(workload: str, ratios: dict[str, list[float]]) -> dict[str, tuple[float, str]]:
+    """The metrics whose median log ratio lies beyond its bound, with that
+    median and why; every metric's figure is printed."""
+    out = {}
+    for m, rs in ratios.items():
+        med, bound = aa_judge(rs)
         print(f"A/A {workload} {m}: probes on/off {np.exp(med):.3f}x "
-              f"(median log ratio {med:+.3f}, bound ±{bound:.3f}, {pairs} pairs)")
-    far = [f"{m}: {np.exp(med):.3f}x, median log ratio {med:+.3f} beyond ±{bound:.3f} "
-           f"(pairs: {' '.join(f'{r:+.3f}' for r in ratios[m])})"
-           for m, med, bound in figures if abs(med) > bound]
-    assert not far, f"{workload}: state probes change timed metrics: " + "; ".join(far)
+              f"(median log ratio {med:+.3f}, bound ±{bound:.3f}, {len(rs)} pairs)")
+        if abs(med) > bound:
+            out[m] = (med, f"{m}: {np.exp(med):.3f}x, median log ratio {med:+.3f} beyond "
+                           f"±{bound:.3f} (pairs: {' '.join(f'{r:+.3f}' for r in rs)})")
+    return out
