@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import sqlite3
+import threading
 import subprocess
 import time
 from pathlib import Path
@@ -405,3 +406,95 @@ def test_order_effects_in_the_run_are_named_on_the_comparisons_they_touch(tmp_pa
     assert named["B"] == [] and all(e.startswith("after C x1.0") for e in named["C"])
     _, _, _, plain, _ = adaptive_run(tmp_path / "plain", FakeTarget(cv=0.01))
     assert all(c.order_effects == () for c in plain.judgement.comparisons)
+
+
+# ------------------------------------------------- trials side by side
+#
+# A target that says its trials may run two at a time (a counts-only plan in
+# TCG guests) gets them two at a time, each committed on the runner's thread.
+
+class SideBySide(FakeTarget):
+    """Each trial waits at a barrier for a second one: run one at a time,
+    the barrier breaks and the trial raises."""
+
+    def __init__(self, width: int = 2, **kw):
+        super().__init__(**kw)
+        self.width = width
+        self.barrier = threading.Barrier(width, timeout=10)
+        self.stopped = threading.Event()
+
+    def side_by_side(self, plan):
+        return self.width
+
+    def stop(self):
+        self.stopped.set()
+
+    def run_trial(self, arm, plan):
+        self.barrier.wait()
+        return super().run_trial(arm, plan)
+
+
+def test_trials_a_target_allows_side_by_side_run_two_at_a_time(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    fake = SideBySide(fail={"big"})
+    result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
+    assert (result.done, result.failed) == (3, 3) and len(fake.trials) == 6
+    trials = store.trials(exp_id)
+    assert {t.status for t in trials if store.plan(exp_id).arm(t.arm).name == "big"} == {"failed"}
+    assert sum(len(v) for v in store.samples_by_arm(exp_id).values()) == 3
+
+
+class BlockedBeside(FakeTarget):
+    """Two trials side by side, then two that wait until `stop` ends them."""
+
+    def __init__(self):
+        super().__init__()
+        self.stopped = threading.Event()
+        self.blocked = threading.Semaphore(0)
+        self.lock = threading.Lock()
+        self.started = 0
+
+    def side_by_side(self, plan):
+        return 2
+
+    def stop(self):
+        self.stopped.set()
+
+    def run_trial(self, arm, plan):
+        with self.lock:
+            self.started += 1
+            n = self.started
+        if n > 2:
+            self.blocked.release()
+            self.stopped.wait(10)
+            raise TrialError("guest killed", {})
+        return super().run_trial(arm, plan)
+
+
+def _interrupt(_signo, _frame):
+    raise Interrupted
+
+
+def test_ctrl_c_ends_the_trials_beside_each_other_and_replans_them(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    fake = BlockedBeside()
+
+    def ctrl_c_once_two_wait():
+        for _ in range(2):
+            fake.blocked.acquire(timeout=10)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    before = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        threading.Thread(target=ctrl_c_once_two_wait, daemon=True).start()
+        with pytest.raises(Interrupted):
+            runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert fake.stopped.is_set()
+    statuses = [t.status for t in store.trials(exp_id)]
+    assert statuses.count("done") == 2 and statuses.count("planned") == 4

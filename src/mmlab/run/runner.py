@@ -25,7 +25,7 @@ from mmlab.judge import controls, verdicts
 from mmlab.judge.measurements import Measurements
 from mmlab.run.events import Looked, Message, OnEvent, TrialStarting, ignore
 from mmlab.store import Store, Trial
-from mmlab.targets import TargetPool
+from mmlab.targets import TargetPool, run_side_by_side
 
 
 @dataclass
@@ -109,7 +109,12 @@ def _announcer(on_event: OnEvent, first: int, total: int,
 def run_look(store: Store, exp_id: int, plan: Plan, pool: TargetPool, pending: list[Trial],
              announce: Callable[[Trial], None]) -> tuple[int, int]:
     """The pending trials in their planned order, each run of consecutive
-    trials on one target handed to it whole (a fleet machine queues them)."""
+    trials on one target handed to it whole (a fleet machine queues them),
+    or, where every target here can run the plan's trials several at a time,
+    that many at once."""
+    width = pool.side_by_side(plan, pending)
+    if width > 1:
+        return run_side_by_side(store, plan, pending, pool, width, announce)
     done = failed = 0
     for target, trials in itertools.groupby(pending, key=lambda t: pool.target(plan.arm(t.arm))):
         ran, lost = target.run_trials(store, exp_id, plan, list(trials), announce)

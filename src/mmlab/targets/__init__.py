@@ -11,8 +11,10 @@ asks where an arm runs:
 
 Targets that run a trial in this process (`host`, `qemu`, the tests' fake)
 are `LocalTarget`s: they implement `run_trial(arm, plan) -> TrialResult`
-and inherit `run_trials`.  A fleet machine (fleet/coordinator.py) runs its
-trials through its worker instead.  `TargetPool` gives each arm its target,
+and inherit `run_trials`; one that can run a plan's trials several at a
+time says how many (`side_by_side`), and `run_side_by_side` runs them so.
+A fleet machine (fleet/coordinator.py) runs its trials through its worker
+instead.  `TargetPool` gives each arm its target,
 made by a factory: the local one by default, a fleet machine's or the
 tests' fake when one is passed in.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -78,6 +81,14 @@ class LocalTarget(ABC):
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """The attribution runs of one arm, after its timing trials."""
 
+    def side_by_side(self, plan: Plan) -> int:
+        """How many of the plan's trials may run here at once: one, unless
+        no trial's figures can be moved by another running beside it."""
+        return 1
+
+    def stop(self) -> None:  # noqa: B027 (one trial at a time: none runs on a worker thread)
+        """End the trials running now, on worker threads (an interrupt)."""
+
     def run_trials(self, store: Store, exp_id: int, plan: Plan, trials: list[Trial],
                    announce: Announce) -> tuple[int, int]:
         done = failed = 0
@@ -94,20 +105,70 @@ def run_one(store: Store, trial: Trial, plan: Plan, target: LocalTarget) -> bool
     done, False when failed, None when it was not planned or its claim was
     lost (a fleet message delivered twice, a worker thought lost): nothing is
     then counted.  Ctrl-C puts it back into the plan."""
-    arm = plan.arm(trial.arm)
     claim = store.start_trial(trial.id)
     if claim is None:
         return None
     try:
-        result = target.run_trial(arm, plan)
+        result = target.run_trial(plan.arm(trial.arm), plan)
     except Interrupted:
         store.replan_trial(trial.id)
         raise
     except MmlabError as exc:
-        ended = store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None), claim)
-        return False if ended else None
+        return _failed(store, trial, exc, claim)
+    return _done(store, trial, result, claim)
+
+
+def _failed(store: Store, trial: Trial, exc: MmlabError, claim: float) -> bool | None:
+    ended = store.fail_trial(trial.id, str(exc), getattr(exc, "environment", None), claim)
+    return False if ended else None
+
+
+def _done(store: Store, trial: Trial, result: TrialResult, claim: float) -> bool | None:
     return True if store.finish_trial(trial.id, result.samples, result.environment,
                                       claim) else None
+
+
+def run_side_by_side(store: Store, plan: Plan, trials: list[Trial], pool: TargetPool,
+                     width: int, announce: Announce) -> tuple[int, int]:
+    """`trials` in planned order, up to `width` running at once, each on its
+    own worker thread; each is claimed and committed here, on the calling
+    thread (the store's connection stays on it), as it ends.  Ctrl-C ends
+    the running ones (`stop`) and puts them back into the plan."""
+    running: dict[Future[TrialResult], tuple[Trial, float]] = {}
+    claimed: dict[int, Trial] = {}       # claimed and not yet committed
+    counted = [0, 0]
+    targets = {t.id: pool.local(plan.arm(t.arm)) for t in trials}
+
+    def settle(ended: set[Future[TrialResult]]) -> None:
+        for fut in ended:
+            trial, claim = running.pop(fut)
+            try:
+                outcome = _done(store, trial, fut.result(), claim)
+            except MmlabError as exc:
+                outcome = _failed(store, trial, exc, claim)
+            del claimed[trial.id]
+            counted[0] += outcome is True
+            counted[1] += outcome is False
+
+    with ThreadPoolExecutor(width, thread_name_prefix="trial") as workers:
+        try:
+            for trial in trials:
+                if len(running) >= width:
+                    settle(wait(running, return_when=FIRST_COMPLETED).done)
+                announce(trial)
+                claim = store.start_trial(trial.id)
+                if claim is not None:
+                    claimed[trial.id] = trial
+                    job = workers.submit(targets[trial.id].run_trial, plan.arm(trial.arm), plan)
+                    running[job] = (trial, claim)
+            settle(wait(running).done)
+        except Interrupted:
+            for trial in claimed.values():
+                store.replan_trial(trial.id)
+            for target in {id(t): t for t in targets.values()}.values():
+                target.stop()
+            raise
+    return counted[0], counted[1]
 
 
 MakeTarget = Callable[["Arm"], Target]
@@ -129,6 +190,21 @@ class TargetPool:
         if arm.target not in self.made:
             self.made[arm.target] = self.make(arm)
         return self.made[arm.target]
+
+    def local(self, arm: Arm) -> LocalTarget:
+        """The arm's target, which must run its trials in this process."""
+        target = self.target(arm)
+        if not isinstance(target, LocalTarget):
+            raise MmlabError(f"{target.name} does not run trials here")
+        return target
+
+    def side_by_side(self, plan: Plan, trials: list[Trial]) -> int:
+        """How many of `trials` may run at once: the fewest any of their
+        targets allows, one if any is not here (a fleet machine queues its
+        own)."""
+        mine = {id(t): t for t in (self.target(plan.arm(x.arm)) for x in trials)}.values()
+        return min((t.side_by_side(plan) if isinstance(t, LocalTarget) else 1 for t in mine),
+                   default=1)
 
     def check(self, plan: Plan) -> None:
         """Every target the plan uses checks it before the first trial."""

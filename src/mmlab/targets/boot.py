@@ -18,6 +18,7 @@ import json
 import re
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -221,12 +222,30 @@ class QemuExit:
     seconds: float
 
 
+_STARTED: set[subprocess.Popen] = set()    # this process's guests (end_guests)
+_STARTED_LOCK = threading.Lock()
+
+
 def start_qemu(argv: list[str], accel: str, vcpus: int) -> subprocess.Popen:
-    """QEMU started; under KVM its vCPU threads pinned once they exist."""
+    """QEMU started; under KVM its vCPU threads pinned once they exist.
+    The guest is remembered until it has exited, for `end_guests`."""
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with _STARTED_LOCK:
+        _STARTED.difference_update([p for p in _STARTED if p.poll() is not None])
+        _STARTED.add(proc)
     if accel == "kvm":
         kvm.pin(proc, vcpus)
     return proc
+
+
+def end_guests() -> None:
+    """Kill every guest this process started that still runs: trials run
+    side by side wait on theirs in worker threads, which a Ctrl-C on the
+    main thread does not reach; their waits then return at once."""
+    with _STARTED_LOCK:
+        for proc in _STARTED:
+            if proc.poll() is None:
+                proc.kill()
 
 
 def wait_qemu(proc: subprocess.Popen, timeout_s: float, t0: float) -> QemuExit:

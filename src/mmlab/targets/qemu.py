@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import os
 import re
 import shlex
 from collections.abc import Callable, Mapping
@@ -35,6 +36,7 @@ from mmlab.targets.boot import (
     Guest,
     accelerator,
     boot_retrying,
+    end_guests,
     initramfs_cache,
     needs_modules,
     qemu_version,
@@ -291,6 +293,25 @@ class QemuTarget(LocalTarget):
             self.kernel()
         except MmlabError as exc:
             self.say(f"{self.name}: {exc}; its trials will fail")
+
+    def side_by_side(self, plan: Plan) -> int:
+        """A plan that judges instruction counts alone runs as many trials at
+        once as the cores it may use hold their vCPUs: under TCG the plugin
+        counts each guest's own instructions, which a guest beside it cannot
+        change (only its clock, and so the timer ticks that land in a window:
+        within the counts' noise, docs/instructions.md); a timed plan, or
+        KVM's pinned vCPUs, run one at a time."""
+        if not insns.only(plan.workload, plan.profile.metrics):
+            return 1
+        try:
+            accel, _ = accelerator(self.kernel(), initramfs_cache())
+        except MmlabError:
+            return 1
+        vcpus = max(int(a.cpus or 1) for a in plan.arms)
+        return max(1, len(os.sched_getaffinity(0)) // vcpus) if accel == "tcg" else 1
+
+    def stop(self) -> None:
+        end_guests()
 
     def guest(self, arm: Arm, plan: Plan) -> Guest:
         return Guest(self.kernel(), vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
