@@ -87,6 +87,33 @@ def test_a_ksm_difference_derives_no_control():
     assert controls.derive(plan, {(a, b): [finding]}) == []
 
 
+RECLAIM = """\
+name = "reclaim-anon"
+workload = "reclaim"
+repetitions = 6
+metrics = ["reclaim_kernel_insns_per_page"]
+baseline = { kernel = "debian:6.12" }
+params = { memory = "anon" }
+
+[matrix]
+kernel = ["debian:6.12", "debian:7.3"]
+swap = ["zram:256M"]
+"""
+
+
+def test_a_difference_no_metric_is_judged_by_derives_no_control():
+    """reclaim's figures are per page reclaimed, which the swap a kernel
+    still counts after the sample leaves comparable (audit.py): no swap=none
+    control, which could not run anyway (anon reclaim needs swap).  The
+    same difference calls for one where a metric is judged by it."""
+    swap = [Finding("swap used", ("a", "b"), "")]
+    plan = parse(RECLAIM, "reclaim.toml")
+    assert controls.derive(plan, {(plan.arms[1].name, plan.arms[0].name): swap}) == []
+    seed = parse(PROFILE, "seed001.toml")
+    arms = controls.derive(seed, {(seed.arms[1].name, seed.arms[0].name): swap})
+    assert {c.control for c in arms} == {"swap=none"}
+
+
 def test_a_damon_difference_derives_controls_with_every_damon_actor_stopped():
     """Debian's 6.19 starts damon_stat at boot and 6.12 does not: the control
     pair runs both kernels with DAMON off, and the guest script stops it."""

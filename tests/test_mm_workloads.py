@@ -405,3 +405,137 @@ def test_each_mm_family_workload_runs_and_is_counted_in_a_guest(name, k612, plug
     for w in ran:
         assert s.metrics[w.kernel_metric] > 0, (w.name, s.metrics)
     assert s.state["insns_source"] == "qemu tcg plugin"
+
+
+# ---------------------------------------------------------------- reclaim
+
+RECLAIM = {"memcg-file": {}, "memcg-anon": {"memory": "anon"},
+           "global-file": {"pressure": "global"},
+           "global-anon": {"pressure": "global", "memory": "anon"}}
+
+
+def cgroup_v2_memory_here() -> bool:
+    """Would a reclaim sample make its group on this machine: cgroup2 has
+    the memory controller here, or nothing is mounted at /sys/fs/cgroup (it
+    would mount cgroup2 there, as in a guest)?"""
+    mounts = [line.partition(" - ") for line in
+              Path("/proc/self/mountinfo").read_text().splitlines()]
+    points = {left.split()[4]: right.split()[0] for left, _, right in mounts}
+    for point, fstype in points.items():
+        if fstype == "cgroup2":
+            return "memory" in (Path(point) / "cgroup.controllers").read_text().split()
+    return "/sys/fs/cgroup" not in points
+
+
+def test_reclaim_is_described_with_its_window_paths_and_cgroup():
+    w = next(w for w in json.loads(run_mmwork("describe").stdout) if w["name"] == "reclaim")
+    assert [(x["name"], x["unit"]) for x in w["windows"]] == [("reclaim", "page")]
+    metrics = {m["name"] for m in w["metrics"]}
+    assert {"reclaim_ns_per_page", "reclaim_kernel_insns_per_page"} <= metrics
+    params = {p["name"]: p for p in w["params"]}
+    assert params["pressure"]["choices"] == ["memcg", "global"]
+    assert params["memory"]["choices"] == ["file", "anon"]
+    assert {"try_to_free_mem_cgroup_pages", "shrink_folio_list", "balance_pgdat",
+            "do_swap_page", "filemap_read"} <= set(w["mm_paths"])
+    assert "cgroup v2" in w["host_settings"][0] and w["scratch_disk"] is True
+    assert workloads.get("reclaim").scratch_disk and not workloads.get("madvise").scratch_disk
+
+
+@pytest.mark.parametrize("variant", RECLAIM)
+def test_reclaim_variant_arguments_pass_the_check(variant):
+    args = [a for k, v in RECLAIM[variant].items() for a in (f"--{k}", v)]
+    assert run_mmwork("reclaim", *args, "--check").returncode == 0
+
+
+@pytest.mark.parametrize("variant", RECLAIM)
+def test_reclaim_without_a_cgroup_v2_memory_controller_fails_in_one_line(variant, tmp_path):
+    """A cgroup v1 host gives no group of its own: every variant's sample
+    fails saying why (an anon one first wants swap), and nothing is left
+    in --dir."""
+    if cgroup_v2_memory_here():
+        pytest.skip("this machine has the cgroup v2 memory controller: a sample would make "
+                    "a group here (the guest tests run it)")
+    args = [a for k, v in RECLAIM[variant].items() for a in (f"--{k}", v)]
+    proc = run_mmwork("reclaim", *args, "--dir", str(tmp_path), "--warmups", "0")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    swap_kb = next(int(ln.split()[1]) for ln in Path("/proc/meminfo").read_text().splitlines()
+                   if ln.startswith("SwapFree:"))
+    if variant.endswith("anon") and swap_kb < 64 * 1024:
+        assert "--memory anon needs swap for its working set" in line, line
+    else:
+        assert "needs the cgroup v2 memory controller" in line, line
+        assert "run it in a guest" in line
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_reclaim_refuses_a_file_on_tmpfs_before_it_changes_anything():
+    """A tmpfs file's pages are shmem, which reclaim cannot drop without
+    swap: refused in one line before any group is made."""
+    if subprocess.run(["stat", "-f", "-c", "%T", "/dev/shm"], capture_output=True,
+                      text=True).stdout.strip() != "tmpfs":
+        pytest.skip("/dev/shm is not tmpfs here")
+    proc = run_mmwork("reclaim", "--dir", "/dev/shm", "--warmups", "0")
+    assert proc.returncode == 2 and proc.stdout == ""
+    (line,) = proc.stderr.strip().splitlines()
+    assert "--dir /dev/shm is tmpfs, whose pages reclaim cannot drop" in line
+
+
+def test_a_guest_gives_reclaim_a_disk_backed_var_tmp(k612):
+    """The guest's /var/tmp is its initramfs (tmpfs) unless the workload
+    asks for a scratch disk: a zram disk made ext2 and mounted there, with
+    zram's module loaded once, by the swap when it has one."""
+    from mmlab.machine.knobs import HostSettings
+    from mmlab.targets import initramfs, qemu
+    wl, cache = workloads.get("reclaim"), Path("/nonexistent")
+    script = qemu.trial_script(wl, {}, 1, 0, HostSettings(), kernel=k612)
+    lines = script.splitlines()
+    assert lines.index("mount -t ext4 /dev/$zram /var/tmp") > \
+        next(i for i, ln in enumerate(lines) if ln.startswith("mke2fs -q -b 4096"))
+    assert "insmod /lib/modules/mmlab/zram.ko || true" in lines
+    assert qemu._archives(wl, {}, k612, None, cache) == (initramfs.modules_archive(k612),)
+    swapped = qemu.trial_script(wl, {}, 1, 0, HostSettings(swap="zram:64M"), kernel=k612)
+    assert swapped.count("insmod /lib/modules/mmlab/zram.ko") == 1
+    assert swapped.index("swapon /dev/zram0") < swapped.index("/sys/class/zram-control/hot_add")
+    assert qemu._archives(wl, {}, k612, "zram:64M", cache) == ()   # the swap's bring them
+    other = qemu.trial_script(workloads.get("madvise"), {}, 1, 0, HostSettings(), kernel=k612)
+    assert "mke2fs" not in other and "/var/tmp" not in other
+    assert qemu._archives(workloads.get("madvise"), {}, k612, None, cache) == ()
+
+
+GUEST_RECLAIM = {  # (guest memory in MiB, swap) per variant; global: the guest's memory
+    "memcg-file": (512, None), "memcg-anon": (512, "zram:256M"),
+    "global-file": (256, None), "global-anon": (256, "zram:512M")}
+
+
+@pytest.mark.parametrize("variant", RECLAIM)
+def test_each_reclaim_variant_reclaims_where_it_should_in_a_guest(variant, k612, plugin):
+    """One counting boot per variant in a debian:6.12 TCG guest: the passes
+    reclaim from the group, the task itself under a memcg limit (kswapd
+    never), kswapd mostly under global pressure; file pages dropped from a
+    disk-backed --dir, anon pages swapped; every pass counted per page
+    reclaimed."""
+    from mmlab.machine.knobs import HostSettings
+    from mmlab.targets import boot, qemu
+    from mmlab.workloads import insns
+    memory_mb, swap = GUEST_RECLAIM[variant]
+    guest = boot.Guest(k612, vcpus=1, memory_mb=memory_mb, timeout_s=300)
+    (s,) = qemu.sample(guest, workloads.get("reclaim"), insns.counting_params(RECLAIM[variant]),
+                       1, 0, HostSettings(swap=swap), plugin=plugin)
+    c = s.counts
+    assert not s.errors and s.state["insns_source"] == "qemu tcg plugin", s.errors
+    assert c["reclaim_windows"] == c["rounds"] and s.metrics["reclaim_kernel_insns_per_page"] > 0
+    per = pytest.approx(c["pages_reclaimed"] / c["rounds"], rel=1e-4)     # 6 digits in JSON
+    assert c["reclaim_units"] == per
+    assert c["memcg_pgsteal_per_page"] == pytest.approx(c["pages_reclaimed"] / c["pages"],
+                                                        rel=1e-4)
+    if variant.startswith("memcg"):            # the whole working set, by the task alone
+        assert c["memcg_pgsteal_direct_per_page"] == pytest.approx(1, abs=0.01)
+        assert c["memcg_pgscan_kswapd_per_page"] == 0
+        assert s.state["memcg_current_kb"] <= s.state["memory_room_kb"]
+    else:
+        assert c["memcg_pgsteal_kswapd_per_page"] > c["memcg_pgsteal_direct_per_page"]
+    if variant.endswith("file"):
+        assert s.state["dir_fs"] == "ext4" and c["memcg_workingset_refault_file_per_page"] > 0.4
+    else:
+        assert c["memcg_pgmajfault_per_page"] > 0.4 and s.vmstat_delta["pswpout"] > 0

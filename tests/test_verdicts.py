@@ -195,6 +195,18 @@ def test_swap_in_use_on_one_side_only_is_found():
     assert audit.audit_pair("A", "B", used, none, {"swap"}) == []
 
 
+def test_swap_left_in_use_after_a_reclaim_sample_leaves_its_figures_comparable():
+    """6.12's swap slot caches keep a few freed slots counted as used after
+    reclaim's sample, 7.3 none: named, and no reason to call reclaim's per
+    page reclaimed figures incomparable, while any other metric's still is."""
+    left = [sample({"swap_total_kb": 262140, "swap_used_kb": 288}, {"pswpout": 57000})] * 3
+    freed = [sample({"swap_total_kb": 262140, "swap_used_kb": 0}, {"pswpout": 57000})] * 3
+    (f,) = audit.audit_pair("7.3", "6.12", freed, left, {"kernel"})
+    assert f.check == "swap used"
+    assert not f.matters_for("reclaim_kernel_insns_per_page")
+    assert f.matters_for("advise_kernel_insns_per_page")
+
+
 def test_mixed_state_within_an_arm_and_errors_are_flagged():
     mixed = [sample({"thp_backed_fraction": f}) for f in (1.0, 0.0, 1.0)]
     (f,) = audit.audit_arm("A", mixed)

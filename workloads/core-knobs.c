@@ -7,8 +7,6 @@
 #include "core-knobs.h"
 #include "core-procfs.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,18 +21,6 @@ static struct {
 } knobs[MM_MAX_KNOBS];
 static int nknobs;
 static pid_t knob_owner;
-
-static int write_text(const char *path, const char *value)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = write(fd, value, strlen(value));
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return n == (ssize_t)strlen(value) ? 0 : -1;
-}
 
 int mm_knob_set(const char *path, const char *value)
 {
@@ -54,16 +40,17 @@ int mm_knob_set(const char *path, const char *value)
 		knob_owner = getpid();
 		nknobs++;
 	}
-	return write_text(path, value);
+	return mm_write_text(path, value);
 }
 
-/* Async-signal-safe: open/write/close only. Last set, first restored. */
+/* Async-signal-safe: mm_write_text is open/write/close only. Last set, first
+ * restored. */
 void mm_knobs_restore(void)
 {
 	if (getpid() != knob_owner)
 		return;
 	for (int i = nknobs - 1; i >= 0; i--)
-		write_text(knobs[i].path, knobs[i].old);
+		mm_write_text(knobs[i].path, knobs[i].old);
 	nknobs = 0;
 }
 

@@ -13,8 +13,10 @@
 
 #include "core-workload.h"
 
-/* sysfs/procfs text files. */
+/* sysfs/procfs text files.  mm_write_text is open/write/close only, so a
+ * signal handler may call it (core-knobs.c); -1 with errno set. */
 int mm_read_text(const char *path, char *buf, size_t len);
+int mm_write_text(const char *path, const char *value);
 /* Online NUMA nodes, from /sys/devices/system/node/online (1 without it). */
 int mm_online_nodes(void);
 long mm_read_long(const char *path);

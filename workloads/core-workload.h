@@ -71,6 +71,10 @@ struct mm_workload {
 	const char *const *host_settings; /* global knobs it changes and restores */
 	const struct mm_window *windows; /* timed windows, NULL name last (or none) */
 	int default_warmups;
+	/* 1: its files (--dir) must be on a filesystem whose page cache reclaim
+	 * can drop; a guest, whose /var/tmp is in its initramfs (tmpfs), mounts
+	 * one there for it (targets/qemu.py). */
+	int scratch_disk;
 	/* 1: takes a command after "--" (exec); the harness keeps it in the context. */
 	int takes_command;
 	/* Optional cross-parameter check; returns 0 or prints and returns -1. */

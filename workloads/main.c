@@ -34,6 +34,7 @@ extern const struct mm_workload wl_fork_cow;
 extern const struct mm_workload wl_migrate;
 extern const struct mm_workload wl_uffd;
 extern const struct mm_workload wl_hugetlb_fault;
+extern const struct mm_workload wl_reclaim;
 
 #ifdef MMWORK_SINGLE
 /*
@@ -48,7 +49,7 @@ static const struct mm_workload *const workloads[] = {
 	&wl_pageout_refault, &wl_mremap_churn, &wl_populate_unmap,
 	&wl_unmap_young, &wl_ksm_rmap, &wl_page_fault, &wl_mprotect, &wl_mremap_ops,
 	&wl_munmap_zap, &wl_madvise, &wl_mincore_mlock, &wl_fork_cow,
-	&wl_migrate, &wl_uffd, &wl_hugetlb_fault, &wl_exec, NULL,
+	&wl_migrate, &wl_uffd, &wl_hugetlb_fault, &wl_reclaim, &wl_exec, NULL,
 };
 #endif
 
@@ -165,6 +166,8 @@ static void describe(void)
 		jb_str_array(&j, "vmstat", wl->vmstat);
 		jb_str_array(&j, "tracepoints", wl->tracepoints);
 		jb_str_array(&j, "host_settings", wl->host_settings);
+		if (wl->scratch_disk)
+			jb_key(&j, "scratch_disk"), jb_puts(&j, "true");
 		if (wl->takes_command)
 			jb_key(&j, "takes_command"), jb_puts(&j, "true");
 		jb_close(&j);

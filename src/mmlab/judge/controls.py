@@ -69,7 +69,10 @@ def derive(plan: Plan, findings: dict[tuple[str, str], list]) -> list[Arm]:
         arm = plan.arm(arm_name)
         if arm.control_of is not None:
             continue
-        checks = {f.check for f in found if not f.beside}   # a neighbour's: nothing to force
+        # A neighbour's difference, or one the metrics are divided by, makes
+        # no metric incomparable: nothing to force.
+        checks = {f.check for f in found
+                  if any(f.matters_for(metric) for metric in plan.profile.metrics)}
         states = [state for state, names in STATES.items() if checks & set(names)]
         for label, params, settings in _combined(plan.workload, states):
             for side in (arm, plan.arm(base_name)):

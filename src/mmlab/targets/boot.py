@@ -337,12 +337,19 @@ def needs_modules(kernel: images.Kernel, swap: str | None) -> bool:
     if not swap or swap == "none":
         return False
     option = "CONFIG_ZRAM" if swap.startswith("zram:") else "CONFIG_VIRTIO_BLK"
+    return is_module(kernel, option, f"swap = {swap}")
+
+
+def is_module(kernel: images.Kernel, option: str, what: str) -> bool:
+    """Is the driver `what` needs a module of the kernel's (True) or built in
+    (False)?  Neither, or a module not stored with the kernel: an MmlabError
+    naming `what`."""
     value = kernel.option(option)
     if value == "m" and not kernel.modules:
-        raise MmlabError(f"swap = {swap}: {kernel.name} has {option}=m but no modules were "
+        raise MmlabError(f"{what}: {kernel.name} has {option}=m but no modules were "
                          f"stored with it; fetch it again (mmlab kernels add {kernel.name})")
     if value not in ("y", "m"):
-        raise MmlabError(f"swap = {swap}: {kernel.name} has no {option} "
+        raise MmlabError(f"{what}: {kernel.name} has no {option} "
                          "(build it with that option)")
     return value == "m"
 

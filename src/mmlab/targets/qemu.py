@@ -9,6 +9,11 @@ host) used whole as the guest's swap device.  The kernel's own modules
 modules.  `numa_nodes` splits the guest's memory (and its vCPUs, round
 robin) into that many NUMA nodes with QEMU's `-numa`.
 
+A workload with `scratch_disk` (reclaim: a file whose page cache reclaim
+must be able to drop) gets a disk-backed filesystem at the guest's /var/tmp,
+which is otherwise the initramfs's tmpfs: a zram disk, made ext2 by
+busybox's mke2fs and mounted by the kernel's ext4.
+
 Every sample is labelled with the accelerator (KVM or TCG), because TCG
 timings are emulated and only comparable with each other.
 """
@@ -38,6 +43,7 @@ from mmlab.targets.boot import (
     boot_retrying,
     end_guests,
     initramfs_cache,
+    is_module,
     needs_modules,
     qemu_version,
     retrying,
@@ -49,6 +55,7 @@ from mmlab.workloads.samples import Sample, parse_line
 
 GUEST_TRACE_SAMPLES = 3  # one boot; several samples give compaction more chances to reach KSM pages
 NUMA_MARK = re.compile(r"^mmlab-guest: numa nodes (\d+)$", re.M)
+SCRATCH_DIR = "/var/tmp"   # mmwork's --dir by default
 
 
 def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
@@ -57,9 +64,7 @@ def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
     virtio disk made swap and turned on."""
     if not swap or swap == "none":
         return []
-    lines = []
-    if needs_modules(kernel, swap):
-        lines += [f"insmod /lib/modules/mmlab/{m}.ko || true" for m in kernel.modules]
+    lines = module_lines(kernel) if needs_modules(kernel, swap) else []
     kind, size = swap.split(":", 1)
     if kind == "zram":
         dev = "/dev/zram0"
@@ -74,18 +79,52 @@ def swap_script(kernel: images.Kernel, swap: str | None) -> list[str]:
     return lines + [f"mkswap {dev} > /dev/null", f"swapon {dev}"]
 
 
+def module_lines(kernel: images.Kernel) -> list[str]:
+    """Lines of /trial.sh loading the kernel's stored modules (the modules
+    archive, initramfs.modules_archive), those built in failing harmlessly."""
+    return [f"insmod /lib/modules/mmlab/{m}.ko || true" for m in kernel.modules]
+
+
+def scratch_modules(kernel: images.Kernel, swap: str | None) -> bool:
+    """Must the trial bring the kernel's modules for a scratch disk: zram is
+    a module, and the swap does not bring them already?"""
+    return (is_module(kernel, "CONFIG_ZRAM", "a scratch disk for the workload's files")
+            and not needs_modules(kernel, swap))
+
+
+def scratch_script(kernel: images.Kernel, swap: str | None) -> list[str]:
+    """Lines of /trial.sh putting /var/tmp on a disk-backed filesystem: a zram
+    disk (its own, after the swap's) of twice the guest's memory, which
+    costs the guest its table (about 1% of its memory) and what is written
+    to it (a file of one repeated byte, as mmwork writes them, takes
+    nothing), made ext2 and mounted as ext4."""
+    lines = module_lines(kernel) if scratch_modules(kernel, swap) else []
+    return lines + [
+        "[ -e /sys/class/zram-control/hot_add ] || { echo 'mmlab: no zram in the guest for "
+        "a scratch disk' >&2; exit 97; }",
+        "zram=zram$(cat /sys/class/zram-control/hot_add)",
+        "echo $(($(awk '/^MemTotal:/ {print $2}' /proc/meminfo) * 2))K "
+        "> /sys/block/$zram/disksize",
+        "mke2fs -q -b 4096 /dev/$zram > /dev/null",   # zram's blocks are 4 KiB
+        f"mount -t ext4 /dev/$zram {SCRATCH_DIR}"]
+
+
 def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
                  kernel: images.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
-    """The guest's /trial.sh: give it the arm's swap, apply the arm's
-    settings, say how many NUMA nodes it has, then run mmwork (traced by
-    `instrument`), then the lines `after`."""
+    """The guest's /trial.sh: give it the arm's swap and the workload's
+    scratch disk, apply the arm's settings, say how many NUMA nodes it has,
+    then run mmwork (traced by `instrument`), then the lines `after`."""
     lines = ["set -e"]
     if settings.swap not in (None, "none"):
         if kernel is None:
             raise MmlabError(f"swap = {settings.swap}: a guest's swap needs its kernel")
         lines += swap_script(kernel, settings.swap)
+    if workload.scratch_disk:
+        if kernel is None:
+            raise MmlabError(f"{workload.name}: a guest's scratch disk needs its kernel")
+        lines += scratch_script(kernel, settings.swap)
     for knob, value in settings.fixed_files():
         lines.append(f"echo {shlex.quote(value)} > {shlex.quote(knob.path)}")
     if settings.damon == "off":
@@ -121,7 +160,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
     plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
     boot, retry = start(guest, script, accel, cache, settings.swap,
-                        _programs(workload, params, cache), plugin)
+                        _archives(workload, params, guest.kernel, settings.swap, cache), plugin)
     if boot.why_booted and say:
         say(f"{guest.kernel.name}: booting every trial: {boot.why_booted}")
     got, stderr = _samples(boot, guest, workload, samples)
@@ -167,10 +206,15 @@ def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
     return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 
-def _programs(workload: Workload, params: Mapping[str, object], cache: Path) -> tuple[Path, ...]:
-    """The initramfs part holding an exec workload's program and libraries, if any."""
+def _archives(workload: Workload, params: Mapping[str, object], kernel: images.Kernel,
+              swap: str | None, cache: Path) -> tuple[Path, ...]:
+    """The initramfs parts the trial adds: the kernel's modules for a scratch
+    disk (when its swap does not bring them), an exec workload's program and
+    libraries."""
+    mods = workload.scratch_disk and scratch_modules(kernel, swap)
     packed = workload.programs(params)
-    return (initramfs.files_archive(packed, cache),) if packed else ()
+    return (((initramfs.modules_archive(kernel),) if mods else ())
+            + ((initramfs.files_archive(packed, cache),) if packed else ()))
 
 
 def _samples(boot: BootResult, guest: Guest, workload: Workload,
@@ -207,7 +251,8 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
     script = trial_script(workload, insns.counting_params(params), samples, warmups, settings,
                           kernel=guest.kernel, after=functions.SCRIPT_AFTER)
     boot, _ = start(guest, script, accel, cache, settings.swap,
-                    _programs(workload, params, cache), plugin, ("blocks=on",))
+                    _archives(workload, params, guest.kernel, settings.swap, cache), plugin,
+                    ("blocks=on",))
     got, stderr = _samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)

@@ -70,6 +70,8 @@ class Workload:
     host_settings: tuple[str, ...]
     kind: str = "mmwork"   # or "exec" (execwork.ExecWorkload): how a stored Plan reads back
     windows: tuple[Window, ...] = ()
+    scratch_disk: bool = False   # its --dir must keep a file's page cache droppable: a guest
+                                 # mounts a disk-backed filesystem at /var/tmp (targets/qemu.py)
 
     def __post_init__(self) -> None:
         """mmwork's windows are marked by their place in its table: a window
@@ -144,7 +146,8 @@ def _load(raw: list[dict]) -> dict[str, Workload]:
             mm_paths=tuple(w["mm_paths"]), vmstat=tuple(w["vmstat"]),
             tracepoints=tuple(w["tracepoints"]),
             host_settings=tuple(w["host_settings"]),
-            windows=tuple(Window(**x) for x in w.get("windows", [])))
+            windows=tuple(Window(**x) for x in w.get("windows", [])),
+            scratch_disk=w.get("scratch_disk", False))
     return table
 
 
