@@ -21,11 +21,13 @@ MMLAB := $(VENV)/bin/mmlab
 # readable, as on this lab's host; see docs/census.md); openjdk-17-jdk-headless
 # (javac), nodejs and postgresql for the census recipes of real programs, which
 # a guest runs from this machine's root through QEMU's own virtiofsd (in
-# qemu-system-common, which qemu-system-x86 pulls in).
+# qemu-system-common, which qemu-system-x86 pulls in).  kexec-tools: the kexec
+# a bare-metal machine's agent and its kernels under test switch kernels with
+# (packed into their initramfs with its libraries; docs/fleet.md).
 DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpio \
 	stress-ng util-linux git chromium flex bison bc libelf-dev libssl-dev libglib2.0-dev \
 	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \
-	openjdk-17-jdk-headless nodejs zstd
+	openjdk-17-jdk-headless nodejs zstd kexec-tools
 
 .PHONY: setup system venv build demo lint test test-slow bench bench-fleet clean
 

@@ -43,12 +43,16 @@ class Arm(BaseModel):
     memory_mb: int = 1024
     numa_nodes: int = 1                # guests: NUMA nodes (QEMU -numa)
     guest_start: str = "snapshot"      # guests: restored from a saved boot, or booted
+    bare_metal: bool = False           # its kernel kexec'd on the bare-metal machine
     control_of: str | None = None      # a matched-state control of this arm (controls.py)
     control: str | None = None         # the state it forces, e.g. "thp=nohugepage"
 
     @property
     def target(self) -> str:
-        """Where its trials run: "host" or "qemu:<kernel>"."""
+        """Where its trials run: "host", "qemu:<kernel>" or "bare-metal" (one
+        machine for every kernel)."""
+        if self.bare_metal:
+            return "bare-metal"
         return "host" if self.kernel == "host" else f"qemu:{self.kernel}"
 
 
@@ -233,6 +237,8 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
     if kernel == "host" and axes.guest_start is not None:
         raise fail(loc + ("guest_start",), f"{axes.guest_start!r}: only a guest starts from a "
                    "snapshot or a boot")
+    if profile.bare_metal:
+        _bare_metal(profile, axes, kernel, loc, fail)
     memory_mb = axes.memory_mb or profile.memory_mb
     nodes = axes.numa_nodes or 1
     if memory_mb < nodes * MIN_NODE_MB:
@@ -244,7 +250,24 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
                                   damon=axes.damon)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
                kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes,
-               guest_start=axes.guest_start or "snapshot")
+               guest_start=axes.guest_start or "snapshot", bare_metal=profile.bare_metal)
+
+
+def _bare_metal(profile: Profile, axes: SettingAxes, kernel: str, loc: tuple, fail) -> None:
+    """What an arm on a bare-metal machine cannot ask for: the machine has
+    its own CPUs, memory and disk, and its base kernel is not under test."""
+    if kernel == "host":
+        raise fail(("bare_metal",), "kernel = host: name the kernels to kexec into (the "
+                   "machine's own kernel is its base, not under test)")
+    why = "a guest's setting: a bare-metal machine has its own CPUs and memory"
+    if "memory_mb" in profile.model_fields_set:
+        raise fail(("memory_mb",), why)
+    for axis in ("cpus", "numa_nodes", "guest_start", "memory_mb"):
+        if getattr(axes, axis) is not None:
+            raise fail(loc + (axis,), why)
+    if axes.swap and axes.swap.startswith("file:"):
+        raise fail(loc + ("swap",), f"{axes.swap!r}: a bare-metal machine's disk is not "
+                   "mmlab's to swap to (zram:SIZE is)")
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:

@@ -120,6 +120,7 @@ class Profile(BaseModel):
     correction: Literal["holm", "none"] = "holm"
     seed: int = 1
     host_changes: bool = False
+    bare_metal: bool = False      # every arm's kernel kexec'd on the machine $MMLAB_BARE_METAL
 
     @field_validator("max_repetitions")
     @classmethod

@@ -17,13 +17,20 @@ from mmlab.workloads.samples import Sample
 
 # Units of figures a clock measures (durations, rates per second): emulated in a TCG guest.
 CLOCK_UNITS = frozenset({"ns", "us", "ms", "s", "ops/s"})
+# How a trial's kernel ran, as its target records it in the samples' state
+# (`accelerator`), for those that bare-metal trials use: on the machine
+# itself, or on a TCG guest standing in for one (targets/simulated.py),
+# whose clock is as emulated as any TCG guest's.
+BARE_METAL = "bare-metal"
+SIMULATED_BARE_METAL = "bare-metal (simulated: TCG guest)"
+EMULATED = frozenset({"tcg", SIMULATED_BARE_METAL})
 
 
 def tcg_arms(by_arm: Mapping[str, Sequence[Sample]]) -> set[str]:
-    """The arms some of whose samples ran in a TCG guest, as the target
-    recorded it in their state."""
+    """The arms some of whose samples ran under TCG (in a guest, or on a
+    simulated bare-metal machine), as the target recorded it in their state."""
     return {arm for arm, ss in by_arm.items()
-            if any(s.state.get("accelerator") == "tcg" for s in ss)}
+            if any(s.state.get("accelerator") in EMULATED for s in ss)}
 
 
 def emulated(unit: str, arms: Iterable[str], tcg: Set[str]) -> bool:

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -278,6 +279,23 @@ def ensure(name: str, cache: Path | None = None) -> Kernel:
     if name.startswith("debian:") and k.format < FORMAT:
         return _fetched(name, cache)
     return k
+
+
+def ready(name: str, say: Callable[[str], None]) -> Kernel | MmlabError:
+    """`ensure`, saying so before a fetch, with the error returned rather
+    than raised: a target keeps it and fails each trial of that kernel with it."""
+    try:
+        k = get(name)
+        if not name.startswith("debian:") or k.format >= FORMAT:
+            return k
+    except MmlabError as missing:
+        if not name.startswith("debian:"):
+            return missing
+    say(f"fetching kernel {name} (apt-get download)")
+    try:
+        return ensure(name)
+    except MmlabError as exc:
+        return exc
 
 
 def _fetched(name: str, cache: Path | None) -> Kernel:

@@ -9,12 +9,12 @@ asks where an arm runs:
 - `attribute(arm, plan) -> {kind: data}`: the attribution runs of one arm,
   after the timing trials, never inside them.
 
-Targets that run a trial in this process (`host`, `qemu`, the tests' fake)
-are `LocalTarget`s: they implement `run_trial(arm, plan) -> TrialResult`
-and inherit `run_trials`; one that can run a plan's trials several at a
-time says how many (`side_by_side`), and `run_side_by_side` runs them so.
-A fleet machine (fleet/coordinator.py) runs its trials through its worker
-instead.  `TargetPool` gives each arm its target,
+Targets that run a trial in this process (`host`, `qemu`, `baremetal`, the
+tests' fake) are `LocalTarget`s: they implement `run_trial(arm, plan) ->
+TrialResult` and inherit `run_trials`; one that can run a plan's trials
+several at a time says how many (`side_by_side`), and `run_side_by_side`
+runs them so.  A fleet machine (fleet/coordinator.py) runs its trials
+through its worker instead.  `TargetPool` gives each arm its target,
 made by a factory: the local one by default, a fleet machine's or the
 tests' fake when one is passed in.
 """
@@ -212,9 +212,13 @@ class TargetPool:
             target.check(plan)
 
     def local_target(self, arm: Arm) -> Target:
-        """The running kernel for host arms, a QEMU guest for the others."""
+        """The running kernel for host arms, the bare-metal machine
+        $MMLAB_BARE_METAL names for bare-metal ones, a QEMU guest for the others."""
         from mmlab.targets.host import HostTarget
         from mmlab.targets.qemu import QemuTarget
+        if arm.bare_metal:
+            from mmlab.targets import baremetal
+            return baremetal.BareMetalTarget(baremetal.machine(self.say), self.say)
         if arm.kernel == "host":
             return HostTarget(self.allow_host_changes)
         return QemuTarget(arm.kernel, self.say)

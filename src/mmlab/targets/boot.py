@@ -16,6 +16,7 @@ import functools
 import hashlib
 import json
 import re
+import socket
 import subprocess
 import tempfile
 import threading
@@ -246,6 +247,30 @@ def end_guests() -> None:
         for proc in _STARTED:
             if proc.poll() is None:
                 proc.kill()
+
+
+def connect(proc: subprocess.Popen, path: Path, deadline: float) -> socket.socket:
+    """A connection to QEMU's socket at `path` (a serial port's chardev),
+    retried while QEMU starts."""
+    while True:
+        conn = socket.socket(socket.AF_UNIX)
+        try:
+            conn.connect(str(path))
+            return conn
+        except (FileNotFoundError, ConnectionRefusedError):
+            conn.close()
+            still_starting(proc, deadline)
+            time.sleep(0.005)
+
+
+def still_starting(proc: subprocess.Popen, deadline: float) -> None:
+    """Fail (TrialFailed) if QEMU exited or the deadline passed while it started."""
+    if proc.poll() is not None:
+        err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
+        raise TrialFailed(f"qemu exited {proc.returncode} while starting: "
+                          f"{err[-1] if err else '?'}")
+    if time.monotonic() > deadline:
+        raise TrialFailed("the guest never started")
 
 
 def wait_qemu(proc: subprocess.Popen, timeout_s: float, t0: float) -> QemuExit:

@@ -26,8 +26,10 @@ from mmlab.workloads.build import mmwork_path
 BUSYBOX_CANDIDATES = ("/bin/busybox", "/usr/bin/busybox")
 
 # /init: mount what the workloads read, run /trial.sh (or, when there is none,
-# wait for it on ttyS1), and frame its stdout, stderr and exit status on
-# ttyS1 with a SHA-256 each, then power off.
+# wait for it on ttyS1), and frame its stdout, stderr and exit status with a
+# SHA-256 each; `deliver` sends the frames on ttyS1 and `finish` powers off,
+# unless /mmlab/kexec.sh says otherwise (a kernel kexec'd on a bare-metal
+# machine writes them to its disk and kexecs back: kexec.py).
 INIT = r"""#!/bin/busybox sh
 /bin/busybox mkdir -p /proc /sys /dev /tmp /usr/bin /usr/sbin /sbin /var/tmp
 /bin/busybox --install -s
@@ -37,6 +39,9 @@ mount -t devtmpfs devtmpfs /dev
 mount -t tmpfs tmpfs /tmp
 mount -t tracefs tracefs /sys/kernel/tracing 2>/dev/null
 stty -F /dev/ttyS1 raw -echo 2>/dev/null
+deliver() { cat /tmp/results > /dev/ttyS1; }
+finish() { sync; poweroff -f; }
+[ -e /mmlab/kexec.sh ] && . /mmlab/kexec.sh
 if [ ! -e /trial.sh ]; then
     # A guest booted to be saved (snapshot.py): every copy restored from it
     # reads its own trial here, a line with the size, then that much base64.
@@ -49,11 +54,11 @@ echo $? > /tmp/rc
 for f in rc stdout stderr; do
     sum=$(sha256sum < /tmp/$f | cut -d' ' -f1)
     size=$(wc -c < /tmp/$f)
-    { echo "MMLAB-FRAME $f $sum $size"; base64 < /tmp/$f; echo "MMLAB-END $f"; } > /dev/ttyS1
-done
-echo "MMLAB-DONE" > /dev/ttyS1
-sync
-poweroff -f
+    echo "MMLAB-FRAME $f $sum $size"; base64 < /tmp/$f; echo "MMLAB-END $f"
+done > /tmp/results
+echo "MMLAB-DONE" >> /tmp/results
+deliver
+finish
 """
 
 
@@ -140,21 +145,25 @@ def files_archive(paths: list[Path], cache: Path) -> Path:
     exec workload's program and the shared libraries it loads, so that its
     dynamic loader finds them where it looks on the host), made once per
     set of contents and cached by their hash."""
-    files: dict[str, tuple[int, bytes]] = {}
+    return archive({str(path).lstrip("/"): (0o100755, path.read_bytes()) for path in paths},
+                   cache)
+
+
+def archive(files: dict[str, tuple[int, bytes]], cache: Path) -> Path:
+    """A gzip'd archive of {path: (mode, data)} with the directories they
+    need, made once per set of contents and cached by their hash."""
     h = hashlib.sha256()
-    for path in paths:
-        name = str(path).lstrip("/")
-        data = path.read_bytes()
-        h.update(name.encode() + b"\0" + hashlib.sha256(data).digest())
-        files[name] = (0o100755, data)
+    tree = dict(files)
+    for name, (mode, data) in sorted(files.items()):
+        h.update(name.encode() + b"\0" + oct(mode).encode() + hashlib.sha256(data).digest())
         for parent in Path(name).parents:
             if str(parent) != ".":
-                files.setdefault(str(parent), (0o040755, b""))
+                tree.setdefault(str(parent), (0o040755, b""))
     out = cache / f"files-{h.hexdigest()[:16]}.cpio.gz"
     if not out.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+        tmp.write_bytes(gzip.compress(cpio(tree), compresslevel=6))
         tmp.rename(out)
     return out
 
@@ -172,6 +181,12 @@ def trial_initrd(base: Path, script: str | None, dest: Path,
         data += part.read_bytes()
         data += b"\0" * (-len(data) % 4)
     if script is not None:
-        data += gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}))
+        data += script_archive(script)
     dest.write_bytes(data)
     return dest
+
+
+def script_archive(script: str) -> bytes:
+    """The last part of a trial's initramfs: a gzip'd archive of /trial.sh
+    (a bare-metal machine's agent appends it to the kernel's own parts)."""
+    return gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}))

@@ -163,7 +163,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
                         _archives(workload, params, guest.kernel, settings.swap, cache), plugin)
     if boot.why_booted and say:
         say(f"{guest.kernel.name}: booting every trial: {boot.why_booted}")
-    got, stderr = _samples(boot, guest, workload, samples)
+    got, stderr = guest_samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
@@ -217,7 +217,7 @@ def _archives(workload: Workload, params: Mapping[str, object], kernel: images.K
             + ((initramfs.files_archive(packed, cache),) if packed else ()))
 
 
-def _samples(boot: BootResult, guest: Guest, workload: Workload,
+def guest_samples(boot: BootResult, guest: Guest, workload: Workload,
              samples: int) -> tuple[list[Sample], str]:
     """The samples mmwork printed in the guest, and its stderr; a failed
     workload or a missing sample is TrialFailed."""
@@ -253,7 +253,7 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
     boot, _ = start(guest, script, accel, cache, settings.swap,
                     _archives(workload, params, guest.kernel, settings.swap, cache), plugin,
                     ("blocks=on",))
-    got, stderr = _samples(boot, guest, workload, samples)
+    got, stderr = guest_samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)
 
@@ -314,19 +314,7 @@ class QemuTarget(LocalTarget):
 
     def kernel(self) -> images.Kernel:
         if self._kernel is None:
-            try:
-                self._kernel = images.get(self.kernel_name)
-                if self._kernel.name.startswith("debian:") and \
-                        self._kernel.format < images.FORMAT:
-                    raise MmlabError("cached by an older mmlab")
-            except MmlabError as missing:
-                self._kernel = missing
-                if self.kernel_name.startswith("debian:"):
-                    self.say(f"fetching kernel {self.kernel_name} (apt-get download)")
-                    try:
-                        self._kernel = images.ensure(self.kernel_name)
-                    except MmlabError as exc:
-                        self._kernel = exc
+            self._kernel = images.ready(self.kernel_name, self.say)
         if isinstance(self._kernel, MmlabError):
             raise self._kernel
         return self._kernel

@@ -27,7 +27,6 @@ import json
 import os
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -48,6 +47,7 @@ from mmlab.targets.boot import (
     BootResult,
     Guest,
     QemuExit,
+    connect,
     failure,
     plugin_args,
     qemu_argv,
@@ -56,6 +56,7 @@ from mmlab.targets.boot import (
     repeated,
     result,
     start_qemu,
+    still_starting,
     swap_disk,
     swap_disk_size,
     tail,
@@ -243,7 +244,7 @@ def _converse(proc: subprocess.Popen, sock: Path, qmp: Path, script: str,
               deadline: float) -> str | None:
     """Connect to the guest's ttyS1, wait until it runs, send the script,
     and read until QEMU closes the port; None if the deadline passed."""
-    conn = _connect(proc, sock, deadline)
+    conn = connect(proc, sock, deadline)
     chunks: list[bytes] = []
     with conn:
         asyncio.run(_until_running(proc, qmp, deadline))
@@ -270,28 +271,6 @@ def _encoded(script: str) -> bytes:
     return f"{len(data)}\n".encode() + data
 
 
-def _connect(proc: subprocess.Popen, path: Path, deadline: float) -> socket.socket:
-    """A connection to QEMU's socket at `path`, retried while QEMU starts."""
-    while True:
-        conn = socket.socket(socket.AF_UNIX)
-        try:
-            conn.connect(str(path))
-            return conn
-        except (FileNotFoundError, ConnectionRefusedError):
-            conn.close()
-            _still_starting(proc, deadline)
-            time.sleep(0.005)
-
-
-def _still_starting(proc: subprocess.Popen, deadline: float) -> None:
-    if proc.poll() is not None:
-        err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
-        raise TrialFailed(f"qemu exited {proc.returncode} while restoring: "
-                          f"{err[-1] if err else '?'}")
-    if time.monotonic() > deadline:
-        raise TrialFailed("the restored guest never started")
-
-
 async def _until_running(proc: subprocess.Popen, qmp_socket: Path, deadline: float) -> None:
     """QMP: wait until the loaded guest runs again."""
     client = QMPClient("mmlab")
@@ -300,11 +279,11 @@ async def _until_running(proc: subprocess.Popen, qmp_socket: Path, deadline: flo
             await client.connect(str(qmp_socket))
             break
         except (OSError, QMPError):
-            _still_starting(proc, deadline)
+            still_starting(proc, deadline)
             await asyncio.sleep(0.005)
     try:
         while not (await _query(client, "query-status")).get("running"):
-            _still_starting(proc, deadline)
+            still_starting(proc, deadline)
             await asyncio.sleep(0.005)
     finally:
         await client.disconnect()
