@@ -46,6 +46,9 @@ def test_run_prints_the_table_median_cv_and_state():
      "per: units read from the output need metrics_from"),
     (("run", "exec", "--functions", "5", "--results", "/nonexistent/never-made", "--", "true"),
      "--functions needs a guest kernel"),
+    (("run", "pageout-refault", "--bare-metal"), "--bare-metal needs the kernel to kexec into"),
+    (("run", "pageout-refault", "--bare-metal", "--kernel", "debian:7.3", "--vcpus", "2"),
+     "--vcpus is for a guest: a bare-metal machine has the CPUs"),
 ])
 def test_errors_are_one_line_with_exit_2(args, message):
     proc = mmlab(*args)

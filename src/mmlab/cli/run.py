@@ -38,6 +38,9 @@ COMMON = (
                                        "in a guest)")),
     ("kernel", str, typer.Option("host", "--kernel", metavar="KERNEL",
                                  help="run in a QEMU guest: debian:6.12, local:NAME, build:NAME")),
+    ("bare_metal", bool, typer.Option(False, "--bare-metal",
+                                      help="kexec --kernel on the bare-metal machine "
+                                           "$MMLAB_BARE_METAL names, instead of a guest")),
     ("vcpus", int, typer.Option(None, "--vcpus", min=1, metavar="N", help="guest vCPUs (1)")),
     ("memory_mb", int, typer.Option(None, "--memory-mb", min=128, metavar="N",
                                     help="guest memory in MiB (1024)")),
@@ -183,7 +186,8 @@ def _common(values: dict) -> dict:
     """The Request fields among the common options (the rest stay in `values`)."""
     def split(text: str) -> tuple[str, ...]:
         return tuple(f for f in text.split(",") if f)
-    return {"samples": values["samples"], "kernel": values["kernel"], "vcpus": values["vcpus"],
+    return {"samples": values["samples"], "kernel": values["kernel"],
+            "bare_metal": values["bare_metal"], "vcpus": values["vcpus"],
             "memory_mb": values["memory_mb"], "numa_nodes": values["numa_nodes"],
             "count_insns": values["count_insns"], "trace_count": split(values["trace_count"]),
             "trace_time": split(values["trace_time"]), "functions": values["functions"],

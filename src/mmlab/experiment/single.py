@@ -30,6 +30,7 @@ class Request:
     params: dict[str, object] = field(default_factory=dict)
     samples: int = 5
     kernel: str = "host"
+    bare_metal: bool = False            # the kernel kexec'd on the bare-metal machine
     vcpus: int | None = None
     memory_mb: int | None = None
     numa_nodes: int | None = None
@@ -47,18 +48,22 @@ class Request:
 
 
 def check(req: Request) -> None:
-    """Options that only a guest can honour are refused on the host, naming
-    the option, rather than silently ignored."""
-    if req.kernel != "host":
+    """Options that only a guest can honour are refused on the host or on
+    bare metal, naming the option, rather than silently ignored."""
+    if req.bare_metal and req.kernel == "host":
+        raise MmlabError("--bare-metal needs the kernel to kexec into (--kernel debian:7.3, say)")
+    if req.kernel != "host" and not req.bare_metal:
         return
+    why = ("is for a guest: a bare-metal machine has the CPUs, memory and NUMA nodes it has, "
+           "and no attribution runs there yet") if req.bare_metal else (
+        "needs a guest kernel (--kernel debian:6.12, say): the host has the CPUs, memory and "
+        "NUMA nodes it has, and no kprobes, function_graph or TCG plugin for mmlab (mmlab probe)")
     for option, value in (("--vcpus", req.vcpus), ("--memory-mb", req.memory_mb),
                           ("--numa-nodes", req.numa_nodes),
                           ("--trace-count", req.trace_count), ("--trace-time", req.trace_time),
                           ("--functions", req.functions)):
         if value:
-            raise MmlabError(f"{option} needs a guest kernel (--kernel debian:6.12, say): the "
-                             "host has the CPUs, memory and NUMA nodes it has, and no kprobes, "
-                             "function_graph or TCG plugin for mmlab (mmlab probe)")
+            raise MmlabError(f"{option} {why}")
 
 
 def profile_text(req: Request, metrics: list[str]) -> str:
@@ -72,6 +77,8 @@ def profile_text(req: Request, metrics: list[str]) -> str:
         "arms": [{"name": ARM, "set": arm}], **req.exec_keys}
     if req.memory_mb:
         doc["memory_mb"] = req.memory_mb
+    if req.bare_metal:
+        doc["bare_metal"] = True
     if req.attribute:
         doc.update(attribute=True, trace_count=list(req.trace_count),
                    trace_time=list(req.trace_time))

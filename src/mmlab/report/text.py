@@ -17,6 +17,7 @@ import shlex
 import textwrap
 from collections import defaultdict
 
+from mmlab.judge import measurements
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.stats import summarize
 from mmlab.report import fmt
@@ -142,8 +143,8 @@ def render(d: ReportData) -> str:
                  f"{p.warmups if p.warmups is not None else 'the workload default'} warm-up(s)")
     if p.derived:
         out += _wrap(f"this run: {p.derived}")
-    kernels = {e["guest_kernel"]: e.get("guest_kernel_source", "?") for e in d.environments
-               if "guest_kernel" in e}
+    kernels = {e[f"{k}_kernel"]: e.get(f"{k}_kernel_source", "?") for e in d.environments
+               for k in ("guest", "kexec") if f"{k}_kernel" in e}
     for name, source in kernels.items():
         out += _wrap(f"kernel {name}: {source}")
     out += _wrap(f"trials: {c['done']} done, {c['failed']} failed, "
@@ -154,10 +155,15 @@ def render(d: ReportData) -> str:
         out += _wrap(f"host: Linux {env.get('kernel')}, {env.get('cpus')} x "
                      f"{env.get('cpu_model')}, governor {env.get('governor')}")
         out += _wrap(f"mmlab {env.get('mmlab_version')} (git {env.get('git_commit')})")
-    if d.accelerators:
-        accel = ", ".join(sorted(d.accelerators))
+    guests = d.accelerators & {"kvm", "tcg"}
+    if guests:
+        accel = ", ".join(sorted(guests))
         note = " (emulated timings: comparable only with each other)" if "tcg" in accel else ""
         out += _wrap(f"guests in QEMU, accelerator {accel}{note}")
+    for machine in sorted(d.accelerators - guests):
+        note = " (emulated timings: comparable only with each other)" \
+            if machine in measurements.EMULATED else ""
+        out += _wrap(f"kernels kexec'd on the machine: {machine}{note}")
     out += ["", "Results"] + _wrap(
         f"ratio = typical arm / baseline ratio of a round (Hodges-Lehmann), CI from the "
         f"Wilcoxon signed-rank distribution, p by signed-rank test (unpaired: ratio of medians, "

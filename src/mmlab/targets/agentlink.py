@@ -11,12 +11,13 @@ results by then fails the trial, naming the last marker it said.
 from __future__ import annotations
 
 import base64
+import os
 import re
 import secrets
 import select
-import socket
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 from mmlab.targets import initramfs
 from mmlab.workloads.mmwork import TrialFailed
@@ -43,26 +44,36 @@ class Heard:
     at: float
 
 
-class Link:
-    """The agent's channel over a connected socket (a simulated machine's
-    serial port; a real machine's serial line would be read the same way)."""
+class Stream(Protocol):
+    def fileno(self) -> int: ...
 
-    def __init__(self, sock: socket.socket):
-        self.sock = sock
+    def close(self) -> None: ...
+
+
+class Link:
+    """The agent's channel over an open stream: a simulated machine's
+    serial port is a socket, a serial line or a pty a file."""
+
+    def __init__(self, stream: Stream):
+        self.stream = stream
         self.lines: list[tuple[str, float]] = []
         self.partial = b""
         self.last: Heard | None = None
 
     def send(self, data: bytes) -> None:
-        self.sock.sendall(data)
+        while data:
+            data = data[os.write(self.stream.fileno(), data):]
 
     def line(self, deadline: float) -> tuple[str, float] | None:
         """The next line and when its end arrived; None at the deadline."""
         while not self.lines:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.sock], [], [], left)[0]:
+            if left <= 0 or not select.select([self.stream], [], [], left)[0]:
                 return None
-            data = self.sock.recv(1 << 16)
+            try:
+                data = os.read(self.stream.fileno(), 1 << 16)
+            except OSError:        # a pty whose other side is gone
+                data = b""
             if not data:
                 raise MachineGone("the machine's channel closed"
                                   + (f" after it said {self.last.word}" if self.last else ""))
@@ -83,7 +94,7 @@ class Link:
         return None
 
     def close(self) -> None:
-        self.sock.close()
+        self.stream.close()
 
 
 def expect(link: Link, word: str, deadline: float, first: str | None = None) -> Heard:

@@ -49,12 +49,12 @@ MACHINE = rf"""# mmlab's bare-metal machine (kexec.py): its channel and its disk
 CHANNEL={CHANNEL}
 DISK={DISK}
 KEXEC={KEXEC}
-say() {{ echo "$*" > "$CHANNEL"; }}
+say() {{ echo "$*" >> "$CHANNEL"; }}
 disk_ready() {{
     for m in {" ".join(DISK_MODULES)}; do
         [ -e /lib/modules/mmlab/$m.ko ] && insmod /lib/modules/mmlab/$m.ko 2>/dev/null
     done
-    for i in $(seq 100); do [ -b "$DISK" ] && return 0; sleep 0.1; done
+    for i in $(seq 100); do [ -e "$DISK" ] && return 0; sleep 0.1; done
     return 1
 }}
 # fetch NAME DEST: a file of the library the coordinator wrote on the disk
@@ -65,14 +65,15 @@ fetch() {{
         skip="$2" count="$3" 2>/dev/null
 }}
 header() {{ dd if="$DISK" bs={HEADER} count=1 2>/dev/null | head -n 1 | tr -d '\000'; }}
-mark() {{ echo "$*" | dd of="$DISK" bs={HEADER} count=1 conv=sync,fsync 2>/dev/null; }}
+mark() {{ echo "$*" | dd of="$DISK" bs={HEADER} count=1 conv=sync,notrunc,fsync 2>/dev/null; }}
 # put_results NONCE FILE: the trial's frames after the header that names them
 put_results() {{
     size=$(wc -c < "$2")
     if [ "$size" -gt {LIBRARY - HEADER} ]; then
         mark "MMLAB-TOOBIG $1 $size"
     else
-        dd if="$2" of="$DISK" bs={MIB} seek={HEADER} oflag=seek_bytes conv=fsync 2>/dev/null
+        dd if="$2" of="$DISK" bs={MIB} seek={HEADER} oflag=seek_bytes conv=notrunc,fsync \
+            2>/dev/null
         mark "MMLAB-RESULTS $1 $size"
     fi
     sync
@@ -84,7 +85,7 @@ send_results() {{
         MMLAB-RESULTS)
             say "MMLAB-RESULTS $2 $3"
             dd if="$DISK" bs={MIB} iflag=skip_bytes,count_bytes skip={HEADER} count="$3" \
-                2>/dev/null > "$CHANNEL" ;;
+                2>/dev/null >> "$CHANNEL" ;;
         MMLAB-TOOBIG) say "MMLAB-ERROR $2 results of $3 bytes did not fit the disk" ;;
         MMLAB-PENDING) say "MMLAB-LOST $2" ;;
     esac
@@ -104,8 +105,10 @@ while :; do
     verb=
     { say "MMLAB-AGENT-READY"
       read -r verb entry nonce size
-      read -r append
-      [ "$verb" = MMLAB-TRIAL ] && head -c "$size" | base64 -d > /tmp/trial.cpio.gz
+      if [ "$verb" = MMLAB-TRIAL ]; then
+          read -r append
+          head -c "$size" | base64 -d > /tmp/trial.cpio.gz
+      fi
     } < "$CHANNEL"
     case "$verb" in
         MMLAB-QUIT) exit 0 ;;

@@ -14,6 +14,7 @@ from rich.table import Table
 from mmlab.attribution.guest import figures, skipped
 from mmlab.experiment.plan import Plan, baseline_for
 from mmlab.judge.comparison import Comparison
+from mmlab.judge.measurements import BARE_METAL, SIMULATED_BARE_METAL
 from mmlab.judge.stats import summarize
 from mmlab.report.fmt import (
     DASH,
@@ -195,6 +196,12 @@ def accelerator_notes(samples: dict[str, list[Sample]]) -> list[str]:
                          "and comparable only with other TCG timings[/yellow]")
         elif accel == "kvm":
             notes.append(f"accelerator: KVM for {len(arms)} arm(s)")
+        elif accel == SIMULATED_BARE_METAL:
+            notes.append(f"[yellow]accelerator: {escape(accel)} for {len(arms)} arm(s): kexec'd "
+                         "on a TCG guest standing in for a machine, so timings are emulated "
+                         "and comparable only with each other[/yellow]")
+        elif accel == BARE_METAL:
+            notes.append(f"accelerator: {accel} for {len(arms)} arm(s): kexec'd on the machine")
     return notes
 
 
