@@ -26,7 +26,7 @@ from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import KERNEL_NAME
 from mmlab.kernels import images
 from mmlab.targets import Announce, LocalTarget, TrialError, TrialResult, agentlink
-from mmlab.targets.agentlink import Link, Switch
+from mmlab.targets.agentlink import Link, Switch, Watchdog
 from mmlab.targets.boot import CMDLINE, Guest, QemuExit, result
 from mmlab.targets.qemu import guest_samples, trial_script
 from mmlab.targets.simulated import SimulatedMachine
@@ -122,6 +122,8 @@ class BareMetalTarget(LocalTarget):
             self._power_off()
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
+        """One trial kexec'd into the arm's kernel; a failed one power cycles
+        the machine, so that the next starts from the base kernel's agent."""
         append = f"{CMDLINE} {plan.profile.cmdline}".strip()
         kernel = self._kernel(arm.kernel)
         if isinstance(kernel, MmlabError):
@@ -154,8 +156,10 @@ class BareMetalTarget(LocalTarget):
             results, switch = agentlink.trial(link, self.entries[arm.kernel], append, script,
                                               time.monotonic() + guest.timeout_s)
         except TrialFailed as exc:
+            late = (f"not back within timeout_s = {guest.timeout_s:g}: "
+                    if isinstance(exc, Watchdog) else "")
             seen = self.machine.failure(since)
-            raise TrialFailed(f"{guest.kernel.name} on {self.machine.name}: {exc}"
+            raise TrialFailed(f"{guest.kernel.name} on {self.machine.name}: {late}{exc}"
                               + (f"; {seen}" if seen else "")) from exc
         boot = result(guest, self.machine.console()[since:], results,
                       QemuExit(0, "", False, switch.trial_s))

@@ -8,7 +8,8 @@ unpacks concatenated cpio archives in order, so no rebuild is needed per
 trial.  A trial that needs the kernel's own modules (zram, virtio_blk for
 guest swap) gets a third archive between them, made once per kernel.  The
 archives are written here in the "newc" format (what the kernel's initramfs
-unpacker reads), so no cpio tool is needed.
+unpacker reads), so no cpio tool is needed.  A kernel kexec'd on a bare-metal
+machine gets the same archives with kexec and its hooks added (kexec.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 there for a trial, their initramfs parts, and the raw disk they share.
 
 The agent runs on the machine's base kernel (as the /trial.sh of mmlab's own
-/init, initramfs.py).  For each trial the coordinator sends it over the serial
+/init, initramfs.py).  For each trial the coordinator sends over the serial
 channel, it reads the kernel under test and its initramfs parts from the
 disk, appends the trial's /trial.sh, and `kexec -l ... && kexec -e`s into that
 kernel.  There the same /init runs the trial with the same mmwork and frames
@@ -27,10 +27,10 @@ The channel, the disk and its driver are the simulated machine's
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from mmlab.errors import MmlabError
+from mmlab.kernels import images
 from mmlab.targets import initramfs
 from mmlab.workloads.execwork import shared_libraries
 
@@ -145,13 +145,19 @@ say "MMLAB-UP $nonce $(uname -r)"
 disk_ready || say "MMLAB-ERROR $nonce no disk $DISK under $(uname -r)"
 deliver() { put_results "$nonce" /tmp/results; say "MMLAB-RAN $nonce"; }
 finish() {
+    why="no base kernel on the disk"
     if fetch base.vmlinuz /tmp/vmlinuz && fetch base.initrd /tmp/initrd \
             && fetch base.append /tmp/append; then
-        out=$($KEXEC -l /tmp/vmlinuz --initrd=/tmp/initrd --append="$(cat /tmp/append)" 2>&1) \
-            && rm -f /tmp/vmlinuz /tmp/initrd && say "MMLAB-KEXEC back" && sync && $KEXEC -e
+        if why=$($KEXEC -l /tmp/vmlinuz --initrd=/tmp/initrd --append="$(cat /tmp/append)" \
+                 2>&1); then
+            rm -f /tmp/vmlinuz /tmp/initrd
+            say "MMLAB-KEXEC back"
+            sync
+            $KEXEC -e
+            why="kexec -e returned"
+        fi
     fi
-    out=$(echo ${out:-no base kernel on the disk})
-    say "MMLAB-ERROR $nonce no way back by kexec ($out); rebooting"
+    say "MMLAB-ERROR $nonce no way back by kexec ($(echo $why)); rebooting"
     sync
     reboot -f
 }
@@ -169,13 +175,13 @@ def tools_archive(cache: Path) -> Path:
     return initramfs.archive(files, cache)
 
 
-def agent_initrd(base, cache: Path, dest: Path) -> Path:
+def agent_initrd(base: images.Kernel, cache: Path, dest: Path) -> Path:
     """The base kernel's initramfs: mmlab's /init running the agent."""
     return initramfs.trial_initrd(initramfs.base_archive(cache), AGENT, dest,
                                   [initramfs.modules_archive(base), tools_archive(cache)])
 
 
-def kernel_initrd(kernel, cache: Path, dest: Path) -> Path:
+def kernel_initrd(kernel: images.Kernel, cache: Path, dest: Path) -> Path:
     """A kernel under test's initramfs but its /trial.sh, which the agent
     appends (each part padded, so the trial's archive follows as is)."""
     hooks = initramfs.archive({"mmlab/kexec.sh": (0o100644, HOOKS.encode())}, cache)
@@ -198,5 +204,4 @@ def disk(dest: Path, files: dict[str, Path | bytes]) -> Path:
         out.seek(LIBRARY)
         out.write("".join(index).encode())
         out.truncate(max(at, FIRST_FILE))
-    os.chmod(dest, 0o600)
     return dest
