@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from mmlab.errors import MmlabError
+from mmlab.experiment import single
 from mmlab.experiment.plan import parse
 from mmlab.judge import measurements
 from mmlab.kernels import images
@@ -373,6 +374,8 @@ name = "a"
 def test_a_bare_metal_arm_names_one_target_for_every_kernel():
     plan = parse(TWO_KERNELS.format(timeout=60))
     assert {a.target for a in plan.arms} == {"bare-metal"}
+    one = single.plan(single.Request("pageout-refault", kernel="local:k", bare_metal=True))
+    assert [(a.target, a.kernel) for a in one.arms] == [("bare-metal", "local:k")]
 
 
 @pytest.mark.parametrize("spec, wanted", [
@@ -449,7 +452,7 @@ def test_two_kernels_three_rounds_on_a_simulated_machine_by_kexec(k612, k73, tmp
     """debian:6.12 against debian:7.3, three rounds, every trial kexec'd from
     a TCG guest of 6.12 into its kernel and back: the samples were measured
     by the kernel named, the machine started once, and the verdict and the
-    text report say the machine was a TCG guest (about 4 minutes here)."""
+    text report say the machine was a TCG guest (about 5 minutes here)."""
     monkeypatch.setenv(baremetal.ENV, "simulated:debian:6.12")
     proc, results = run_profile(tmp_path, SIMULATED_PROFILE, "--no-controls", timeout=1800)
     assert proc.returncode == 0, proc.stderr
