@@ -114,14 +114,18 @@ class SimulatedMachine:
 
     def stop(self) -> None:
         """Ask the agent to end when it waits for a request, and power off
-        (kill) a machine that did not end: one amid a trial is power cycled."""
+        (kill) a machine that did not end: one amid a trial is power cycled.
+        The port is read until QEMU closes it: the guest's last words wait
+        in its UART (a closing tty drains first) until they are read."""
         heard = self.link.last if self.link else None
         if self.link and heard and heard.word == "MMLAB-AGENT-READY" and self.proc \
                 and self.proc.poll() is None:
+            deadline = time.monotonic() + QUIT_TIMEOUT_S
             try:
                 self.link.send(b"MMLAB-QUIT\n")
-                self.proc.wait(QUIT_TIMEOUT_S)
-            except (OSError, subprocess.TimeoutExpired):
+                while self.link.line(deadline) is not None:
+                    pass
+            except (OSError, TrialFailed):      # the port closed: the machine is off
                 pass
         if self.proc and self.proc.poll() is None:
             self.proc.kill()
