@@ -452,7 +452,7 @@ def test_two_kernels_three_rounds_on_a_simulated_machine_by_kexec(k612, k73, tmp
     """debian:6.12 against debian:7.3, three rounds, every trial kexec'd from
     a TCG guest of 6.12 into its kernel and back: the samples were measured
     by the kernel named, the machine started once, and the verdict and the
-    text report say the machine was a TCG guest (about 5 minutes here)."""
+    text report say the machine was a TCG guest (about 3 minutes here)."""
     monkeypatch.setenv(baremetal.ENV, "simulated:debian:6.12")
     proc, results = run_profile(tmp_path, SIMULATED_PROFILE, "--no-controls", timeout=1800)
     assert proc.returncode == 0, proc.stderr
