@@ -253,7 +253,8 @@ MEDIANS = {"kernel=host,thp=hugepage": (1400.0, 200.0),
            "kernel=debian:6.12,thp=nohugepage": (3000.0, None)}
 JITTER = (1.0, 1.01, 0.99, 1.02, 0.98)          # per round: the samples' spread
 ENV = {"kernel": "6.18.0-golden", "cpus": 2, "cpu_model": "Golden CPU @ 2.0GHz",
-       "governor": "performance", "mmlab_version": "0.1.0", "git_commit": "0123456789ab"}
+       "governor": "performance", "turbo": "off", "mmlab_version": "0.1.0",
+       "git_commit": "0123456789ab"}
 GUEST_ENV = {"target": "qemu", "guest_kernel": "debian:6.12",
              "guest_kernel_version": "6.12.0-golden", "guest_kernel_source": "linux-image (golden)"}
 

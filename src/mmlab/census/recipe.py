@@ -122,6 +122,8 @@ def travels(path: Path, recipe: Recipe) -> None:
                'does not have: give it [guest] root = "host"')
     if recipe.settings.swap is not None:
         why = "a census guest has no swap device"
+    if recipe.settings.clock():
+        why = "governor and turbo are the host's CPU clock, which a guest cannot set"
     if why:
         raise MmlabError(f"{path}: cannot run in a guest: {why}")
 

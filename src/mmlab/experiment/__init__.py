@@ -4,9 +4,9 @@ A profile names a workload, its base parameters, and either a matrix of axes
 (the arms are their cartesian product) or an explicit list of arms (an A/A
 check is the same arm twice under two names).  An axis is a workload
 parameter or a host setting (`thp_mode`, `thp_defrag`, `swap`, `cpus`,
-`ksm.<knob>`, `sysctl.<name>`).  The schedule runs every arm once per round,
-in an order shuffled by the seed, so slow drift of a noisy machine spreads
-over all arms instead of biasing one.
+`damon`, `governor`, `turbo`, `ksm.<knob>`, `sysctl.<name>`).  The schedule
+runs every arm once per round, in an order shuffled by the seed, so slow
+drift of a noisy machine spreads over all arms instead of biasing one.
 
   profile.py   the pydantic models a profile is validated into; error locations
   plan.py      Arm and Plan: load, parse, expand, baselines, derived plans

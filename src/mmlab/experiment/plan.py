@@ -247,7 +247,7 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
     settings = knobs.HostSettings(thp=axes.thp_mode, thp_defrag=axes.thp_defrag, swap=axes.swap,
                                   ksm=axes.ksm,
                                   sysctl={k: axis_text(v) for k, v in axes.sysctl.items()},
-                                  damon=axes.damon)
+                                  damon=axes.damon, governor=axes.governor, turbo=axes.turbo)
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
                kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes,
                guest_start=axes.guest_start or "snapshot", bare_metal=profile.bare_metal)
@@ -268,6 +268,10 @@ def _bare_metal(profile: Profile, axes: SettingAxes, kernel: str, loc: tuple, fa
     if axes.swap and axes.swap.startswith("file:"):
         raise fail(loc + ("swap",), f"{axes.swap!r}: a bare-metal machine's disk is not "
                    "mmlab's to swap to (zram:SIZE is)")
+    for axis in ("governor", "turbo"):
+        if getattr(axes, axis) is not None:
+            raise fail(loc + (axis,), f"{getattr(axes, axis)!r}: a bare-metal machine's CPU "
+                       "clock is its own, not set from here yet")
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from mmlab.experiment.limits import MAX_ROUNDS, MAX_SAMPLES, MAX_WARMUPS
-from mmlab.machine import knobs
+from mmlab.machine import cpufreq, knobs
 from mmlab.workloads import execwork, output
 
 KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?(-generic)?"
@@ -159,6 +159,8 @@ class SettingAxes(BaseModel):
     numa_nodes: Annotated[StrictInt, Field(ge=1, le=8)] | None = None   # guests only
     guest_start: Literal["snapshot", "boot"] | None = None   # guests only: restored or booted
     damon: Literal["off"] | None = None   # every DAMON actor stopped (knobs.DamonActors)
+    governor: cpufreq.GovernorName | None = None   # the host's CPU clock, guests' too
+    turbo: cpufreq.TurboState | None = None
     ksm: dict[str, StrictInt] = {}
     sysctl: dict[str, Scalar] = {}
 

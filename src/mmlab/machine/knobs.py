@@ -23,7 +23,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
 
 from mmlab.errors import MmlabError
-from mmlab.machine import proc
+from mmlab.machine import cpufreq, proc
 from mmlab.machine.paths import journal_path, state_dir
 
 THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
@@ -411,6 +411,8 @@ class HostSettings(BaseModel):
     ksm: dict[str, StrictInt] = {}
     sysctl: dict[str, str] = {}
     damon: Literal["off"] | None = None       # off: every DAMON actor stopped
+    governor: cpufreq.GovernorName | None = None   # the CPU clock (cpufreq.py)
+    turbo: cpufreq.TurboState | None = None
 
     def files(self) -> list[tuple[SettingFile, str]]:
         """(setting file, wanted value) pairs on this machine; swap is not a
@@ -418,7 +420,21 @@ class HostSettings(BaseModel):
         out: list[tuple[SettingFile, str]] = self.fixed_files()
         if self.damon == "off":
             out += DamonActors().files()
-        return out
+        return out + self.clock_files()
+
+    def clock(self) -> HostSettings | None:
+        """The CPU clock settings alone, None when neither is set: what a
+        guest arm sets on the host, whose CPUs run its vCPUs."""
+        if self.governor is None and self.turbo is None:
+            return None
+        return HostSettings(governor=self.governor, turbo=self.turbo)
+
+    def clock_files(self) -> list[tuple[SettingFile, str]]:
+        """The CPU clock's files; MmlabError naming the key where this
+        machine cannot set it (no cpufreq, a governor its CPUs lack)."""
+        pairs = cpufreq.Governor().files(self.governor) if self.governor else []
+        pairs += cpufreq.Turbo().files(self.turbo) if self.turbo else []
+        return [(SettingFile(path), value) for path, value in pairs]
 
     def fixed_files(self) -> list[tuple[SettingFile, str]]:
         """The files whose path does not depend on the machine (a guest

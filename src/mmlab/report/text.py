@@ -152,8 +152,9 @@ def render(d: ReportData) -> str:
                  f"(sha256 {d.row['profile_hash'][:16]})")
     out += ["", "Environment"]
     if env:
+        turbo = f", turbo {env['turbo']}" if "turbo" in env else ""   # older trials lack it
         out += _wrap(f"host: Linux {env.get('kernel')}, {env.get('cpus')} x "
-                     f"{env.get('cpu_model')}, governor {env.get('governor')}")
+                     f"{env.get('cpu_model')}, governor {env.get('governor')}{turbo}")
         out += _wrap(f"mmlab {env.get('mmlab_version')} (git {env.get('git_commit')})")
     guests = d.accelerators & {"kvm", "tcg"}
     if guests:

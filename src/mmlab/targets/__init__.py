@@ -221,4 +221,4 @@ class TargetPool:
             return baremetal.BareMetalTarget(baremetal.machine(self.say), self.say)
         if arm.kernel == "host":
             return HostTarget(self.allow_host_changes)
-        return QemuTarget(arm.kernel, self.say)
+        return QemuTarget(arm.kernel, self.say, self.allow_host_changes)

@@ -13,6 +13,26 @@ from mmlab.workloads import insns, mmwork
 from mmlab.workloads.samples import Sample
 
 
+def consented(plan: Plan, allow_changes: bool) -> bool:
+    """May the plan change this machine's global settings: the profile's
+    host_changes or --allow-host-changes?"""
+    return allow_changes or plan.profile.host_changes
+
+
+def refuse(arm: Arm, settings: knobs.HostSettings, allowed: bool) -> None:
+    """Refuse, naming the arm, what `settings` cannot do here, consent or
+    not (a CPU clock without cpufreq, a governor the CPUs lack), and what
+    it may not (a change not consented to)."""
+    try:
+        settings.clock_files()
+    except MmlabError as exc:
+        raise MmlabError(f"arm {arm.name}: {exc}") from exc
+    changes = [] if allowed else settings.changes()
+    if changes:
+        raise MmlabError(f"arm {arm.name} would change {changes[0]}; set host_changes = "
+                         "true in the profile or pass --allow-host-changes")
+
+
 class HostTarget(LocalTarget):
     name = "host"
 
@@ -21,11 +41,12 @@ class HostTarget(LocalTarget):
         self.journal = knobs.Journal()
 
     def _allowed(self, plan: Plan) -> bool:
-        return self.allow_changes or plan.profile.host_changes
+        return consented(plan, self.allow_changes)
 
     def check(self, plan: Plan) -> None:
-        """Refuse before the first trial: CPUs this machine does not have,
-        and global changes not consented to, naming the arm and setting."""
+        """Refuse before the first trial: CPUs this machine does not have, a
+        CPU clock it cannot set, and global changes not consented to, naming
+        the arm and setting."""
         arms = [a for a in plan.arms if a.kernel == "host"]
         for arm in arms:
             if arm.cpus:
@@ -33,17 +54,12 @@ class HostTarget(LocalTarget):
                     mmwork.parse_cpus(arm.cpus)
                 except MmlabError as exc:
                     raise MmlabError(f"arm {arm.name}: {exc}") from exc
-        if self._allowed(plan) or not arms:
-            return
         wl = plan.workload
-        if wl.host_settings:
+        if wl.host_settings and arms and not self._allowed(plan):
             raise MmlabError(f"{wl.name} changes {wl.host_settings[0]} while it runs; set "
                              "host_changes = true in the profile or pass --allow-host-changes")
         for arm in arms:
-            changes = arm.settings.changes()
-            if changes:
-                raise MmlabError(f"arm {arm.name} would change {changes[0]}; set host_changes = "
-                                 "true in the profile or pass --allow-host-changes")
+            refuse(arm, arm.settings, self._allowed(plan))
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         env = None

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from mmlab import __version__
 from mmlab.kernels import qemu_plugin
-from mmlab.machine import knobs
+from mmlab.machine import cpufreq, knobs
 from mmlab.machine.knobs import Journal, Tracefs, active_swaps
 from mmlab.targets import boot
 from mmlab.workloads import insns
@@ -66,8 +66,8 @@ def _kernel() -> Fact:
 
 
 def _cpus() -> Fact:
-    gov = _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "none exposed")
-    return Fact("CPUs", f"{os.cpu_count()} x {cpu_model()}, governor {gov}", True)
+    return Fact("CPUs", f"{os.cpu_count()} x {cpu_model()}, governor "
+                f"{cpufreq.Governor().read()}, turbo {cpufreq.Turbo().read()}", True)
 
 
 def _memory() -> Fact:
@@ -308,7 +308,8 @@ def environment() -> dict[str, object]:
         "cmdline": _read("/proc/cmdline"),
         "cpu_model": cpu_model(),
         "cpus": os.cpu_count(),
-        "governor": _read("/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor", "none"),
+        "governor": cpufreq.Governor().read(),
+        "turbo": cpufreq.Turbo().read(),
         "thp_enabled": setting("/sys/kernel/mm/transparent_hugepage/enabled"),
         "thp_defrag": setting("/sys/kernel/mm/transparent_hugepage/defrag"),
         "ksm_run": setting("/sys/kernel/mm/ksm/run"),

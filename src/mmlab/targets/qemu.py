@@ -25,7 +25,8 @@ import gzip
 import os
 import re
 import shlex
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from mmlab.attribution import functions
@@ -33,7 +34,7 @@ from mmlab.attribution.guest import Instrumentation, guest_trace_record
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.kernels import images, qemu_plugin
-from mmlab.machine.knobs import DamonActors, HostSettings, parse_size
+from mmlab.machine.knobs import DamonActors, HostSettings, Journal, apply, parse_size
 from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, kvm, probe, snapshot
 from mmlab.targets.boot import (
     CMDLINE,
@@ -49,6 +50,7 @@ from mmlab.targets.boot import (
     retrying,
     run_script,
 )
+from mmlab.targets.host import consented, refuse
 from mmlab.workloads import Workload, insns, mmwork
 from mmlab.workloads.mmwork import TrialFailed
 from mmlab.workloads.samples import Sample, parse_line
@@ -295,14 +297,20 @@ def guest_environment(guest: Guest, accel: str, why: str,
 
 class QemuTarget(LocalTarget):
     """One guest kernel: each trial is one boot, the arm's settings written
-    by the guest's /trial.sh, so nothing on the host changes.  The kernel is
-    fetched (Debian) or looked up (local, build) once; if that fails, every
-    trial of this target fails with the reason."""
+    by the guest's /trial.sh, so nothing on the host changes but the CPU
+    clock an arm asks for (governor, turbo): a guest's vCPUs run at its
+    host's clock, which the guest cannot set, so it is set on the host like
+    a host arm's settings.  The kernel is fetched (Debian) or looked up
+    (local, build) once; if that fails, every trial of this target fails
+    with the reason."""
 
-    def __init__(self, kernel: str, say: Callable[[str], None] = print):
+    def __init__(self, kernel: str, say: Callable[[str], None] = print,
+                 allow_changes: bool = False):
         self.name = f"qemu:{kernel}"
         self.kernel_name = kernel
         self.say = say
+        self.allow_changes = allow_changes
+        self.journal = Journal()
         self._kernel: images.Kernel | MmlabError | None = None
         self._said: set[str] = set()
 
@@ -320,8 +328,14 @@ class QemuTarget(LocalTarget):
         return self._kernel
 
     def check(self, plan: Plan) -> None:
-        """Guests change only their own disposable kernel: nothing to consent
-        to.  The kernel is made ready now, before the first trial."""
+        """A host CPU clock an arm asks for is refused as a host arm's would
+        be (no cpufreq here, no consent); the rest a guest changes in its
+        own disposable kernel.  The kernel is made ready now, before the
+        first trial."""
+        for arm in plan.arms:
+            clock = arm.settings.clock()
+            if arm.target == self.name and clock:
+                refuse(arm, clock, consented(plan, self.allow_changes))
         try:
             self.kernel()
         except MmlabError as exc:
@@ -333,8 +347,10 @@ class QemuTarget(LocalTarget):
         counts each guest's own instructions, which a guest beside it cannot
         change (only its clock, and so the timer ticks that land in a window:
         within the counts' noise, docs/instructions.md); a timed plan, or
-        KVM's pinned vCPUs, run one at a time."""
-        if not insns.only(plan.workload, plan.profile.metrics):
+        KVM's pinned vCPUs, run one at a time, and so do arms that set the
+        host's CPU clock (the journal's sessions do not nest across threads)."""
+        if not insns.only(plan.workload, plan.profile.metrics) or \
+                any(a.settings.clock() for a in plan.arms):
             return 1
         try:
             accel, _ = accelerator(self.kernel(), initramfs_cache())
@@ -351,21 +367,37 @@ class QemuTarget(LocalTarget):
                      extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s,
                      numa_nodes=getattr(arm, "numa_nodes", 1) or 1, start=arm.guest_start)
 
+    @contextmanager
+    def _host_clock(self, arm: Arm, plan: Plan) -> Iterator[None]:
+        """The arm's CPU clock set on the host for the block, journaled and
+        restored as a host arm's settings are; for an arm that sets none,
+        nothing (not even the machine lock: guests run side by side)."""
+        clock = arm.settings.clock()
+        if clock is None:
+            yield
+            return
+        with self.journal.session():
+            apply(clock, self.journal, consented(plan, self.allow_changes))
+            yield
+
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         guest = self.guest(arm, plan)
         accel, why = accelerator(guest.kernel, initramfs_cache())
-        env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
-        try:
-            if insns.only(plan.workload, plan.profile.metrics):
-                return TrialResult(insns.alone(self._counting_pass(guest, accel, arm, plan),
-                                               plan.workload), env)
-            samples = sample(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
-                          plan.profile.warmups, arm.settings, say=self._once)
-            if insns.wanted(plan.workload, plan.profile.metrics):
-                insns.add_counts(samples, plan.workload,
-                                 lambda: self._counting_pass(guest, accel, arm, plan))
-        except MmlabError as exc:
-            raise TrialError(str(exc), env) from exc
+        with self._host_clock(arm, plan):
+            env = {**probe.environment(),
+                   **guest_environment(guest, accel, why, arm.settings.swap)}
+            try:
+                if insns.only(plan.workload, plan.profile.metrics):
+                    return TrialResult(insns.alone(self._counting_pass(guest, accel, arm, plan),
+                                                   plan.workload), env)
+                samples = sample(guest, plan.workload, arm.params,
+                                 plan.profile.samples_per_trial, plan.profile.warmups,
+                                 arm.settings, say=self._once)
+                if insns.wanted(plan.workload, plan.profile.metrics):
+                    insns.add_counts(samples, plan.workload,
+                                     lambda: self._counting_pass(guest, accel, arm, plan))
+            except MmlabError as exc:
+                raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
 
     def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
@@ -388,6 +420,10 @@ class QemuTarget(LocalTarget):
         Under TCG a second boot counts the kernel's instructions per function
         in the timed windows (a trial of the profile's size).  The profile's
         `attribution` may ask for one of the two only."""
+        with self._host_clock(arm, plan):
+            return self._attribute(arm, plan)
+
+    def _attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         wl = plan.workload
         wanted = set(plan.profile.attribution) or {"guest_trace", "functions"}
         guest = self.guest(arm, plan)
