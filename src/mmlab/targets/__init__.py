@@ -14,9 +14,9 @@ tests' fake) are `LocalTarget`s: they implement `run_trial(arm, plan) ->
 TrialResult` and inherit `run_trials`; one that can run a plan's trials
 several at a time says how many (`side_by_side`), and `run_side_by_side`
 runs them so.  A fleet machine (fleet/coordinator.py) runs its trials
-through its worker instead.  `TargetPool` gives each arm its target,
-made by a factory: the local one by default, a fleet machine's or the
-tests' fake when one is passed in.
+through its worker instead.  `TargetPool` gives each arm its target, made
+by a factory: the local one by default, a fleet machine's or the tests'
+fake when one is passed in.
 """
 
 from __future__ import annotations
