@@ -176,7 +176,7 @@ workload = "pageout-refault"
 kernel = "debian:6.12"
 cmdline = "rdinit=/no/such/init"
 memory_mb = 256
-repetitions = 3
+repetitions = 2
 metrics = ["advise_ns_per_page"]
 baseline = "A"
 [params]
@@ -185,7 +185,7 @@ mapping-kb = 1024
 name = "A"
 """, timeout=600)
     assert proc.returncode == 1, proc.stderr
-    assert "3 failed" in proc.stdout and "kernel panic in the guest" in proc.stdout
+    assert "2 failed" in proc.stdout and "kernel panic in the guest" in proc.stdout
 
 
 def test_an_oom_kill_in_the_guest_is_a_failed_trial(k612):
