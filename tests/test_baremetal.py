@@ -277,7 +277,7 @@ class PlayedMachine:
         self.link = None
 
     def environment(self) -> dict[str, object]:
-        return {"target": "bare-metal", "machine": self.name}
+        return {"target": "bare-metal", "machine": self.name, "accelerator": self.accelerator}
 
 
 def sample_lines(kernel: str, n: int = 1) -> str:

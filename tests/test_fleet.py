@@ -24,15 +24,28 @@ import pytest
 
 from mmlab.bench import fleet as fleet_bench
 from mmlab.bench import services
+from mmlab.errors import MmlabError
 from mmlab.experiment.plan import parse
 from mmlab.fleet import coordinator, engine, queue, registry, summary
-from mmlab.judge import verdicts
+from mmlab.fleet import worker as fleet_worker
+from mmlab.judge import measurements, verdicts
+from mmlab.kernels import images
+from mmlab.report.terminal import fleet as fleet_tables
 from mmlab.run import runner
 from mmlab.run.events import Message
 from mmlab.store import Store
+from mmlab.targets import baremetal
 
 from .conftest import MMLAB, mmlab
 from .fake_target import FakeTarget, fake_pool
+from .test_baremetal import (
+    KERNELS,
+    SIMULATED_PROFILE,
+    TWO_KERNELS,
+    PlayedMachine,
+    framed,
+    sample_lines,
+)
 
 FAKE = """\
 name = "fleet-fake"
@@ -193,11 +206,13 @@ def test_fleet_commands_refuse_clearly(servers, tmp_path):
 
 # ---------------------------------------------------------------- two workers, end to end
 
-def start_worker(name: str, url: str, broker: str, tmp_path: Path) -> subprocess.Popen:
+def start_worker(name: str, url: str, broker: str, tmp_path: Path,
+                 *options: str) -> subprocess.Popen:
     """`mmlab worker --name NAME` as a machine of its own (its own state dir)."""
     env = {**os.environ, "MMLAB_STATE_DIR": str(tmp_path / f"state-{name}")}
     return subprocess.Popen([*MMLAB, "worker", "--name", name, "--results", url, "--broker",
-                             broker], env=env, stdout=open(tmp_path / f"{name}.log", "a"),
+                             broker, *options], env=env,
+                            stdout=open(tmp_path / f"{name}.log", "a"),
                             stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -373,3 +388,148 @@ def test_track_run_spreads_its_cells_over_two_real_workers(servers, tmp_path, wo
     again = mmlab("track", "run", str(tmp_path / "suite.toml"), "--results", url,
                   "--machines", "a,b", timeout=120)
     assert again.returncode == 0 and "nothing new" in again.stdout, again.stderr
+
+
+# ---------------------------------------------------------------- bare-metal machines
+
+def registered_machine(name: str, bare_metal: str | None = None) -> registry.Machine:
+    """A machine as its worker registered it, driving `bare_metal` if named."""
+    probe = {"cpus": 2, "cpu_model": "a CPU", "memory": "8 GiB", "numa_nodes": 1,
+             "kernel": "6.12", "accelerator": "tcg",
+             **(registry.bare_metal(bare_metal, measurements.SIMULATED_BARE_METAL)
+                if bare_metal else {})}
+    return registry.Machine(name, f"{name}@here", "redis://broker", probe, 0.0)
+
+
+@pytest.mark.parametrize("here", [None, "ipmi:elsewhere"])
+def test_the_coordinator_leaves_the_bare_metal_machine_to_the_worker_that_drives_it(
+        monkeypatch, here):
+    """Whatever $MMLAB_BARE_METAL says where the coordinator runs (nothing,
+    or nonsense), a bare-metal plan goes to a machine whose worker drives
+    one, and is refused in one line for a machine whose worker drives none
+    or for what no bare-metal machine runs yet."""
+    if here is None:
+        monkeypatch.delenv(baremetal.ENV, raising=False)
+    else:
+        monkeypatch.setenv(baremetal.ENV, here)
+    plan = parse(TWO_KERNELS.format(timeout=60))
+    box = registered_machine("box", "simulated:debian:6.12")
+    coordinator.check(plan, False, box)
+    assert box.describe().startswith("simulated:debian:6.12 by kexec (bare-metal (simulated: "
+                                     "TCG guest)); worker on 2 x a CPU")
+    with pytest.raises(MmlabError, match=r"^bare_metal = true: the worker of plain drives no "
+                                         r"bare-metal machine \(on it: mmlab worker --name "
+                                         r"plain --bare-metal MACHINE ...\)$"):
+        coordinator.check(plan, False, registered_machine("plain"))
+    counted = parse(TWO_KERNELS.format(timeout=60).replace(
+        '"advise_ns_per_page"', '"advise_kernel_insns_per_page"'))
+    with pytest.raises(MmlabError, match="instructions are not counted on bare metal yet"):
+        coordinator.check(counted, False, box)
+    coordinator.check(parse(FAKE), False, box)     # its host arms run where the worker runs
+
+
+def test_a_bare_metal_worker_keeps_its_machine_up_while_trials_wait(tmp_path, monkeypatch):
+    """A worker driving a machine (played by a thread) runs a two-kernel
+    experiment's trials as their messages come: one start of the machine
+    while trials wait in its queue, stopped when none does; a trial of
+    another experiment whose kernel is not on the machine's disk starts it
+    again.  The samples keep where they ran, and the fleet summary names
+    the machine and says its figures are emulated."""
+    kernels = {**KERNELS, "local:third": images.Kernel("local:third", "3.0", "local:third",
+                                                       "0" * 64, "/nonexistent")}
+    monkeypatch.setattr(images, "ready", lambda name, say: kernels[name])
+    monkeypatch.delenv(baremetal.ENV, raising=False)
+    machine = PlayedMachine(lambda kernel: framed(sample_lines(kernel).encode()))
+    machine.accelerator = measurements.SIMULATED_BARE_METAL
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(parse(TWO_KERNELS.format(timeout=60)).model_copy(
+        update={"machine": "box", "fleet": "f1"}))
+    other = store.create_experiment(parse(TWO_KERNELS.format(timeout=60).replace(
+        'kernel = ["local:old", "local:new"]', 'kernel = ["local:old", "local:third"]'))
+        .model_copy(update={"machine": "box"}))
+    waiting = [1]           # messages in box's queue after each trial, as the broker says
+    worker = fleet_worker.Worker("box", str(tmp_path / "r"),
+                                 bare_metal=baremetal.BareMetalTarget(machine, lambda line: None),
+                                 queued=lambda: waiting[0])
+    first, *rest = store.trials(exp_id)
+    assert worker.handle(exp_id, first.id, False) == "done"
+    assert (machine.starts, machine.stops) == (1, 0)            # kept up: trials wait
+    third = next(t for t in store.trials(other) if t.arm == "kernel=local:third")
+    assert worker.handle(other, third.id, False) == "done"
+    assert machine.starts == 2                                   # local:third was not on its disk
+    for i, t in enumerate(rest):
+        waiting[0] = len(rest) - 1 - i
+        assert worker.handle(exp_id, t.id, False) == "done"
+    assert (machine.starts, machine.stops) == (3, 3)            # stopped once its queue was empty
+    assert [t.status for t in store.trials(exp_id)] == ["done"] * 8
+    for samples in store.measurements(exp_id).by_arm.values():
+        for s in samples:
+            assert (s.state["target"], s.state["machine"], s.state["accelerator"]) == \
+                ("bare-metal", "played", measurements.SIMULATED_BARE_METAL)
+            assert s.state["kexec_kernel"] == s.state["kernel"]
+    found = summary.summarize(store, [exp_id])
+    assert found.classes == {"box": f"played by kexec ({measurements.SIMULATED_BARE_METAL})"}
+    (row,) = found.rows
+    assert row.emulated == {"box"} and fleet_tables.sentence(row).startswith(
+        "regression, emulated on box (1.3")
+
+
+def test_a_worker_refuses_a_bad_bare_metal_machine_before_it_registers():
+    proc = subprocess.run([*MMLAB, "worker", "--name", "box", "--results",
+                           "postgresql://nobody@127.0.0.1:9/none"], capture_output=True,
+                          text=True, env={**os.environ, baremetal.ENV: "ipmi:lab-box"})
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "mmlab: MMLAB_BARE_METAL='ipmi:lab-box': expected simulated:KERNEL, a TCG guest of "
+        "KERNEL (debian:6.12, say) standing in for the machine; a real machine's link is not "
+        "built yet"]
+
+
+@pytest.mark.slow
+def test_a_bare_metal_worker_runs_two_kernels_through_the_fleet(servers, tmp_path, workers,
+                                                               k612, k73):
+    """The slow bare-metal profile (debian:6.12 against debian:7.3, three
+    rounds, each trial kexec'd from a TCG guest of 6.12 into its kernel and
+    back) run with --machines box, box's worker driving the simulated
+    machine and the coordinator naming none: the fleet's store holds the
+    interleaved trials with their bare-metal provenance, and the verdicts
+    and the summary say where they ran."""
+    url, broker = fresh_db(servers, "baremetal"), servers[1].url
+    workers.append(start_worker("box", url, broker, tmp_path,
+                                "--bare-metal", "simulated:debian:6.12"))
+    wait_until("box answers", lambda: answering(url, engine.app(broker), ["box"]),
+               timeout=120, every=0.5)
+    profile = tmp_path / "bm.toml"
+    profile.write_text(SIMULATED_PROFILE)
+    here = {k: v for k, v in os.environ.items() if k != baremetal.ENV}
+    run = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--machines", "box",
+                          "--results", url, "--no-controls"], capture_output=True, text=True,
+                         timeout=1800, env=here)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "not comparable" not in run.stdout           # the profile's cmdline reached 7.3
+    assert "bare-metal (simulated: TCG guest) for 2 arm(s)" in run.stdout
+    assert "box: experiment 1, simulated:debian:6.12 by kexec (bare-metal (simulated: TCG " \
+        "guest)); worker on" in run.stdout
+    store = Store(url)
+    assert store.plan(1).machine == "box"
+    trials = store.trials(1)
+    assert [t.status for t in trials] == ["done"] * 6
+    assert all({t.arm for t in trials if t.round == r} == {"kernel=debian:6.12",
+                                                           "kernel=debian:7.3"}
+               for r in {t.round for t in trials})              # rounds interleave the kernels
+    envs = store.environments(1)
+    for env in envs:
+        assert (env["target"], env["machine"], env["accelerator"]) == \
+            ("bare-metal", "simulated:debian:6.12", measurements.SIMULATED_BARE_METAL)
+        assert 0 < env["switch_in_s"] < 120 and 0 < env["switch_back_s"] < 120
+    assert sorted(e["kexec_kernel"] for e in envs) == ["debian:6.12"] * 3 + ["debian:7.3"] * 3
+    measured = store.measurements(1).by_arm
+    assert {arm: {s.state["kernel"] for s in ss} for arm, ss in measured.items()} == \
+        {"kernel=debian:6.12": {k612.version}, "kernel=debian:7.3": {k73.version}}
+    assert all(s.state["machine"] == "simulated:debian:6.12" and s.state["target"] == "bare-metal"
+               for ss in measured.values() for s in ss)
+    (row,) = summary.summarize(store, [1]).rows          # the verdict says emulated
+    assert fleet_tables.sentence(row).startswith(f"{row.by_machine['box'].verdict}, emulated "
+                                                 "on box (")
+    print(json.dumps([{k: e[k] for k in ("kexec_kernel", "switch_in_s", "switch_back_s",
+                                         "machine_boot_s")} for e in envs]))

@@ -25,13 +25,18 @@ BROKER = typer.Option("redis://localhost:6379/0", "--broker", envvar="MMLAB_BROK
 
 def worker(name: str = typer.Option(..., "--name", metavar="NAME",
                                     help="this machine's name in the fleet"),
-           results: str = RESULTS, broker: str = BROKER) -> None:
+           results: str = RESULTS, broker: str = BROKER,
+           bare_metal: str | None = typer.Option(
+               None, "--bare-metal", envvar="MMLAB_BARE_METAL", metavar="MACHINE",
+               help="the bare-metal machine this worker drives, whose agent kexecs each "
+                    "bare-metal trial's kernel (simulated:KERNEL: a TCG guest standing in "
+                    "for one)")) -> None:
     """Serve this lab machine: register its probe in the shared store, then
     run the trials of its own queue one at a time until stopped.
 
     Example: mmlab worker --name box1 --results postgresql://mmlab@db/mmlab"""
     from mmlab.fleet import worker as fleet_worker
-    fleet_worker.serve(name, results, broker)
+    fleet_worker.serve(name, results, broker, bare_metal=bare_metal)
 
 
 @fleet_app.command("status")

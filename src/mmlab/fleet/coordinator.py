@@ -43,22 +43,23 @@ LOST_S = 30            # a worker silent this long is taken for killed (MMLAB_FL
 
 
 def create(store: Store, plan: Plan, machines: list[str], allow_host_changes: bool) -> list[int]:
-    """One experiment per machine, once the plan is checked (consent for host
-    changes) and every machine registered; returns their ids in machine order."""
-    registered(store, machines)
-    check(plan, allow_host_changes)
+    """One experiment per machine, once every machine is registered and has
+    checked the plan (`check`); returns their ids in machine order."""
+    found = registered(store, machines)
+    for name in machines:
+        check(plan, allow_host_changes, found[name])
     label = secrets.token_hex(4)
     return [store.create_experiment(plan.model_copy(update={"machine": m, "fleet": label}))
             for m in machines]
 
 
-def registered(store: Store, machines: list[str]) -> None:
-    """Refuse a store that is no fleet's shared one, or a machine whose
-    worker never registered in it, before anything is stored."""
+def registered(store: Store, machines: list[str]) -> dict[str, registry.Machine]:
+    """The machines, once the store is a fleet's shared one and each
+    machine's worker registered in it: refused before anything is stored."""
     if store.dir is not None:
         raise MmlabError(f"--machines needs the fleet's shared store: --results "
                          f"postgresql://... (not {store.where})")
-    registry.lookup(store, machines)
+    return registry.lookup(store, machines)
 
 
 def members(store: Store, exp_id: int) -> list[int]:
@@ -71,11 +72,23 @@ def members(store: Store, exp_id: int) -> list[int]:
             if json.loads(r["plan"]).get("fleet") == label]
 
 
-def check(plan: Plan, allow_host_changes: bool) -> None:
-    """Consent to host changes, asked here before anything is queued: a
-    machine's host arms change its own settings."""
+def check(plan: Plan, allow_host_changes: bool, machine: registry.Machine) -> None:
+    """What can be refused here, before anything is queued for `machine`:
+    host changes not consented to (its host arms change its own settings);
+    bare-metal arms for a machine whose worker drives no bare-metal machine,
+    or that no bare-metal machine runs yet.  The rest of a bare-metal check
+    (the base kernel, each kernel fetched) is the worker's, as it is a local
+    run's target's: the machine is named on the worker (--bare-metal), never
+    here, so this machine's $MMLAB_BARE_METAL means nothing to a fleet run."""
+    from mmlab.targets import baremetal
     from mmlab.targets.host import HostTarget
     HostTarget(allow_host_changes).check(plan)
+    if any(a.bare_metal for a in plan.arms):
+        if machine.bare_metal is None:
+            raise MmlabError(f"bare_metal = true: the worker of {machine.name} drives no "
+                             f"bare-metal machine (on it: mmlab worker --name {machine.name} "
+                             "--bare-metal MACHINE ...)")
+        baremetal.refuse(plan)
 
 
 class RollCall(threading.Thread):
@@ -145,7 +158,7 @@ class MachineTarget:
         return f"fleet:{self.machine.name}"
 
     def check(self, plan: Plan) -> None:
-        check(plan, self.allow_host_changes)
+        check(plan, self.allow_host_changes, self.machine)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         raise MmlabError("--attribute: attribution runs on one machine, not in fleet runs "

@@ -12,6 +12,7 @@ claims the trial first).  Results never travel through Celery.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from mmlab.errors import MmlabError
@@ -36,6 +37,14 @@ def app(broker: str) -> Any:
         task_create_missing_queues=True, broker_connection_retry_on_startup=True,
         broker_connection_timeout=5, worker_hijack_root_logger=False)
     return made
+
+
+def on_process_exit(release: Callable[[], None]) -> None:
+    """`release` called in the worker's pool process as it ends (a warm
+    shutdown): what a trial's target keeps up outside it, a bare-metal
+    machine, ends with it rather than outliving the worker."""
+    from celery.signals import worker_process_shutdown
+    worker_process_shutdown.connect(lambda **_: release(), weak=False)
 
 
 def reachable(celery: Any) -> None:

@@ -1,6 +1,6 @@
 """The machines of a fleet, in the shared store: each worker's probe (the
-machine class its verdicts belong to), its Celery node and broker, and when
-its current worker started."""
+machine class its verdicts belong to, and the bare-metal machine it drives,
+if any), its Celery node and broker, and when its current worker started."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ CREATE TABLE IF NOT EXISTS machines (
     name TEXT PRIMARY KEY,
     node TEXT NOT NULL,                 -- the worker's Celery node, name@host
     broker TEXT NOT NULL,               -- where its queue is
-    probe TEXT NOT NULL,                -- probe.machine() as JSON
+    probe TEXT NOT NULL,                -- probe.machine() and bare_metal() as JSON
     registered REAL NOT NULL            -- when its current worker started
 );
 """
@@ -30,10 +30,26 @@ class Machine:
     probe: dict
     registered: float
 
+    @property
+    def bare_metal(self) -> str | None:
+        """The bare-metal machine its worker drives (--bare-metal), if any."""
+        found = self.probe.get("bare_metal")
+        return found["machine"] if found else None
+
     def describe(self) -> str:
+        """Its machine class: the worker's host, and the bare-metal machine
+        first when the worker drives one (its trials run there)."""
         p = self.probe
-        return (f"{p['cpus']} x {p['cpu_model']}, {p['memory']}, {p['numa_nodes']} NUMA "
+        host = (f"{p['cpus']} x {p['cpu_model']}, {p['memory']}, {p['numa_nodes']} NUMA "
                 f"node(s), {p['kernel']}, guests {p['accelerator'].upper()}")
+        if self.bare_metal is None:
+            return host
+        return f"{self.bare_metal} by kexec ({p['bare_metal']['accelerator']}); worker on {host}"
+
+
+def bare_metal(name: str, accelerator: str) -> dict:
+    """What a worker that drives a bare-metal machine adds to its probe."""
+    return {"bare_metal": {"machine": name, "accelerator": accelerator}}
 
 
 def register(store: Store, name: str, node: str, broker: str, probe: dict) -> None:

@@ -9,7 +9,7 @@ store, so it also works after `mmlab store copy` into a lab directory.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mmlab.fleet import engine, registry
@@ -20,11 +20,14 @@ from mmlab.store import Store
 
 @dataclass(frozen=True)
 class Reproduction:
-    """One metric and pair across the machines."""
+    """One metric and pair across the machines; `emulated`: the machines
+    where its figures are emulated time (a TCG guest's clock, a simulated
+    bare-metal machine's), which every rendering says."""
     metric: str
     arm: str
     baseline: str
     by_machine: dict[str, Comparison]
+    emulated: set[str] = field(default_factory=set)
 
     @property
     def reproduced_on(self) -> list[str]:
@@ -51,18 +54,25 @@ def summarize(store: Store, exp_ids: list[int]) -> FleetSummary:
         experiments[machine] = exp_id
         classes[machine] = (known[machine].describe() if machine in known
                             else _environment_class(store.environments(exp_id)))
-        for c in verdicts.judge(plan, store.measurements(exp_id)).comparisons:
+        judged = verdicts.judge(plan, store.measurements(exp_id))
+        for c in judged.comparisons:
             key = (c.metric, c.arm, c.baseline)
-            rows.setdefault(key, Reproduction(*key, {})).by_machine[machine] = c
+            row = rows.setdefault(key, Reproduction(*key, {}))
+            row.by_machine[machine] = c
+            if judged.emulated_time(plan, c):
+                row.emulated.add(machine)
     fleet = json.loads(store.experiment(exp_ids[0])["plan"]).get("fleet")
     return FleetSummary(fleet, experiments, classes, list(rows.values()))
 
 
 def _environment_class(environments: list[dict]) -> str:
-    """A machine's class from a stored trial environment (no registry: a copy)."""
+    """A machine's class from a stored trial environment (no registry: a
+    copy): the bare-metal machine its trials ran on, or the host."""
     if not environments:
         return "no trial ran"
     e = environments[0]
+    if e.get("target") == "bare-metal":
+        return f"{e.get('machine')} by kexec ({e.get('accelerator')})"
     return f"{e.get('cpus')} x {e.get('cpu_model')}, kernel {e.get('kernel')}"
 
 

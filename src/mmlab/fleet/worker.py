@@ -12,6 +12,13 @@ orphaned by a worker killed mid-trial (only this worker runs this machine's
 trials, and it is free): it goes back to the plan and runs now.  Settings
 that killed worker left changed are restored from the journal before the
 next trial, as every `mmlab` start does.
+
+A worker started with `--bare-metal MACHINE` drives that bare-metal machine
+(LKP's test box) from a host at the other end of its serial line, never from
+the box's own base kernel, which every kexec ends: its bare-metal arms run
+there, through one BareMetalTarget whatever the experiment.  The machine
+stays up while trials wait in the queue, as across a local run's batch, and
+is stopped when the queue is empty after a trial, or when the worker ends.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from mmlab.fleet import engine, machine_name, queue, registry
 from mmlab.machine import knobs
 from mmlab.store import Store, backend
 from mmlab.targets import LocalTarget, TargetPool, run_one
+from mmlab.targets.baremetal import BareMetalTarget
 
 # (host changes allowed, arm) -> the target that arm's trials run in on this machine
 MakeTarget = Callable[[bool, Arm], LocalTarget]
@@ -38,6 +46,8 @@ class Worker:
     name: str
     results: str
     make_target: MakeTarget | None = None     # None: the machine's own host and guests
+    bare_metal: BareMetalTarget | None = None  # the bare-metal machine it drives, if any
+    queued: Callable[[], int] | None = None   # trials waiting in its queue (None: not asked)
     _store: Store | None = None
     _pools: dict[bool, TargetPool] = field(default_factory=dict)
     _plans: dict[int, Plan] = field(default_factory=dict)
@@ -77,7 +87,26 @@ class Worker:
         target = pool.target(plan.arm(trial.arm))
         assert isinstance(target, LocalTarget)      # a worker's pool makes local targets only
         outcome = run_one(store, trial, plan, target)
+        if not self._waiting():
+            target.release()
         return {True: "done", False: "failed", None: "skipped: not planned"}[outcome]
+
+    def _waiting(self) -> bool:
+        """Whether trials wait in the machine's queue, so that what its
+        target keeps up (a bare-metal machine) is kept for them; a broker
+        that does not answer keeps it too, until the next trial asks again.
+        Not asked (no bare-metal machine): each trial is a batch of its own."""
+        if self.queued is None:
+            return False
+        try:
+            return self.queued() > 0
+        except Exception:      # kombu raises its transport's own errors
+            return True
+
+    def release(self) -> None:
+        """The bare-metal machine stopped: the worker's pool process ends."""
+        if self.bare_metal is not None:
+            self.bare_metal.release()
 
     def _plan(self, store: Store, exp_id: int, arm: str) -> Plan:
         """The experiment's plan, read again only when it has grown an arm
@@ -92,7 +121,7 @@ class Worker:
         if allow not in self._pools:
             make = self.make_target
             self._pools[allow] = TargetPool(allow, make=(lambda arm: make(allow, arm)) if make
-                                            else None)
+                                            else None, bare_metal=self.bare_metal)
         return self._pools[allow]
 
     def _check(self, plan: Plan, pool: TargetPool, exp_id: int, allow: bool) -> None:
@@ -110,26 +139,35 @@ def node(name: str) -> str:
 
 
 def serve(name: str, results: str, broker: str, make_target: MakeTarget | None = None,
-          loglevel: str = "WARNING") -> None:
+          loglevel: str = "WARNING", bare_metal: str | None = None) -> None:
     """Register this machine and consume its queue until stopped (SIGTERM
-    waits for the trial in flight)."""
-    from mmlab.targets import probe
+    waits for the trial in flight).  `bare_metal` names the bare-metal
+    machine it drives, checked (its base kernel at hand) before it registers."""
+    from mmlab.targets import baremetal, probe
     machine_name(name)
     if not backend.is_url(results):
         raise MmlabError(f"--results {results}: a worker needs the fleet's shared store, a "
                          "postgresql:// URL")
+    box = baremetal.machine(print, bare_metal) if bare_metal else None
+    if box is not None:
+        box.base()
     celery = engine.app(broker)
     engine.reachable(celery)
     me = node(name)
     if me in engine.active(celery):
         raise MmlabError(f"a worker named {name} already answers as {me}: one worker per machine")
     store = Store(results)
-    registry.register(store, name, me, broker, probe.machine())
+    registry.register(store, name, me, broker, {
+        **probe.machine(), **(registry.bare_metal(box.name, box.accelerator) if box else {})})
     store.close()
-    worker = Worker(name, results, make_target)
+    # the queue is asked after a trial only where a bare-metal machine is kept up for it
+    worker = Worker(name, results, make_target, BareMetalTarget(box) if box else None,
+                    (lambda: engine.queue_length(celery, name)) if box else None)
     celery.task(name=engine.TASK)(worker.handle)
+    engine.on_process_exit(worker.release)
     print(f"mmlab worker {name}: queue {queue(name)} on {backend.redacted(broker)}, "
-          f"store {backend.redacted(results)}", flush=True)
+          f"store {backend.redacted(results)}"
+          + (f", bare-metal machine {box.name}" if box else ""), flush=True)
     celery.worker_main(["worker", "--queues", queue(name), "--concurrency", "1",
                         "--pool", "prefork", "--hostname", me, "--prefetch-multiplier", "1",
                         "--without-gossip", "--without-mingle", "--without-heartbeat",

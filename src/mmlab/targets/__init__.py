@@ -33,6 +33,7 @@ from mmlab.workloads.samples import Sample
 if TYPE_CHECKING:
     from mmlab.experiment.plan import Arm, Plan
     from mmlab.store import Store, Trial
+    from mmlab.targets.baremetal import BareMetalTarget
 
 
 @dataclass
@@ -89,14 +90,23 @@ class LocalTarget(ABC):
     def stop(self) -> None:  # noqa: B027 (one trial at a time: none runs on a worker thread)
         """End the trials running now, on worker threads (an interrupt)."""
 
+    def release(self) -> None:  # noqa: B027 (most keep nothing up between trials)
+        """Let go of what is kept up from one trial to the next (a bare-metal
+        machine): after a batch, or when a fleet worker's queue runs dry."""
+
     def run_trials(self, store: Store, exp_id: int, plan: Plan, trials: list[Trial],
                    announce: Announce) -> tuple[int, int]:
+        """The trials one after another, then the target released: nothing
+        it keeps up outlives the batch."""
         done = failed = 0
-        for trial in trials:
-            announce(trial)
-            outcome = run_one(store, trial, plan, self)
-            done += outcome is True
-            failed += outcome is False
+        try:
+            for trial in trials:
+                announce(trial)
+                outcome = run_one(store, trial, plan, self)
+                done += outcome is True
+                failed += outcome is False
+        finally:
+            self.release()
         return done, failed
 
 
@@ -180,10 +190,11 @@ class TargetPool:
     `say`, given once, is where targets' lines go (a command's display)."""
 
     def __init__(self, allow_host_changes: bool = False, say: Callable[[str], None] = print,
-                 make: MakeTarget | None = None):
+                 make: MakeTarget | None = None, bare_metal: BareMetalTarget | None = None):
         self.allow_host_changes = allow_host_changes
         self.say = say
         self.make = make or self.local_target
+        self.bare_metal = bare_metal        # None: made for the machine $MMLAB_BARE_METAL names
         self.made: dict[str, Target] = {}
 
     def target(self, arm: Arm) -> Target:
@@ -212,13 +223,16 @@ class TargetPool:
             target.check(plan)
 
     def local_target(self, arm: Arm) -> Target:
-        """The running kernel for host arms, the bare-metal machine
-        $MMLAB_BARE_METAL names for bare-metal ones, a QEMU guest for the others."""
+        """The running kernel for host arms, a QEMU guest for guest arms;
+        for bare-metal ones the pool's bare-metal target (a fleet worker's,
+        one for all its pools, as its machine is one) or one for the machine
+        $MMLAB_BARE_METAL names."""
         from mmlab.targets.host import HostTarget
         from mmlab.targets.qemu import QemuTarget
         if arm.bare_metal:
             from mmlab.targets import baremetal
-            return baremetal.BareMetalTarget(baremetal.machine(self.say), self.say)
+            return self.bare_metal or baremetal.BareMetalTarget(baremetal.machine(self.say),
+                                                                self.say)
         if arm.kernel == "host":
             return HostTarget(self.allow_host_changes)
         return QemuTarget(arm.kernel, self.say, self.allow_host_changes)

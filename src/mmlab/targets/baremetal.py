@@ -6,11 +6,13 @@ machine's serial channel (agentlink.py) and labels the samples with where
 they ran and what the kernel switches cost.
 
 A profile sends its arms here with `bare_metal = true`; $MMLAB_BARE_METAL
-names the machine.  The one kind built is `simulated:KERNEL`
-(simulated.py): a TCG guest of KERNEL standing in for a machine, whose
-figures are emulated and say so.  The machine starts with a run's first
-trial and stops after each batch the runner hands over; a failed trial
-power cycles it, so every trial starts from the base kernel's agent.
+(or a fleet worker's `--bare-metal`) names the machine.  The one kind built
+is `simulated:KERNEL` (simulated.py): a TCG guest of KERNEL standing in for
+a machine, whose figures are emulated and say so.  The machine starts with
+the first trial that needs it and stops when the target is released: after
+each batch the runner hands over, or when a fleet worker's queue runs dry;
+a failed trial power cycles it, so every trial starts from the base
+kernel's agent.
 """
 
 from __future__ import annotations
@@ -19,13 +21,13 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import KERNEL_NAME
 from mmlab.kernels import images
-from mmlab.targets import Announce, LocalTarget, TrialError, TrialResult, agentlink
+from mmlab.targets import LocalTarget, TrialError, TrialResult, agentlink
 from mmlab.targets.agentlink import Link, Switch, Watchdog
 from mmlab.targets.boot import CMDLINE, Guest, QemuExit, result
 from mmlab.targets.qemu import guest_samples, trial_script
@@ -33,9 +35,6 @@ from mmlab.targets.simulated import SimulatedMachine
 from mmlab.workloads import insns
 from mmlab.workloads.mmwork import TrialFailed
 from mmlab.workloads.samples import Sample
-
-if TYPE_CHECKING:
-    from mmlab.store import Store, Trial
 
 ENV = "MMLAB_BARE_METAL"
 SIMULATED = re.compile(r"^simulated:(.+)$")
@@ -66,10 +65,11 @@ class Machine(Protocol):
         """What every trial on it records about it."""
 
 
-def machine(say: Callable[[str], None]) -> Machine:
-    """The machine $MMLAB_BARE_METAL names; missing or bad input is refused
-    in one line, before any trial."""
-    spec = os.environ.get(ENV, "")
+def machine(say: Callable[[str], None], spec: str | None = None) -> Machine:
+    """The machine `spec` names, $MMLAB_BARE_METAL when none is given (a
+    fleet worker's --bare-metal, read from that variable too, is passed in);
+    missing or bad input is refused in one line, before any trial."""
+    spec = os.environ.get(ENV, "") if spec is None else spec
     found = SIMULATED.match(spec)
     base = found.group(1) if found else ""
     if not spec:
@@ -98,11 +98,7 @@ class BareMetalTarget(LocalTarget):
         """Refuse what bare metal cannot run yet; have the machine's base
         kernel and every arm's kernel ready (an arm whose kernel cannot be
         had fails its trials, as a guest's does)."""
-        if plan.workload.kind == "exec":
-            raise MmlabError("bare_metal = true: exec workloads do not run on bare metal yet "
-                             "(their programs would have to reach the machine's disk)")
-        if insns.wanted(plan.workload, plan.profile.metrics):
-            raise MmlabError("bare_metal = true: instructions are not counted on bare metal yet")
+        refuse(plan)
         self.machine.base()
         for arm in plan.arms:
             if arm.bare_metal and isinstance(self._kernel(arm.kernel), MmlabError):
@@ -112,14 +108,6 @@ class BareMetalTarget(LocalTarget):
         if name not in self.kernels:
             self.kernels[name] = images.ready(name, self.say)
         return self.kernels[name]
-
-    def run_trials(self, store: Store, exp_id: int, plan: Plan, trials: list[Trial],
-                   announce: Announce) -> tuple[int, int]:
-        """The trials, then the machine stopped: nothing of it outlives the batch."""
-        try:
-            return super().run_trials(store, exp_id, plan, trials, announce)
-        finally:
-            self._power_off()
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         """One trial kexec'd into the arm's kernel; a failed one power cycles
@@ -133,7 +121,7 @@ class BareMetalTarget(LocalTarget):
             samples, switch = self._kexeced(guest, arm, plan, append)
         except MmlabError as exc:
             env = self._environment(kernel, append, arm)
-            self._power_off()
+            self.release()
             raise TrialError(str(exc), env) from exc
         label(samples, self.machine, kernel, switch)
         return TrialResult(samples, {**self._environment(kernel, append, arm),
@@ -147,8 +135,10 @@ class BareMetalTarget(LocalTarget):
     def _kexeced(self, guest: Guest, arm: Arm, plan: Plan,
                  append: str) -> tuple[list[Sample], Switch]:
         """One trial under the arm's kernel and back: its samples and the
-        switches' cost; a machine that fails it says how, with its console."""
-        link = self.link or self._start(plan)
+        switches' cost; a machine that fails it says how, with its console.
+        A machine up without the arm's kernel on its disk (a fleet worker's
+        next experiment) is started again with the plan's kernels."""
+        link = self.link if self.link and arm.kernel in self.entries else self._start(plan)
         since = len(self.machine.console())
         script = trial_script(plan.workload, arm.params, plan.profile.samples_per_trial,
                               plan.profile.warmups, arm.settings, kernel=guest.kernel)
@@ -167,7 +157,10 @@ class BareMetalTarget(LocalTarget):
             switch
 
     def _start(self, plan: Plan) -> Link:
-        """The machine started with every kernel of the plan's bare-metal arms."""
+        """The machine started with every kernel of the plan's bare-metal arms
+        (stopped first if it was up with others)."""
+        if self.link:
+            self.release()
         ready = {name: k for name in sorted({a.kernel for a in plan.arms if a.bare_metal})
                  if isinstance(k := self._kernel(name), images.Kernel)}
         self.entries = {name: f"k{i}" for i, name in enumerate(ready, 1)}
@@ -175,7 +168,9 @@ class BareMetalTarget(LocalTarget):
         self.link = self.machine.start({self.entries[n]: k for n, k in ready.items()})
         return self.link
 
-    def _power_off(self) -> None:
+    def release(self) -> None:
+        """The machine stopped (power cycled amid a trial): nothing of it
+        outlives a batch, or a fleet worker's queue."""
         self.machine.stop()
         self.link = None
 
@@ -183,6 +178,16 @@ class BareMetalTarget(LocalTarget):
         """No attribution runs on bare metal yet: said, and none stored."""
         self.say(f"{arm.name}: no attribution on bare metal yet")
         return {}
+
+
+def refuse(plan: Plan) -> None:
+    """What no bare-metal machine runs yet, refused before anything is
+    stored: here, or by a fleet's coordinator for its bare-metal machines."""
+    if plan.workload.kind == "exec":
+        raise MmlabError("bare_metal = true: exec workloads do not run on bare metal yet "
+                         "(their programs would have to reach the machine's disk)")
+    if insns.wanted(plan.workload, plan.profile.metrics):
+        raise MmlabError("bare_metal = true: instructions are not counted on bare metal yet")
 
 
 def kexec_environment(kernel: images.Kernel, append: str, swap: str | None) -> dict[str, object]:

@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mmlab.fleet.summary import FleetSummary, MachineStatus, Reproduction
-from mmlab.report.fmt import ratio
+from mmlab.report.fmt import ratio, verdict_label
 from mmlab.report.terminal.fit import Fitted
 
 
@@ -34,10 +34,12 @@ def ago(t: float | None) -> str:
 
 
 def sentence(r: Reproduction) -> str:
-    """'regression on a (1.520x), b (1.490x); no change on c (1.010x)'."""
+    """'regression on a (1.520x), b (1.490x); no change on c (1.010x)', and
+    'regression, emulated on d (1.300x)' where d's figures are emulated time."""
     groups: dict[str, list[str]] = {}
     for m, c in r.by_machine.items():
-        groups.setdefault(str(c.verdict), []).append(f"{m} ({ratio(c.ratio, 'x')})")
+        groups.setdefault(verdict_label(c, m in r.emulated), []).append(
+            f"{m} ({ratio(c.ratio, 'x')})")
     return "; ".join(f"{v} on {', '.join(ms)}" for v, ms in groups.items())
 
 
