@@ -208,10 +208,10 @@ def test_recipes_load_and_a_bad_key_is_named(tmp_path):
         recipe.load(bad)
 
 
-@needs_iterator
 SERVICE_SECONDS = "301.37"
 
 
+@needs_iterator
 def test_a_recipe_runs_its_steps_and_kills_its_services(tmp_path):
     path = tmp_path / "r.toml"
     path.write_text(f"""description = "splitter with a sleeping service"
