@@ -143,42 +143,47 @@ def run_side_by_side(store: Store, plan: Plan, trials: list[Trial], pool: Target
     """`trials` in planned order, up to `width` running at once, each on its
     own worker thread; each is claimed and committed here, on the calling
     thread (the store's connection stays on it), as it ends.  Ctrl-C ends
-    the running ones (`stop`) and puts them back into the plan."""
+    the running ones (`stop`) and puts them back into the plan; the targets
+    are released at the end, as after `run_trials`."""
     running: dict[Future[TrialResult], tuple[Trial, float]] = {}
     claimed: dict[int, Trial] = {}       # claimed and not yet committed
-    counted = [0, 0]
+    outcomes: list[bool | None] = []
     targets = {t.id: pool.local(plan.arm(t.arm)) for t in trials}
+    mine = {id(t): t for t in targets.values()}.values()
 
     def settle(ended: set[Future[TrialResult]]) -> None:
         for fut in ended:
             trial, claim = running.pop(fut)
             try:
-                outcome = _done(store, trial, fut.result(), claim)
+                outcomes.append(_done(store, trial, fut.result(), claim))
             except MmlabError as exc:
-                outcome = _failed(store, trial, exc, claim)
+                outcomes.append(_failed(store, trial, exc, claim))
             del claimed[trial.id]
-            counted[0] += outcome is True
-            counted[1] += outcome is False
 
-    with ThreadPoolExecutor(width, thread_name_prefix="trial") as workers:
-        try:
-            for trial in trials:
-                if len(running) >= width:
-                    settle(wait(running, return_when=FIRST_COMPLETED).done)
-                announce(trial)
-                claim = store.start_trial(trial.id)
-                if claim is not None:
-                    claimed[trial.id] = trial
-                    job = workers.submit(targets[trial.id].run_trial, plan.arm(trial.arm), plan)
-                    running[job] = (trial, claim)
-            settle(wait(running).done)
-        except Interrupted:
-            for trial in claimed.values():
-                store.replan_trial(trial.id)
-            for target in {id(t): t for t in targets.values()}.values():
-                target.stop()
-            raise
-    return counted[0], counted[1]
+    try:
+        with ThreadPoolExecutor(width, thread_name_prefix="trial") as workers:
+            try:
+                for trial in trials:
+                    if len(running) >= width:
+                        settle(wait(running, return_when=FIRST_COMPLETED).done)
+                    announce(trial)
+                    claim = store.start_trial(trial.id)
+                    if claim is not None:
+                        claimed[trial.id] = trial
+                        job = workers.submit(targets[trial.id].run_trial, plan.arm(trial.arm),
+                                             plan)
+                        running[job] = (trial, claim)
+                settle(wait(running).done)
+            except Interrupted:
+                for trial in claimed.values():
+                    store.replan_trial(trial.id)
+                for target in mine:
+                    target.stop()
+                raise
+    finally:
+        for target in mine:
+            target.release()
+    return outcomes.count(True), outcomes.count(False)
 
 
 MakeTarget = Callable[["Arm"], Target]

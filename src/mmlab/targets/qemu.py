@@ -220,7 +220,7 @@ def _archives(workload: Workload, params: Mapping[str, object], kernel: images.K
 
 
 def guest_samples(boot: BootResult, guest: Guest, workload: Workload,
-             samples: int) -> tuple[list[Sample], str]:
+                  samples: int) -> tuple[list[Sample], str]:
     """The samples mmwork printed in the guest, and its stderr; a failed
     workload or a missing sample is TrialFailed."""
     rc = int(boot.frames["rc"].strip())
