@@ -369,14 +369,15 @@ def test_a_recipe_runs_whole_in_a_guest_from_the_host_root(k612, tmp_path):
 prepare = [["cc", "-O2", "-o", "{work}/splitter", "{here}/splitter.c"]]
 command = ["{work}/splitter", "101", "guard", "3"]
 [[services]]
-command = ["sleep", "300"]
+command = ["sleep", "SERVICE_SECONDS"]
 ready = ["test", "-x", "{work}/splitter"]
 [guest]
 memory_mb = 1024
 root = "host"
-""")
+""".replace("SERVICE_SECONDS", SERVICE_SECONDS))
     ran = recipe.survey(path, top=2, kernel="debian:6.12")
     assert ran.exit_code == 0 and ran.peak.kernel.startswith("debian:6.12")
     assert ran.peak.processes[0].largest_group == 101
     assert max(s.processes for s in ran.moments) == 2
-    assert subprocess.run(["pgrep", "-f", "^sleep 300$"], check=False).returncode == 1
+    assert subprocess.run(["pgrep", "-f", f"^sleep {SERVICE_SECONDS}$"],
+                          check=False).returncode == 1
