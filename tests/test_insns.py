@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +29,7 @@ from mmlab.machine.knobs import HostSettings
 from mmlab.names import safe_name
 from mmlab.run import driver, narrow, runner
 from mmlab.store import Store
-from mmlab.targets import TrialError, boot, qemu
+from mmlab.targets import TargetPool, TrialError, boot, qemu
 from mmlab.targets.host import HostTarget
 from mmlab.workloads import insns
 from mmlab.workloads.build import mmwork_path
@@ -249,6 +250,45 @@ def test_mmlab_run_insns_counts_in_a_counting_pass(plugin, tmp_path):
     (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
     assert s["metrics"][ADVISE] > 0
     assert s["state"]["insns_source"].startswith("qemu tcg plugin")
+
+
+@needs_qemu
+def test_a_timed_and_counted_plan_runs_counting_boots_two_at_a_time(plugin, tmp_path,
+                                                                     monkeypatch):
+    """Four trials in TCG guests: each timing boot alone, nothing of mmlab's
+    beside it; the counting boots of two trials together; every sample has
+    its time and its count."""
+    spans: list[tuple[bool, float, float]] = []       # (counting, start, end)
+    restore = qemu.snapshot.restore
+
+    def timed_restore(guest, snap, script, accel, swap, plugin=None, plugin_extra=()):
+        t0 = time.monotonic()
+        try:
+            return restore(guest, snap, script, accel, swap, plugin, plugin_extra)
+        finally:
+            spans.append((plugin is not None, t0, time.monotonic()))
+    monkeypatch.setattr(qemu.snapshot, "restore", timed_restore)
+    text = (PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]', 'kernel = ["debian:6.12"]')
+            .replace("repetitions = 5", "repetitions = 4\nwarmups = 0")
+            .replace(f'metrics = ["{ADVISE}"]', f'metrics = ["{ADVISE}", "advise_ns_per_page"]')
+            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\nmin-ms = 0"))
+    plan = parse(text)
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    pool = TargetPool(say=lambda _: None)
+    assert pool.counting_side_by_side(plan, store.trials(exp)) == 2
+    result = runner.run(store, exp, plan, pool, with_controls=False)
+    assert (result.done, result.failed) == (4, 0)
+    for s in (s for got in store.samples_by_arm(exp).values() for s in got):
+        assert s.metrics["advise_ns_per_page"] > 0 and s.metrics[ADVISE] > 100
+    timing = [(a, b) for c, a, b in spans if not c]
+    counting = sorted((a, b) for c, a, b in spans if c)
+    assert len(timing) == 4 and len(counting) == 4
+
+    def overlap(x: tuple[float, float], y: tuple[float, float]) -> bool:
+        return x[0] < y[1] and y[0] < x[1]
+    assert not any(overlap(t, o) for t in timing for o in timing + counting if o is not t)
+    assert overlap(counting[0], counting[1]) and overlap(counting[2], counting[3])
 
 
 @needs_qemu

@@ -446,6 +446,81 @@ def test_trials_a_target_allows_side_by_side_run_two_at_a_time(tmp_path):
     assert sum(len(v) for v in store.samples_by_arm(exp_id).values()) == 3
 
 
+class CountedBeside(FakeTarget):
+    """Trials split as a TCG guest's timed-and-counted trials are: a timed
+    pass that fails if any counting pass runs beside it, and a counting
+    pass that waits at a barrier of `parties` (with two, run one at a time,
+    the barrier breaks)."""
+
+    def __init__(self, parties: int = 2, **kw):
+        super().__init__(**kw)
+        self.barrier = threading.Barrier(parties, timeout=10)
+        self.lock = threading.Lock()
+        self.counting = 0
+        self.order: list[str] = []
+
+    def counting_side_by_side(self, plan):
+        return 2
+
+    def timed_pass(self, arm, plan):
+        with self.lock:
+            assert self.counting == 0, "a timed pass ran beside a counting pass"
+            self.order.append("T")
+        result = self.run_trial(arm, plan)
+
+        def counting_pass():
+            with self.lock:
+                self.counting += 1
+                self.order.append("C")
+            try:
+                self.barrier.wait()
+            finally:
+                with self.lock:
+                    self.counting -= 1
+            return result
+        return counting_pass
+
+
+def test_counting_passes_run_two_at_a_time_after_their_timed_passes_ran_alone(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    fake = CountedBeside()
+    result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
+    assert (result.done, result.failed) == (6, 0)
+    assert fake.order == ["T", "T", "C", "C"] * 3
+
+
+def test_a_timed_pass_that_fails_fails_its_trial_and_runs_no_counting_pass(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    fake = CountedBeside(parties=1, fail={"big"})
+    result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
+    assert (result.done, result.failed) == (3, 3)
+    assert fake.order.count("C") == 3 and fake.order.count("T") == 6
+    assert sum(len(v) for v in store.samples_by_arm(exp_id).values()) == 3
+
+
+class InterruptedTimed(CountedBeside):
+    """Ctrl-C during the third timed pass."""
+
+    def timed_pass(self, arm, plan):
+        if self.order.count("T") == 2:
+            raise Interrupted
+        return super().timed_pass(arm, plan)
+
+
+def test_ctrl_c_in_a_timed_pass_replans_every_trial_not_committed(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    with pytest.raises(Interrupted):
+        runner.run(store, exp_id, plan, fake_pool(InterruptedTimed()), with_controls=False)
+    statuses = [t.status for t in store.trials(exp_id)]
+    assert statuses.count("done") == 2 and statuses.count("planned") == 4
+
+
 class BlockedBeside(FakeTarget):
     """Two trials side by side, then two that wait until `stop` ends them."""
 

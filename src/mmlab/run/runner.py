@@ -25,7 +25,7 @@ from mmlab.judge import controls, verdicts
 from mmlab.judge.measurements import Measurements
 from mmlab.run.events import Looked, Message, OnEvent, TrialStarting, ignore
 from mmlab.store import Store, Trial
-from mmlab.targets import TargetPool, run_side_by_side
+from mmlab.targets import TargetPool, run_counting_side_by_side, run_side_by_side
 
 
 @dataclass
@@ -111,10 +111,14 @@ def run_look(store: Store, exp_id: int, plan: Plan, pool: TargetPool, pending: l
     """The pending trials in their planned order, each run of consecutive
     trials on one target handed to it whole (a fleet machine queues them),
     or, where every target here can run the plan's trials several at a time,
-    that many at once."""
+    that many at once, or, where they can run that many trials' counting
+    passes at once, those together after the trials' timed passes."""
     width = pool.side_by_side(plan, pending)
     if width > 1:
         return run_side_by_side(store, plan, pending, pool, width, announce)
+    width = pool.counting_side_by_side(plan, pending)
+    if width > 1:
+        return run_counting_side_by_side(store, plan, pending, pool, width, announce)
     done = failed = 0
     for target, trials in itertools.groupby(pending, key=lambda t: pool.target(plan.arm(t.arm))):
         ran, lost = target.run_trials(store, exp_id, plan, list(trials), announce)

@@ -13,6 +13,9 @@ Targets that run a trial in this process (`host`, `qemu`, `baremetal`, the
 tests' fake) are `LocalTarget`s: they implement `run_trial(arm, plan) ->
 TrialResult` and inherit `run_trials`; one that can run a plan's trials
 several at a time says how many (`side_by_side`), and `run_side_by_side`
+runs them so; one whose trials' counting passes may run beside each other
+while their timed passes may not says how many (`counting_side_by_side`)
+and splits its trials (`timed_pass`), and `run_counting_side_by_side`
 runs them so.  A fleet machine (fleet/coordinator.py) runs its trials
 through its worker instead.  `TargetPool` gives each arm its target, made
 by a factory: the local one by default, a fleet machine's or the tests'
@@ -21,9 +24,11 @@ fake when one is passed in.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from collections.abc import Callable, Iterator
+from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -87,6 +92,21 @@ class LocalTarget(ABC):
         no trial's figures can be moved by another running beside it."""
         return 1
 
+    def counting_side_by_side(self, plan: Plan) -> int:
+        """How many trials' counting passes may run at once, after their
+        timed passes ran one at a time (`timed_pass`): one, unless a trial's
+        counted figures cannot be moved by another running beside it while
+        its timed ones can."""
+        return 1
+
+    def timed_pass(self, arm: Arm, plan: Plan) -> Callable[[], TrialResult]:
+        """The part of a trial that must run alone, run now, and what
+        finishes the trial (its counting pass, which may run beside other
+        trials' when `counting_side_by_side` says so).  A target that does
+        not split its trials runs the whole of one here."""
+        result = self.run_trial(arm, plan)
+        return lambda: result
+
     def stop(self) -> None:  # noqa: B027 (one trial at a time: none runs on a worker thread)
         """End the trials running now, on worker threads (an interrupt)."""
 
@@ -138,52 +158,109 @@ def _done(store: Store, trial: Trial, result: TrialResult, claim: float) -> bool
                                       claim) else None
 
 
+class _Beside:
+    """Trials of one batch run on worker threads: each claimed and committed
+    on the calling thread (the store's connection stays on it) as it ends.
+    Ctrl-C ends the running ones (`stop`) and puts every claimed trial not
+    yet committed back into the plan; the targets are released at the end,
+    as after `run_trials`."""
+
+    def __init__(self, store: Store, plan: Plan, trials: list[Trial], pool: TargetPool,
+                 announce: Announce):
+        self.store, self.plan, self.announce = store, plan, announce
+        self.targets = {t.id: pool.local(plan.arm(t.arm)) for t in trials}
+        self.running: dict[Future[TrialResult], tuple[Trial, float]] = {}
+        self.claimed: dict[int, Trial] = {}       # claimed and not yet committed
+        self.outcomes: list[bool | None] = []
+
+    def claim(self, trial: Trial) -> float | None:
+        self.announce(trial)
+        claim = self.store.start_trial(trial.id)
+        if claim is not None:
+            self.claimed[trial.id] = trial
+        return claim
+
+    def submit(self, workers: ThreadPoolExecutor, trial: Trial, claim: float,
+               job: Callable[[], TrialResult]) -> None:
+        self.running[workers.submit(job)] = (trial, claim)
+
+    def failed(self, trial: Trial, exc: MmlabError, claim: float) -> None:
+        self.outcomes.append(_failed(self.store, trial, exc, claim))
+        del self.claimed[trial.id]
+
+    def settle(self, how: str) -> None:
+        """Commit the trials that ended: the first to end (FIRST_COMPLETED)
+        or all of them (ALL_COMPLETED)."""
+        for fut in wait(self.running, return_when=how).done:
+            trial, claim = self.running.pop(fut)
+            try:
+                self.outcomes.append(_done(self.store, trial, fut.result(), claim))
+            except MmlabError as exc:
+                self.outcomes.append(_failed(self.store, trial, exc, claim))
+            del self.claimed[trial.id]
+
+    @contextmanager
+    def workers(self, width: int) -> Iterator[ThreadPoolExecutor]:
+        mine = {id(t): t for t in self.targets.values()}.values()
+        try:
+            with ThreadPoolExecutor(width, thread_name_prefix="trial") as workers:
+                try:
+                    yield workers
+                except Interrupted:
+                    for trial in self.claimed.values():
+                        self.store.replan_trial(trial.id)
+                    for target in mine:
+                        target.stop()
+                    raise
+        finally:
+            for target in mine:
+                target.release()
+
+    def counted(self) -> tuple[int, int]:
+        return self.outcomes.count(True), self.outcomes.count(False)
+
+
 def run_side_by_side(store: Store, plan: Plan, trials: list[Trial], pool: TargetPool,
                      width: int, announce: Announce) -> tuple[int, int]:
-    """`trials` in planned order, up to `width` running at once, each on its
-    own worker thread; each is claimed and committed here, on the calling
-    thread (the store's connection stays on it), as it ends.  Ctrl-C ends
-    the running ones (`stop`) and puts them back into the plan; the targets
-    are released at the end, as after `run_trials`."""
-    running: dict[Future[TrialResult], tuple[Trial, float]] = {}
-    claimed: dict[int, Trial] = {}       # claimed and not yet committed
-    outcomes: list[bool | None] = []
-    targets = {t.id: pool.local(plan.arm(t.arm)) for t in trials}
-    mine = {id(t): t for t in targets.values()}.values()
+    """`trials` in planned order, up to `width` running at once, each whole
+    trial on its own worker thread (a plan no trial's figures can be moved
+    by another beside it: `side_by_side`)."""
+    beside = _Beside(store, plan, trials, pool, announce)
+    with beside.workers(width) as workers:
+        for trial in trials:
+            if len(beside.running) >= width:
+                beside.settle(FIRST_COMPLETED)
+            if (claim := beside.claim(trial)) is not None:
+                job = functools.partial(beside.targets[trial.id].run_trial,
+                                        plan.arm(trial.arm), plan)
+                beside.submit(workers, trial, claim, job)
+        beside.settle(ALL_COMPLETED)
+    return beside.counted()
 
-    def settle(ended: set[Future[TrialResult]]) -> None:
-        for fut in ended:
-            trial, claim = running.pop(fut)
-            try:
-                outcomes.append(_done(store, trial, fut.result(), claim))
-            except MmlabError as exc:
-                outcomes.append(_failed(store, trial, exc, claim))
-            del claimed[trial.id]
 
-    try:
-        with ThreadPoolExecutor(width, thread_name_prefix="trial") as workers:
-            try:
-                for trial in trials:
-                    if len(running) >= width:
-                        settle(wait(running, return_when=FIRST_COMPLETED).done)
-                    announce(trial)
-                    claim = store.start_trial(trial.id)
-                    if claim is not None:
-                        claimed[trial.id] = trial
-                        job = workers.submit(targets[trial.id].run_trial, plan.arm(trial.arm),
-                                             plan)
-                        running[job] = (trial, claim)
-                settle(wait(running).done)
-            except Interrupted:
-                for trial in claimed.values():
-                    store.replan_trial(trial.id)
-                for target in mine:
-                    target.stop()
-                raise
-    finally:
-        for target in mine:
-            target.release()
-    return outcomes.count(True), outcomes.count(False)
+def run_counting_side_by_side(store: Store, plan: Plan, trials: list[Trial], pool: TargetPool,
+                              width: int, announce: Announce) -> tuple[int, int]:
+    """`trials` in planned order, `width` at a time: their timed passes one
+    after another on this thread, nothing beside them, then their counting
+    passes together on worker threads (`counting_side_by_side`); the next
+    timed pass starts once those have ended, so no timed window ever has a
+    neighbour of mmlab's own."""
+    beside = _Beside(store, plan, trials, pool, announce)
+    with beside.workers(width) as workers:
+        for start in range(0, len(trials), width):
+            timed: list[tuple[Trial, float, Callable[[], TrialResult]]] = []
+            for trial in trials[start:start + width]:
+                if (claim := beside.claim(trial)) is None:
+                    continue
+                try:
+                    timed.append((trial, claim, beside.targets[trial.id].timed_pass(
+                        plan.arm(trial.arm), plan)))
+                except MmlabError as exc:
+                    beside.failed(trial, exc, claim)
+            for trial, claim, counting_pass in timed:
+                beside.submit(workers, trial, claim, counting_pass)
+            beside.settle(ALL_COMPLETED)
+    return beside.counted()
 
 
 MakeTarget = Callable[["Arm"], Target]
@@ -218,8 +295,17 @@ class TargetPool:
         """How many of `trials` may run at once: the fewest any of their
         targets allows, one if any is not here (a fleet machine queues its
         own)."""
+        return self._fewest(plan, trials, lambda t: t.side_by_side(plan))
+
+    def counting_side_by_side(self, plan: Plan, trials: list[Trial]) -> int:
+        """How many of `trials`' counting passes may run at once after their
+        timed passes ran one at a time, as `side_by_side` counts."""
+        return self._fewest(plan, trials, lambda t: t.counting_side_by_side(plan))
+
+    def _fewest(self, plan: Plan, trials: list[Trial],
+                allows: Callable[[LocalTarget], int]) -> int:
         mine = {id(t): t for t in (self.target(plan.arm(x.arm)) for x in trials)}.values()
-        return min((t.side_by_side(plan) if isinstance(t, LocalTarget) else 1 for t in mine),
+        return min((allows(t) if isinstance(t, LocalTarget) else 1 for t in mine),
                    default=1)
 
     def check(self, plan: Plan) -> None:

@@ -349,8 +349,20 @@ class QemuTarget(LocalTarget):
         within the counts' noise, docs/instructions.md); a timed plan, or
         KVM's pinned vCPUs, run one at a time, and so do arms that set the
         host's CPU clock (the journal's sessions do not nest across threads)."""
-        if not insns.only(plan.workload, plan.profile.metrics) or \
-                any(a.settings.clock() for a in plan.arms):
+        return self._tcg_width(plan) if insns.only(plan.workload, plan.profile.metrics) else 1
+
+    def counting_side_by_side(self, plan: Plan) -> int:
+        """A timed plan that counts too runs its counting passes (their own
+        boots) that many at once, for the reason `side_by_side` gives, once
+        their trials' timing boots have run one at a time."""
+        timed_and_counted = insns.wanted(plan.workload, plan.profile.metrics) and \
+            not insns.only(plan.workload, plan.profile.metrics)
+        return self._tcg_width(plan) if timed_and_counted else 1
+
+    def _tcg_width(self, plan: Plan) -> int:
+        """The cores this process may use over the plan's vCPUs under TCG;
+        one under KVM, or when an arm sets the host's CPU clock."""
+        if any(a.settings.clock() for a in plan.arms):
             return 1
         try:
             accel, _ = accelerator(self.kernel(), initramfs_cache())
@@ -381,24 +393,46 @@ class QemuTarget(LocalTarget):
             yield
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
+        with self._host_clock(arm, plan):
+            return self._passes(arm, plan)()
+
+    def timed_pass(self, arm: Arm, plan: Plan) -> Callable[[], TrialResult]:
+        """The timing boot now; the counting boot when the result is called
+        (never with a CPU clock to hold: `counting_side_by_side` is then one)."""
+        return self._passes(arm, plan)
+
+    def _passes(self, arm: Arm, plan: Plan) -> Callable[[], TrialResult]:
+        """The trial's timing boot, run now (none for a plan judged on counts
+        alone), and what runs its counting boot, if the plan counts, and
+        gives the trial's result."""
         guest = self.guest(arm, plan)
         accel, why = accelerator(guest.kernel, initramfs_cache())
-        with self._host_clock(arm, plan):
-            env = {**probe.environment(),
-                   **guest_environment(guest, accel, why, arm.settings.swap)}
+        env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
+        if insns.only(plan.workload, plan.profile.metrics):
+            return self._failing_as_trial(env, lambda: insns.alone(
+                self._counting_pass(guest, accel, arm, plan), plan.workload))
+        try:
+            samples = sample(guest, plan.workload, arm.params, plan.profile.samples_per_trial,
+                             plan.profile.warmups, arm.settings, say=self._once)
+        except MmlabError as exc:
+            raise TrialError(str(exc), env) from exc
+
+        def counted() -> list[Sample]:
+            if insns.wanted(plan.workload, plan.profile.metrics):
+                insns.add_counts(samples, plan.workload,
+                                 lambda: self._counting_pass(guest, accel, arm, plan))
+            return samples
+        return self._failing_as_trial(env, counted)
+
+    @staticmethod
+    def _failing_as_trial(env: dict, run: Callable[[], list[Sample]]) -> Callable[[], TrialResult]:
+        """`run` as a trial's result in `env`, its failure a TrialError there."""
+        def result() -> TrialResult:
             try:
-                if insns.only(plan.workload, plan.profile.metrics):
-                    return TrialResult(insns.alone(self._counting_pass(guest, accel, arm, plan),
-                                                   plan.workload), env)
-                samples = sample(guest, plan.workload, arm.params,
-                                 plan.profile.samples_per_trial, plan.profile.warmups,
-                                 arm.settings, say=self._once)
-                if insns.wanted(plan.workload, plan.profile.metrics):
-                    insns.add_counts(samples, plan.workload,
-                                     lambda: self._counting_pass(guest, accel, arm, plan))
+                return TrialResult(run(), env)
             except MmlabError as exc:
                 raise TrialError(str(exc), env) from exc
-        return TrialResult(samples, env)
+        return result
 
     def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
         """The trial again, in a boot of its own, counting instructions: under
