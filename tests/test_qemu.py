@@ -81,14 +81,15 @@ def test_a_trial_runs_in_the_guest_with_its_settings(k612):
 
 
 def test_a_broken_command_line_is_a_failed_trial_with_the_console(k612):
-    guest = boot.Guest(k612, memory_mb=256, timeout_s=60, extra_cmdline="rdinit=/no/such/init")
+    guest = boot.Guest(k612, memory_mb=256, timeout_s=60, extra_cmdline="rdinit=/no/such/init",
+                       start="boot")
     with pytest.raises(boot.BootFailed, match=r"kernel panic in the guest.*console: "):
         qemu.sample(guest, workloads.get("pageout-refault"), TINY, 1, 0, HostSettings())
 
 
 def test_a_hung_guest_is_killed_and_reported(k612):
-    guest = boot.Guest(k612, memory_mb=256, timeout_s=10)
-    with pytest.raises(TrialFailed, match=r"guest hung: no result from debian:6\.12 after 10 s"):
+    guest = boot.Guest(k612, memory_mb=256, timeout_s=6)
+    with pytest.raises(TrialFailed, match=r"guest hung: no result from debian:6\.12 after 6 s"):
         qemu.sample(guest, workloads.get("mremap-churn"), {"seconds": 120}, 1, 0, HostSettings())
 
 
@@ -524,6 +525,25 @@ def test_a_snapshot_whose_boot_died_early_is_made_again(monkeypatch):
     with pytest.raises(snapshot.SnapshotUnavailable, match="migration failed"):
         snapshot._save_retrying(None, "tcg", None, None)
     assert len(calls) == 3
+
+
+def test_a_guest_that_could_not_be_saved_is_not_booted_to_be_saved_again(k612, tmp_path,
+                                                                         monkeypatch):
+    """Every trial of a command line that panics would boot twice to be
+    saved before booting for itself: the second trial boots at once."""
+    from mmlab.targets import snapshot
+    calls = []
+
+    def save(guest, accel, snap, swap):
+        calls.append(1)
+        raise snapshot.SnapshotUnavailable("debian:6.12 could not be saved: panic")
+    monkeypatch.setattr(snapshot, "_save", save)
+    monkeypatch.setattr(snapshot, "_UNSAVED", {})
+    guest = boot.Guest(k612, memory_mb=256, extra_cmdline="rdinit=/no/such/init")
+    for _ in range(2):
+        with pytest.raises(snapshot.SnapshotUnavailable, match="could not be saved: panic"):
+            snapshot.ensure(guest, "tcg", tmp_path / "initramfs", None, ())
+    assert len(calls) == 1
 
 
 def test_a_pvm_or_vmx_less_kvm_means_tcg_at_once_with_the_reason(tmp_path, monkeypatch):

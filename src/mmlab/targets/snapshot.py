@@ -74,6 +74,13 @@ class SnapshotUnavailable(MmlabError):
     """No snapshot could be made: trials boot instead, and say so."""
 
 
+# Snapshots this process failed to make (the saves already retried a boot
+# that died early): the trials after the first boot at once rather than
+# boot twice more to be saved, e.g. every trial of a command line that
+# panics the kernel.  Per process: a later run tries again.
+_UNSAVED: dict[Path, SnapshotUnavailable] = {}
+
+
 @dataclass(frozen=True)
 class Snapshot:
     """A saved guest: the initramfs it booted from and its migrated state."""
@@ -108,14 +115,21 @@ def _key(guest: Guest, accel: str, disk: int, parts: list[Path]) -> str:
 def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
            archives: tuple[Path, ...]) -> Snapshot:
     """The snapshot for this guest, made now (one boot and a save, under a
-    lock so that parallel trials make it once) if it is not kept yet."""
+    lock so that parallel trials make it once) if it is not kept yet; one
+    this process could not make is not tried again (_UNSAVED)."""
     parts = [initramfs.base_archive(cache), *trial_parts(guest, swap, archives)]
     snap = Snapshot(snapshot_root(cache) / _key(guest, accel, swap_disk_size(swap), parts))
+    if snap.dir in _UNSAVED:
+        raise _UNSAVED[snap.dir]
     snap.dir.mkdir(parents=True, exist_ok=True)
     with paths.filling(snap.state):
         if not snap.state.exists():
             initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
-            _save_retrying(guest, accel, snap, swap)
+            try:
+                _save_retrying(guest, accel, snap, swap)
+            except SnapshotUnavailable as exc:
+                _UNSAVED[snap.dir] = exc
+                raise
             _prune(snap.dir.parent)
     os.utime(snap.state)
     return snap
