@@ -257,7 +257,8 @@ def test_a_timed_and_counted_plan_runs_counting_boots_two_at_a_time(plugin, tmp_
                                                                      monkeypatch):
     """Four trials in TCG guests: each timing boot alone, nothing of mmlab's
     beside it; the counting boots of two trials together; every sample has
-    its time and its count."""
+    its time and its count.  Then two kernels' instructions by function,
+    counted at once."""
     spans: list[tuple[bool, float, float]] = []       # (counting, start, end)
     restore = qemu.snapshot.restore
 
@@ -289,6 +290,27 @@ def test_a_timed_and_counted_plan_runs_counting_boots_two_at_a_time(plugin, tmp_
         return x[0] < y[1] and y[0] < x[1]
     assert not any(overlap(t, o) for t in timing for o in timing + counting if o is not t)
     assert overlap(counting[0], counting[1]) and overlap(counting[2], counting[3])
+
+    # Instructions by function alone: both kernels' counted at once.
+    spans.clear()
+    count_functions = qemu.count_functions
+
+    def timed_count(*args, **kw):
+        t0 = time.monotonic()
+        try:
+            return count_functions(*args, **kw)
+        finally:
+            by_function.append((t0, time.monotonic()))
+    by_function: list[tuple[float, float]] = []
+    monkeypatch.setattr(qemu, "count_functions", timed_count)
+    two = parse(text.replace('kernel = ["debian:6.12"]', 'kernel = ["debian:6.12", "debian:6.19"]')
+                .replace("warmups = 0", 'warmups = 0\nattribution = ["functions"]'))
+    exp = store.create_experiment(two)
+    assert pool.attribution_side_by_side(two) == 2
+    assert runner.attribute(store, exp, two, pool) == 2
+    assert {a: set(k) for a, k in store.attributions(exp).items()} == {
+        a.name: {"functions"} for a in two.arms}
+    assert len(by_function) == 2 and overlap(*by_function)
 
 
 @needs_qemu

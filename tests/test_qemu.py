@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import json
 import re
+import os
 import shutil
 import subprocess
 
@@ -544,6 +545,20 @@ def test_a_guest_that_could_not_be_saved_is_not_booted_to_be_saved_again(k612, t
         with pytest.raises(snapshot.SnapshotUnavailable, match="could not be saved: panic"):
             snapshot.ensure(guest, "tcg", tmp_path / "initramfs", None, ())
     assert len(calls) == 1
+
+
+def test_snapshots_are_kept_most_recently_used_first_within_their_bytes(tmp_path, monkeypatch):
+    from mmlab.targets import snapshot
+    for age, name in enumerate(("new", "mid", "old")):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "initrd").write_bytes(b"i" * 100)
+        (d / "state.zst").write_bytes(b"s" * 900)
+        os.utime(d / "state.zst", (1e9 - age, 1e9 - age))
+    (tmp_path / "filling").mkdir()                # being saved: no state yet, left alone
+    monkeypatch.setattr(snapshot, "KEEP_BYTES", 2500)
+    snapshot._prune(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filling", "mid", "new"]
 
 
 def test_a_pvm_or_vmx_less_kvm_means_tcg_at_once_with_the_reason(tmp_path, monkeypatch):

@@ -521,6 +521,36 @@ def test_ctrl_c_in_a_timed_pass_replans_every_trial_not_committed(tmp_path):
     assert statuses.count("done") == 2 and statuses.count("planned") == 4
 
 
+class AttributedBeside(FakeTarget):
+    """Each arm's attribution waits at a barrier for the other's: run one
+    at a time, the barrier breaks; `failing` arms fail theirs."""
+
+    def __init__(self, failing=frozenset()):
+        super().__init__()
+        self.barrier = threading.Barrier(2, timeout=10)
+        self.failing = failing
+
+    def attribution_side_by_side(self, plan):
+        return 2
+
+    def attribute(self, arm, plan):
+        self.barrier.wait()
+        if arm.name in self.failing:
+            raise MmlabError("no plugin")
+        return {"functions": {"arm": arm.name}}
+
+
+def test_attribution_runs_two_arms_at_once_where_the_target_allows(tmp_path):
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    exp_id = store.create_experiment(plan)
+    said = []
+    assert runner.attribute(store, exp_id, plan, fake_pool(AttributedBeside({"big"})),
+                            lambda e: said.append(getattr(e, "text", ""))) == 1
+    assert store.attributions(exp_id) == {"small": {"functions": {"arm": "small"}}}
+    assert "attribution: big failed: no plugin" in said
+
+
 class BlockedBeside(FakeTarget):
     """Two trials side by side, then two that wait until `stop` ends them."""
 

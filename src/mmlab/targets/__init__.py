@@ -107,6 +107,11 @@ class LocalTarget(ABC):
         result = self.run_trial(arm, plan)
         return lambda: result
 
+    def attribution_side_by_side(self, plan: Plan) -> int:
+        """How many arms' attribution runs may run at once: one, unless no
+        figure they take can be moved by another running beside it."""
+        return 1
+
     def stop(self) -> None:  # noqa: B027 (one trial at a time: none runs on a worker thread)
         """End the trials running now, on worker threads (an interrupt)."""
 
@@ -295,18 +300,30 @@ class TargetPool:
         """How many of `trials` may run at once: the fewest any of their
         targets allows, one if any is not here (a fleet machine queues its
         own)."""
-        return self._fewest(plan, trials, lambda t: t.side_by_side(plan))
+        return self._fewest([plan.arm(t.arm) for t in trials], lambda t: t.side_by_side(plan))
 
     def counting_side_by_side(self, plan: Plan, trials: list[Trial]) -> int:
         """How many of `trials`' counting passes may run at once after their
         timed passes ran one at a time, as `side_by_side` counts."""
-        return self._fewest(plan, trials, lambda t: t.counting_side_by_side(plan))
+        return self._fewest([plan.arm(t.arm) for t in trials],
+                            lambda t: t.counting_side_by_side(plan))
 
-    def _fewest(self, plan: Plan, trials: list[Trial],
-                allows: Callable[[LocalTarget], int]) -> int:
-        mine = {id(t): t for t in (self.target(plan.arm(x.arm)) for x in trials)}.values()
-        return min((allows(t) if isinstance(t, LocalTarget) else 1 for t in mine),
-                   default=1)
+    def attribution_side_by_side(self, plan: Plan) -> int:
+        """How many of the plan's arms' attribution runs may run at once."""
+        return self._fewest(plan.arms, lambda t: t.attribution_side_by_side(plan))
+
+    def stop(self, plan: Plan) -> None:
+        """End whatever the plan's arms' targets run on worker threads."""
+        for target in self._targets(plan.arms):
+            if isinstance(target, LocalTarget):
+                target.stop()
+
+    def _targets(self, arms: list[Arm]) -> list[Target]:
+        return list({id(t): t for t in map(self.target, arms)}.values())
+
+    def _fewest(self, arms: list[Arm], allows: Callable[[LocalTarget], int]) -> int:
+        return min((allows(t) if isinstance(t, LocalTarget) else 1
+                    for t in self._targets(arms)), default=1)
 
     def check(self, plan: Plan) -> None:
         """Every target the plan uses checks it before the first trial."""

@@ -359,6 +359,11 @@ class QemuTarget(LocalTarget):
             not insns.only(plan.workload, plan.profile.metrics)
         return self._tcg_width(plan) if timed_and_counted else 1
 
+    def attribution_side_by_side(self, plan: Plan) -> int:
+        """Attribution that counts instructions by function alone (no guest
+        trace, which times calls) runs its arms' counting boots at once."""
+        return self._tcg_width(plan) if set(plan.profile.attribution) == {"functions"} else 1
+
     def _tcg_width(self, plan: Plan) -> int:
         """The cores this process may use over the plan's vCPUs under TCG;
         one under KVM, or when an arm sets the host's CPU clock."""

@@ -66,7 +66,11 @@ from mmlab.targets.boot import (
 from mmlab.workloads.mmwork import TrialFailed
 
 READY = "MMLAB-READY"
-KEPT = 24            # snapshots kept; the least recently used go first (about 40 MB each)
+# Snapshots kept: the most recently used, up to this many bytes (about 40 MB
+# each for a 1 GiB guest, so some 400): every guest of a suite over every
+# release (the seeds suite's ~190, the broad suite's) stays between runs, as
+# its kernels do, and a suite's confirmations find their cells' guests saved.
+KEEP_BYTES = 16 << 30
 SAVE_TIMEOUT_S = 120
 
 
@@ -216,11 +220,14 @@ async def _migrate(qmp_socket: Path, uri: str) -> None:
 
 
 def _prune(root: Path) -> None:
-    """Keep the KEPT most recently used snapshots."""
+    """Keep the most recently used snapshots that fit in KEEP_BYTES."""
     kept = sorted((d for d in root.iterdir() if (d / "state.zst").exists()),
                   key=lambda d: (d / "state.zst").stat().st_mtime, reverse=True)
-    for old in kept[KEPT:]:
-        shutil.rmtree(old, ignore_errors=True)
+    used = 0
+    for snap in kept:
+        used += sum(f.stat().st_size for f in snap.iterdir() if f.is_file())
+        if used > KEEP_BYTES:
+            shutil.rmtree(snap, ignore_errors=True)
 
 
 def restore(guest: Guest, snap: Snapshot, script: str, accel: str, swap: str | None,
