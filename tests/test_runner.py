@@ -72,6 +72,13 @@ thp_mode = ["always", "never"]
 """
 
 
+def quick_experiment(tmp_path: Path) -> tuple:
+    """QUICK's plan, a store in tmp_path and the experiment created there."""
+    plan = parse(QUICK, "quick.toml")
+    store = Store(tmp_path / "r")
+    return plan, store, store.create_experiment(plan)
+
+
 def statuses(results: Path) -> dict[str, int]:
     db = sqlite3.connect(f"file:{results}/mmlab.sqlite?mode=ro", uri=True)
     try:
@@ -435,9 +442,7 @@ class SideBySide(FakeTarget):
 
 
 def test_trials_a_target_allows_side_by_side_run_two_at_a_time(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     fake = SideBySide(fail={"big"})
     result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
     assert (result.done, result.failed) == (3, 3) and len(fake.trials) == 6
@@ -482,9 +487,7 @@ class CountedBeside(FakeTarget):
 
 
 def test_counting_passes_run_two_at_a_time_after_their_timed_passes_ran_alone(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     fake = CountedBeside()
     result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
     assert (result.done, result.failed) == (6, 0)
@@ -492,9 +495,7 @@ def test_counting_passes_run_two_at_a_time_after_their_timed_passes_ran_alone(tm
 
 
 def test_a_timed_pass_that_fails_fails_its_trial_and_runs_no_counting_pass(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     fake = CountedBeside(parties=1, fail={"big"})
     result = runner.run(store, exp_id, plan, fake_pool(fake), with_controls=False)
     assert (result.done, result.failed) == (3, 3)
@@ -512,9 +513,7 @@ class InterruptedTimed(CountedBeside):
 
 
 def test_ctrl_c_in_a_timed_pass_replans_every_trial_not_committed(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     with pytest.raises(Interrupted):
         runner.run(store, exp_id, plan, fake_pool(InterruptedTimed()), with_controls=False)
     statuses = [t.status for t in store.trials(exp_id)]
@@ -541,9 +540,7 @@ class AttributedBeside(FakeTarget):
 
 
 def test_attribution_runs_two_arms_at_once_where_the_target_allows(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     said = []
     assert runner.attribute(store, exp_id, plan, fake_pool(AttributedBeside({"big"})),
                             lambda e: said.append(getattr(e, "text", ""))) == 1
@@ -583,9 +580,7 @@ def _interrupt(_signo, _frame):
 
 
 def test_ctrl_c_ends_the_trials_beside_each_other_and_replans_them(tmp_path):
-    plan = parse(QUICK, "quick.toml")
-    store = Store(tmp_path / "r")
-    exp_id = store.create_experiment(plan)
+    plan, store, exp_id = quick_experiment(tmp_path)
     fake = BlockedBeside()
 
     def ctrl_c_once_two_wait():
