@@ -513,9 +513,11 @@ def test_a_run_whose_trials_failed_exits_1_naming_each_release(tmp_path, monkeyp
 
 def test_cells_are_measured_in_balanced_blocks_and_read_back_one_by_one(tmp_path):
     """Blocks of 5, 2 or 1 releases: with the reference, 6, 3 or 2 arms, whole
-    Williams squares in 6 rounds; each release's ratio is its own arm's."""
+    Williams squares in 6 rounds (3 or 1 in the 4 rounds of a counts-only
+    cell); each release's ratio is its own arm's."""
     from mmlab.track import cells
     assert [cells.block_sizes(n) for n in (21, 4, 3, 1)] == [[5, 5, 5, 5, 1], [2, 2], [2, 1], [1]]
+    assert [cells.block_sizes(n, 4) for n in (21, 5, 2)] == [[3] * 7, [3, 1, 1], [1, 1]]
     text = SUITE.replace('"local:e"]', '"local:e", "local:f", "local:g", "local:h"]')
     found = suite.load(write_suite(tmp_path, text))
     store = Store(tmp_path / "r")

@@ -6,10 +6,13 @@ measured days apart cancels.
 Cells of one profile are measured in blocks: one experiment of up to
 BLOCK releases and the reference, every arm once per round, each release's
 ratio paired with the reference trial of its round.  A block of five
-releases runs six trials a round where five pairs would run ten, and six
-arms over CELL_ROUNDS = 6 rounds are one whole Williams square (schedule.py):
-block sizes are 5, 2 or 1, so every block's schedule is balanced.  A block
-of one is the two-kernel experiment narrow.pair_experiment runs.
+releases runs six trials a round where five pairs would run ten.  A cell
+that measures time has CELL_ROUNDS = 6 rounds, one that counts
+instructions alone COUNT_CELL_ROUNDS = 4 (their noise is some hundred
+times smaller); a block holds only as many releases as make whole
+Williams squares (schedule.py) of its arms in its rounds: 5, 2 or 1 in 6
+rounds, 3 or 1 in 4, so every block's schedule is balanced.  A block of
+one is the two-kernel experiment narrow.pair_experiment runs.
 
 A cell is keyed by the exact package versions of its release and of the
 reference, and by the profile's settings (a block's key lists its
@@ -45,7 +48,8 @@ from mmlab.track.suite import Suite, Tracked
 from mmlab.workloads import insns
 
 CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (simulate.py)
-BLOCK = 5            # releases per experiment at most: with the reference, CELL_ROUNDS arms
+COUNT_CELL_ROUNDS = 4   # a cell of instruction counts alone (CV ~0.05 %: docs/instructions.md)
+BLOCK = 5            # releases per experiment at most
 KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<releases>.+?) "
                  r"vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
 OWNER = re.compile(r"^track(?P<confirm>-confirm)? (?P<suite>\S+) (?P<profile>\S+) ")
@@ -163,13 +167,21 @@ def _pins(name: str) -> bool:
         specs.parse_spec(name.removeprefix("debian:"))[1] is None
 
 
-def cell_plan(tracked: Tracked, rounds: int = CELL_ROUNDS, max_rounds: int = CELL_ROUNDS,
+def cell_rounds(tracked: Tracked) -> int:
+    """A cell's rounds: fewer where the profile's cells count instructions alone."""
+    counts = insns.only(tracked.plan.workload, tracked.metrics)
+    return COUNT_CELL_ROUNDS if counts else CELL_ROUNDS
+
+
+def cell_plan(tracked: Tracked, rounds: int | None = None, max_rounds: int | None = None,
               correction: str = "holm", metrics: list[str] | None = None) -> Plan:
     """The profile judging the suite's metrics only (or `metrics`, one
     class of them), with the rounds the tracker's simulation assumes: a
-    cell is a measurement of the ratio (one look), a confirmation a
-    decision (looks until decided, uncorrected inside the experiment: its
-    family is the whole run's, changepoints.family)."""
+    cell is a measurement of the ratio (one look, `cell_rounds`), a
+    confirmation a decision (looks until decided, uncorrected inside the
+    experiment: its family is the whole run's, changepoints.family)."""
+    rounds = rounds or cell_rounds(tracked)
+    max_rounds = max_rounds or rounds
     plan = tracked.plan
     return plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"metrics": metrics or tracked.metrics, "repetitions": rounds,
@@ -313,19 +325,23 @@ def blocks(work: list[Work]) -> list[Block]:
             out.append(resumed[exp_id])
     for tracked, mine in new.values():
         start = 0
-        for size in block_sizes(len(mine)):
+        for size in block_sizes(len(mine), cell_rounds(tracked)):
             out.append(Block(tracked, mine[start:start + size], None))
             start += size
     return out
 
 
-def block_sizes(n: int) -> list[int]:
-    """n releases in blocks of BLOCK, 2 or 1, so that every block's arms
-    (its releases and the reference) make whole Williams squares in
-    CELL_ROUNDS rounds: 21 -> 5, 5, 5, 5, 1; 4 -> 2, 2."""
-    sizes = [BLOCK] * (n // BLOCK)
-    rest = n % BLOCK
-    return sizes + [2] * (rest // 2) + [1] * (rest % 2)
+def block_sizes(n: int, rounds: int = CELL_ROUNDS) -> list[int]:
+    """n releases in blocks as large as BLOCK allows whose arms (its
+    releases and the reference) make whole Williams squares in `rounds`
+    (k arms: k rounds a square, 2k when k is odd): in 6 rounds 21 -> 5, 5,
+    5, 5, 1 and 4 -> 2, 2; in 4 rounds 21 -> 3 x 7 and 5 -> 3, 1, 1."""
+    sizes: list[int] = []
+    for k in range(BLOCK, 0, -1):
+        square = (k + 1) * (1 if (k + 1) % 2 == 0 else 2)
+        if rounds % square == 0:
+            sizes += [k] * ((n - sum(sizes)) // k)
+    return sizes
 
 
 def kernel_comparison(plan: Plan, comparisons: list[Comparison], metric: str,

@@ -1,5 +1,6 @@
 """The tracker's operating characteristics, by simulation through its own
-functions: each cell is CELL_ROUNDS paired rounds against the reference,
+functions: each cell is paired rounds against the reference (CELL_ROUNDS
+for a time, COUNT_CELL_ROUNDS for a count),
 estimated by the paired estimator the runner uses (`stats.paired`); the
 series goes through `changepoints.find` with a `confirm` that re-measures
 the pair as a confirmation does (rounds drawn afresh, judged look by look
@@ -25,11 +26,12 @@ from mmlab.judge.comparison import Comparison, of_estimate
 from mmlab.judge.criteria import Criteria
 from mmlab.judge.measurements import Observations
 from mmlab.track import changepoints
-from mmlab.track.cells import CELL_ROUNDS
+from mmlab.track.cells import CELL_ROUNDS, COUNT_CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
 from mmlab.track.session import ROUNDS, metric_class
 
-CELL = Criteria(min_rounds=CELL_ROUNDS, max_rounds=CELL_ROUNDS)
+CELL = {cls: Criteria(min_rounds=rounds, max_rounds=rounds)
+        for cls, rounds in (("times", CELL_ROUNDS), ("counts", COUNT_CELL_ROUNDS))}
 CONFIRMATION = {cls: Criteria(min_rounds=low, max_rounds=high, correction="none")
                 for cls, (low, high) in ROUNDS.items()}
 
@@ -112,9 +114,10 @@ def one_series(case: Case, releases: int, rng: np.random.Generator,
                t: Thresholds = Thresholds()) -> tuple[list[changepoints.Change], int, float]:
     """(changes after the family's correction, confirmations, their mean rounds)."""
     truth = _truth(case, releases)
-    d = (truth[:, None] + case.noise(rng, (releases, CELL_ROUNDS))
-         - case.noise(rng, (releases, CELL_ROUNDS)))
-    cell = stats.paired(d, CELL.confidence_at(0), CELL.margin_at(0))
+    crit = CELL[metric_class(case.metric)]
+    shape = (releases, crit.min_rounds)
+    d = truth[:, None] + case.noise(rng, shape) - case.noise(rng, shape)
+    cell = stats.paired(d, crit.confidence_at(0), crit.margin_at(0))
     labels = [str(i) for i in range(releases)]
     tests: dict[changepoints.Test, tuple[str, Comparison]] = {}
     made: dict[tuple[str, str], int] = {}
