@@ -511,7 +511,10 @@ GUEST_RECLAIM = {  # (guest memory in MiB, swap) per variant; global: the guest'
     "global-file": (256, None), "global-anon": (256, "zram:512M")}
 
 
-@pytest.mark.parametrize("variant", RECLAIM)
+# The global variants reclaim the guest's whole memory (about 20 s each):
+# they run in `make test-slow`, the memcg ones in every `make test`.
+@pytest.mark.parametrize("variant", [pytest.param(v, marks=pytest.mark.slow)
+                                     if v.startswith("global") else v for v in RECLAIM])
 def test_each_reclaim_variant_reclaims_where_it_should_in_a_guest(variant, k612, plugin):
     """One counting boot per variant in a debian:6.12 TCG guest: the passes
     reclaim from the group, the task itself under a memcg limit (kswapd
