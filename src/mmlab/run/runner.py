@@ -155,11 +155,8 @@ def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
     target, as many arms at once as every target allows (instruction counts
     by function alone, in TCG guests: two here); stored on this thread;
     returns how many arms got attribution."""
-    width = pool.attribution_side_by_side(plan)
-    for arm in plan.arms:
-        on_event(Message(f"attribution: {arm.name}"))
     stored = 0
-    for arm, found in zip(plan.arms, _attributions(plan, pool, width), strict=True):
+    for arm, found in zip(plan.arms, _attributions(plan, pool, on_event), strict=True):
         if isinstance(found, MmlabError):
             on_event(Message(f"attribution: {arm.name} failed: {found}"))
         elif not found:
@@ -172,19 +169,26 @@ def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
 
 
 def _attributions(plan: Plan, pool: TargetPool,
-                  width: int) -> list[dict[str, dict] | MmlabError]:
-    """Each arm's attribution, or why it failed; `width` arms at once on
-    worker threads, their guests ended on Ctrl-C."""
+                  on_event: OnEvent) -> list[dict[str, dict] | MmlabError]:
+    """Each arm's attribution, or why it failed: one arm after another, each
+    said as it starts, or as many at once as the targets allow, said before
+    they start (events stay on this thread), their guests ended on Ctrl-C."""
     def one(arm: Arm) -> dict[str, dict] | MmlabError:
         try:
             return pool.target(arm).attribute(arm, plan)
         except MmlabError as exc:
             return exc
+
+    def said(arm: Arm) -> Arm:
+        on_event(Message(f"attribution: {arm.name}"))
+        return arm
+    width = pool.attribution_side_by_side(plan)
     if width == 1:
-        return [one(arm) for arm in plan.arms]
+        return [one(said(arm)) for arm in plan.arms]
+    arms = [said(arm) for arm in plan.arms]
     with ThreadPoolExecutor(width, thread_name_prefix="attribution") as workers:
         try:
-            return list(workers.map(one, plan.arms))
+            return list(workers.map(one, arms))
         except Interrupted:
             pool.stop(plan)
             raise
