@@ -143,7 +143,10 @@ def test_attribute_then_explain_shows_the_populate_and_unmap_paths(tmp_path):
     top = {f["function"] for f in arm2["top"]}
     assert "populate_vma_page_range" in top or "__mm_populate" in top
     assert out["pairs"][0]["arm"] == "workers=2" and out["pairs"][0]["deltas"]
-    if _has_lock_events():
+    if _has_lock_events() and arm2["callers"]:
+        # The two workers contend only while both run at once: beside
+        # neighbours that starve them they may never overlap, and then no
+        # lock is contended at all.  Whenever one was, it is the lruvec lock.
         assert any("folio_lruvec_lock" in c["caller"] for c in arm2["callers"]), arm2["callers"]
     nothing = mmlab("explain", "2", "--results", str(results))
     assert nothing.returncode == 2 and "no experiment 2" in nothing.stderr
