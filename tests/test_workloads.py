@@ -77,11 +77,12 @@ def test_pageout_refault_hugepage_really_gets_thp():
 def test_per_page_metrics_come_as_median_round_and_total_over_total():
     """Every per-page time metric has a _total twin (the mean, as reproducers
     report it), both declared in the table with the statistic they are.
-    (Instruction counts are the mean window already: insns.py.)"""
+    (Instruction counts and CPU time are the mean window already.)"""
     for wl in workloads.registry().values():
         names = {m.name for m in wl.metrics}
         for m in wl.metrics:
-            if m.name.endswith("_per_page") and wl.name != "ksm-rmap" and m.unit != "insns":
+            if m.name.endswith("_per_page") and wl.name != "ksm-rmap" and m.unit != "insns" \
+                    and m.name not in wl.cpu_metrics():
                 assert f"{m.name}_total" in names and "median" in m.help, m.name
                 total = wl.metric(f"{m.name}_total")
                 assert total.direction == m.direction and "total time over total pages" in \
@@ -95,6 +96,36 @@ def test_per_page_metrics_come_as_median_round_and_total_over_total():
     (p,) = samples_of("populate-unmap", "--workers", "1", "--bytes", "16K", "--seconds", "0.1")
     assert p["metrics"]["populate_ns_per_page"] > 0 and p["counts"]["pages"] == 4 * p["counts"]["ops"]
     assert p["metrics"]["populate_ns_per_page_total"] >= 0.5 * p["metrics"]["populate_ns_per_page"]
+
+
+def test_cpu_time_is_taken_per_window_only_when_asked_and_only_where_its_thread_works():
+    """--cpu-time gives each window its thread's CPU time per unit, at most
+    its wall time and the CPU clock's own system calls (its reads sit
+    outside the wall clock's), in forked workers too; without it the metrics
+    are absent; a window whose work another process does has none, and a
+    profile judging one asks for it."""
+    args = ("pageout-refault", "--mapping-kb", "4096", "--rounds", "5", "--min-ms", "0",
+            "--warmups", "0")
+    (s,) = samples_of(*args, "--cpu-time")
+    m = s["metrics"]
+    for window in ("advise", "post_touch"):
+        slack = 20_000 / 1024          # 20 us a window (of 1024 pages) for the reads
+        assert 0 < m[f"{window}_cpu_ns_per_page"] <= m[f"{window}_ns_per_page_total"] + slack
+    (plain,) = samples_of(*args)
+    assert not [k for k in plain["metrics"] if "_cpu_ns_" in k]
+    (p,) = samples_of("populate-unmap", "--workers", "2", "--bytes", "64K", "--seconds", "0.1",
+                      "--cpu-time")
+    assert p["metrics"]["populate_cpu_ns_per_page"] > 0
+    fork = workloads.get("fork-cow")
+    assert fork.cpu_metrics() == {"fork_cpu_ns_per_page", "cow_cpu_ns_per_page"}
+    assert "exit_cpu_ns_per_page" not in {x.name for x in fork.metrics}
+    from mmlab.experiment import plan
+    profile = ('name = "t"\nworkload = "pageout-refault"\nrepetitions = 3\nmetrics = ["{}"]\n'
+               'baseline = "A"\n[[arms]]\nname = "A"\n')
+    judged = plan.parse(profile.format("advise_cpu_ns_per_page"), "t.toml")
+    assert judged.arms[0].params[plan.CPU_TIME] is True
+    timed = plan.parse(profile.format("advise_ns_per_page"), "t.toml")
+    assert plan.CPU_TIME not in timed.arms[0].params
 
 
 def test_align_pmd_or_none_is_recorded_with_where_the_mapping_started():

@@ -28,6 +28,8 @@ const struct mm_param mm_harness_params[] = {
 	  "samples carry timings, counts and rusage only", 0, 0, NULL },
 	{ "insns", MM_FLAG, NULL, "count the instructions of each timed window: perf counters "
 	  "where the CPU has them, markers for mmlab's QEMU plugin (core-insns.h)", 0, 0, NULL },
+	{ "cpu-time", MM_FLAG, NULL, "take the CPU time each timed window's own thread ran, "
+	  "outside its clock reads (core-insns.h)", 0, 0, NULL },
 	{ NULL },
 };
 

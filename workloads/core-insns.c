@@ -1,9 +1,10 @@
 /*
- * core-insns.c - instruction counts of the timed windows: the perf counter
- * group each process reads around its windows, the windows counted in
- * memory that forked workers share, and the per-unit metrics and counts a
- * sample gets.  The markers a QEMU plugin counts are the macros in
- * core-insns.h; this file only adds the one that closes a sample.
+ * core-insns.c - instruction counts and CPU time of the timed windows: the
+ * perf counter group each process reads around its windows, the thread's
+ * CPU clock, the windows counted in memory that forked workers share, and
+ * the per-unit metrics and counts a sample gets.  The markers a QEMU plugin
+ * counts are the macros in core-insns.h; this file only adds the one that
+ * closes a sample.
  */
 #define _GNU_SOURCE
 #include "core-insns.h"
@@ -18,14 +19,16 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
-int mm_insns_on;
+int mm_insns_on, mm_cputime_on;
 
 /* Shared with forked workers: what every process's windows added up to. */
 struct mm_insns_totals {
 	uint64_t windows[MM_MAX_WINDOWS];
 	uint64_t kernel[MM_MAX_WINDOWS], user[MM_MAX_WINDOWS];	/* perf only */
+	uint64_t cpu_windows[MM_MAX_WINDOWS], cpu_ns[MM_MAX_WINDOWS];	/* --cpu-time */
 };
 static struct mm_insns_totals *insns_totals;
 static double insns_units[MM_MAX_WINDOWS];
@@ -115,6 +118,27 @@ void mm_insns_end(int w)
 	__atomic_fetch_add(&insns_totals->user[w], u - insns_start_user[w], __ATOMIC_RELAXED);
 }
 
+static __thread uint64_t cputime_start[MM_MAX_WINDOWS];
+
+static uint64_t cputime_now(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+	return (uint64_t)t.tv_sec * 1000000000ULL + (uint64_t)t.tv_nsec;
+}
+
+void mm_cputime_begin(int w)
+{
+	cputime_start[w] = cputime_now();
+}
+
+void mm_cputime_end(int w)
+{
+	const uint64_t ns = cputime_now() - cputime_start[w];
+	__atomic_fetch_add(&insns_totals->cpu_ns[w], ns, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&insns_totals->cpu_windows[w], 1, __ATOMIC_RELAXED);
+}
+
 void mm_insns_other_begin(struct mm_insns_other *o, pid_t pid, int counted)
 {
 	o->kernel = o->user = -1;
@@ -153,19 +177,38 @@ void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const ch
 	snprintf(buf, size, "%s_%s_insns_per_%s", w->name, side, w->unit);
 }
 
-void mm_insns_init(int on)
+void mm_cputime_metric(char *buf, size_t size, const struct mm_window *w)
 {
-	mm_insns_on = on;
-	if (on && !insns_totals)
+	snprintf(buf, size, "%s_cpu_ns_per_%s", w->name, w->unit);
+}
+
+void mm_insns_init(int insns, int cputime)
+{
+	mm_insns_on = insns;
+	mm_cputime_on = cputime;
+	if ((insns || cputime) && !insns_totals)
 		insns_totals = mm_shared_alloc(sizeof(*insns_totals));
 }
 
 void mm_insns_sample_begin(void)
 {
-	if (!mm_insns_on)
+	if (!insns_totals)
 		return;
 	memset(insns_totals, 0, sizeof(*insns_totals));
 	memset(insns_units, 0, sizeof(insns_units));
+}
+
+/* The mean window's CPU time per unit, where the window's own thread did
+ * its work and it had units. */
+static void cputime_add_window(struct mm_ctx *c, int w)
+{
+	const struct mm_window *win = &c->wl->windows[w];
+	const double n = (double)insns_totals->cpu_windows[w];
+	char name[64];
+	if (win->elsewhere || !n || insns_units[w] <= 0)
+		return;
+	mm_cputime_metric(name, sizeof(name), win);
+	mm_metric(c, name, (double)insns_totals->cpu_ns[w] / n / insns_units[w]);
 }
 
 /* Per window: how many were counted and the units of one; with perf, the
@@ -191,6 +234,9 @@ static void insns_add_window(struct mm_ctx *c, int w, int perf)
 
 void mm_insns_sample_end(struct mm_ctx *c, int warmup)
 {
+	if (mm_cputime_on && !warmup && c->wl->windows)
+		for (int w = 0; w < MM_MAX_WINDOWS && c->wl->windows[w].name; w++)
+			cputime_add_window(c, w);
 	if (!mm_insns_on)
 		return;
 	if (warmup)

@@ -1,6 +1,7 @@
 /*
- * core-insns.h - instructions per unit of work: the kernel and user
- * instructions each timed window executed, beside its time.
+ * core-insns.h - what each timed window executed: its kernel and user
+ * instructions per unit of work, and the CPU time its thread ran, beside
+ * its wall time.
  *
  * Time is noisy where instructions are not: the same kernel path executes
  * the same instructions whatever the machine is doing, which is why the
@@ -29,6 +30,16 @@
  * plugin's counts can be turned into the same per-unit metrics and checked
  * against the number of windows.  Without a source the metrics are absent,
  * never zero.
+ *
+ * With --cpu-time the window's thread reads its own CPU clock
+ * (CLOCK_THREAD_CPUTIME_ID: the time it ran, user and kernel) before the
+ * start clock read and after the end one, and the sample gets
+ * <window>_cpu_ns_per_<unit> (the mean window, per unit).  Wall time also
+ * holds whatever the CPU ran instead of the window's thread: on a shared
+ * machine, the neighbours' slices.  The thread clock has no vDSO path, so
+ * each read is a system call: taken only when a profile judges CPU time.
+ * A window whose work another thread or process does (MM_WINDOW_BEGIN_ALL,
+ * struct mm_window's `elsewhere`) gets none: the caller's clock misses it.
  */
 #ifndef MMWORK_CORE_INSNS_H
 #define MMWORK_CORE_INSNS_H
@@ -60,8 +71,9 @@
 
 _Static_assert(MMLAB_MAX_WINDOWS == MM_MAX_WINDOWS, "mmlab.h's windows are mmwork's");
 
-/* Whether this run counts instructions (--insns); the window macros read it. */
-extern int mm_insns_on;
+/* Whether this run counts instructions (--insns) and takes the windows'
+ * CPU time (--cpu-time); the window macros read them. */
+extern int mm_insns_on, mm_cputime_on;
 
 /*
  * An instructions counter of `pid` (0: the caller), kernel only or user only:
@@ -74,6 +86,10 @@ int mm_insns_counter(pid_t pid, int exclude_user, int group, int inherited);
 void mm_insns_begin(int window);
 void mm_insns_end(int window);
 
+/* Around window `w`, outside the perf reads too: its thread's CPU clock. */
+void mm_cputime_begin(int window);
+void mm_cputime_end(int window);
+
 /*
  * The start and end time of window `w` (a constant: it is encoded in the
  * marker), in ns.  `counted` is 0 on untimed rounds (a state probe round),
@@ -82,6 +98,8 @@ void mm_insns_end(int window);
  */
 #define MM_WINDOW_BEGIN(w, counted) __extension__ ({ \
 	const int on_ = mm_insns_on && (counted); \
+	if (mm_cputime_on && (counted)) \
+		mm_cputime_begin(w); \
 	if (on_) \
 		mm_insns_begin(w); \
 	const uint64_t t_ = mm_now_ns(); \
@@ -95,6 +113,8 @@ void mm_insns_end(int window);
 	const uint64_t t_ = mm_now_ns(); \
 	if (on_) \
 		mm_insns_end(w); \
+	if (mm_cputime_on && (counted)) \
+		mm_cputime_end(w); \
 	t_; })
 
 /*
@@ -132,13 +152,16 @@ void mm_insns_other_end(struct mm_insns_other *o, int window);
  * a window without units gets no per-unit metrics. */
 void mm_window_units(struct mm_ctx *ctx, int window, double units);
 
-/* "<window>_<side>_insns_per_<unit>", side "kernel" or "user": the metric
- * names, for `mmwork describe` and the samples alike. */
+/* "<window>_<side>_insns_per_<unit>", side "kernel" or "user", and
+ * "<window>_cpu_ns_per_<unit>": the metric names, for `mmwork describe` and
+ * the samples alike. */
 void mm_insns_metric(char *buf, size_t size, const struct mm_window *w, const char *side);
+void mm_cputime_metric(char *buf, size_t size, const struct mm_window *w);
 
-/* The harness's side: --insns on or off, per-sample reset, and the end of
- * a sample (its marker, its window counts and, with perf, its metrics). */
-void mm_insns_init(int on);
+/* The harness's side: --insns and --cpu-time on or off, per-sample reset,
+ * and the end of a sample (its marker, its window counts and, with perf or
+ * the CPU clock, its metrics). */
+void mm_insns_init(int insns, int cputime);
 void mm_insns_sample_begin(void);
 void mm_insns_sample_end(struct mm_ctx *ctx, int warmup);
 

@@ -53,6 +53,9 @@ struct mm_window {
 	const char *name;	/* "advise": advise_kernel_insns_per_page, ... */
 	const char *unit;	/* what one window works on: "page", "op" */
 	const char *help;
+	/* 1: another process or thread does its work (MM_WINDOW_BEGIN_ALL), so
+	 * the caller's CPU clock cannot time it: no _cpu_ns_ metric. */
+	int elsewhere;
 };
 
 /* The context of one run; workloads only pass it to the mm_* calls

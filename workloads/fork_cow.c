@@ -69,7 +69,7 @@ enum { FC_FORK, FC_COW, FC_EXIT };
 static const struct mm_window windows[] = {
 	{ "fork", "page", "fork() in the parent" },
 	{ "cow", "page", "the child's copy-on-write write to every page" },
-	{ "exit", "page", "the child's exit to the parent's wait() (both processes)" },
+	{ "exit", "page", "the child's exit to the parent's wait() (both processes)", 1 },
 	{ NULL },
 };
 

@@ -86,12 +86,25 @@ static void describe_param(struct jbuf *j, const struct mm_param *p, int warmups
 	jb_close(j);
 }
 
-/* Each timed window's instruction metrics (present with --insns where a
- * source counts them), after the workload's own metrics. */
+/* Each timed window's CPU time metric (with --cpu-time, where its own
+ * thread does its work) and instruction metrics (present with --insns
+ * where a source counts them), after the workload's own metrics. */
 static void describe_window_metrics(struct jbuf *j, const struct mm_workload *wl)
 {
 	static const char *const sides[] = { "kernel", "user" };
-	for (const struct mm_window *w = wl->windows; w && w->name; w++)
+	for (const struct mm_window *w = wl->windows; w && w->name; w++) {
+		if (!w->elsewhere) {
+			char name[64], help[256];
+			mm_cputime_metric(name, sizeof(name), w);
+			snprintf(help, sizeof(help), "CPU time its own thread ran per %s of %s (the "
+				 "mean window; with --cpu-time)", w->unit, w->help);
+			jb_open(j, NULL);
+			jb_key_str(j, "name", name);
+			jb_key_str(j, "unit", "ns");
+			jb_key_str(j, "direction", "lower");
+			jb_key_str(j, "help", help);
+			jb_close(j);
+		}
 		for (int s = 0; s < 2; s++) {
 			char name[64], help[256];
 			mm_insns_metric(name, sizeof(name), w, sides[s]);
@@ -104,6 +117,7 @@ static void describe_window_metrics(struct jbuf *j, const struct mm_workload *wl
 			jb_key_str(j, "help", help);
 			jb_close(j);
 		}
+	}
 }
 
 /* The windows in id order, for mmlab to read a QEMU plugin's counts by. */
@@ -122,6 +136,8 @@ static void describe_windows(struct jbuf *j, const struct mm_workload *wl)
 		jb_key_str(j, "kernel_metric", name);
 		mm_insns_metric(name, sizeof(name), w, "user");
 		jb_key_str(j, "user_metric", name);
+		mm_cputime_metric(name, sizeof(name), w);
+		jb_key_str(j, "cpu_metric", w->elsewhere ? "" : name);
 		jb_close(j);
 	}
 	jb_raw(j, "]", 1);
@@ -256,7 +272,7 @@ int main(int argc, char **argv)
 	if (mm_arg_long(&ctx, "check"))
 		return 0;
 	ctx.probes = !mm_arg_long(&ctx, "no-probes");
-	mm_insns_init((int)mm_arg_long(&ctx, "insns"));
+	mm_insns_init((int)mm_arg_long(&ctx, "insns"), (int)mm_arg_long(&ctx, "cpu-time"));
 	mm_errors_init();
 	mm_knobs_restore_on_exit();
 

@@ -98,7 +98,7 @@ static const struct mm_metric metrics[] = {
 enum { RC_RECLAIM };
 static const struct mm_window windows[] = {
 	{ "reclaim", "page", "a pass over the working set (pages: those reclaimed from the "
-	  "group; QEMU plugin: every vCPU, kswapd's work too)" },
+	  "group; QEMU plugin: every vCPU, kswapd's work too)", 1 },
 	{ NULL },
 };
 

@@ -65,7 +65,7 @@ static const struct mm_metric metrics[] = {
 enum { UF_FAULT };
 static const struct mm_window windows[] = {
 	{ "fault", "page", "reading every page of the registered range, each missing fault "
-	  "resolved by the handler (both threads)" },
+	  "resolved by the handler (both threads)", 1 },
 	{ NULL },
 };
 

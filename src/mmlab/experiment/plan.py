@@ -171,6 +171,8 @@ def build(profile: Profile, text: str, path: str) -> Plan:
     base = dict(profile.params)
     if profile.min_sample_ms is not None:
         base.update(_sample_length(wl, profile.min_sample_ms, fail))
+    if set(profile.metrics) & wl.cpu_metrics():
+        base[CPU_TIME] = True    # its system calls are made only where CPU time is judged
     arms = _expand(profile, wl, base, fail)
     if len(arms) > 1 and profile.repetitions < MIN_ROUNDS:
         raise fail(("repetitions",), f"{profile.repetitions}: arms are compared from "
@@ -181,6 +183,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
 
 
 MIN_ROUNDS = 3      # a comparison's least rounds: fewer cannot give a verdict
+CPU_TIME = "cpu-time"   # mmwork's flag: each timed window's thread CPU clock read around it
 MIN_NODE_MB = 128   # a guest NUMA node's least memory: smaller nodes fail to boot
 EXEC_KEYS = ("command", "source", "metrics_from", "exec_metrics", "smaps", "per", "windows")
 

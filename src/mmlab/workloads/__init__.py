@@ -48,13 +48,15 @@ class Metric:
 @dataclass(frozen=True)
 class Window:
     """A timed window whose instructions can be counted (insns.py): its
-    instruction metrics, per unit of work, as mmwork names them."""
+    instruction metrics, per unit of work, as mmwork names them, and its CPU
+    time metric ("" where another thread or process does its work)."""
     name: str
     unit: str          # what one window works on: page, op
     help: str
     kernel_metric: str
     user_metric: str
     marker: int = -1   # its id in the markers (core-insns.h); -1: its place in the table
+    cpu_metric: str = ""
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class Workload:
     def window_metrics(self) -> set[str]:
         """The instruction metrics of its windows."""
         return {m for w in self.windows for m in (w.kernel_metric, w.user_metric)}
+
+    def cpu_metrics(self) -> set[str]:
+        """Its windows' CPU time metrics (mmwork --cpu-time)."""
+        return {w.cpu_metric for w in self.windows if w.cpu_metric}
 
     def param(self, name: str) -> Param:
         for p in self.params:
