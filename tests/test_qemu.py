@@ -171,6 +171,7 @@ kernel = ["debian:6.12"]
     assert found["functions"]["windows"]["advise"]
 
 
+@pytest.mark.slow      # ~20 s of panicking boots; the direct test below keeps the console's word
 def test_a_broken_cmdline_in_a_profile_is_a_failed_trial(k612, tmp_path):
     proc, _ = run_profile(tmp_path, """
 name = "broken"
