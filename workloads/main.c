@@ -86,36 +86,36 @@ static void describe_param(struct jbuf *j, const struct mm_param *p, int warmups
 	jb_close(j);
 }
 
+/* A window metric's entry: lower is better for all of them. */
+static void describe_lower(struct jbuf *j, const char *name, const char *unit, const char *help)
+{
+	jb_open(j, NULL);
+	jb_key_str(j, "name", name);
+	jb_key_str(j, "unit", unit);
+	jb_key_str(j, "direction", "lower");
+	jb_key_str(j, "help", help);
+	jb_close(j);
+}
+
 /* Each timed window's CPU time metric (with --cpu-time, where its own
  * thread does its work) and instruction metrics (present with --insns
  * where a source counts them), after the workload's own metrics. */
 static void describe_window_metrics(struct jbuf *j, const struct mm_workload *wl)
 {
 	static const char *const sides[] = { "kernel", "user" };
+	char name[64], help[256];
 	for (const struct mm_window *w = wl->windows; w && w->name; w++) {
 		if (!w->elsewhere) {
-			char name[64], help[256];
 			mm_cputime_metric(name, sizeof(name), w);
 			snprintf(help, sizeof(help), "CPU time its own thread ran per %s of %s (the "
 				 "mean window; with --cpu-time)", w->unit, w->help);
-			jb_open(j, NULL);
-			jb_key_str(j, "name", name);
-			jb_key_str(j, "unit", "ns");
-			jb_key_str(j, "direction", "lower");
-			jb_key_str(j, "help", help);
-			jb_close(j);
+			describe_lower(j, name, "ns", help);
 		}
 		for (int s = 0; s < 2; s++) {
-			char name[64], help[256];
 			mm_insns_metric(name, sizeof(name), w, sides[s]);
 			snprintf(help, sizeof(help), "%s instructions per %s of %s (the mean window; "
 				 "with instruction counting)", sides[s], w->unit, w->help);
-			jb_open(j, NULL);
-			jb_key_str(j, "name", name);
-			jb_key_str(j, "unit", "insns");
-			jb_key_str(j, "direction", "lower");
-			jb_key_str(j, "help", help);
-			jb_close(j);
+			describe_lower(j, name, "insns", help);
 		}
 	}
 }
