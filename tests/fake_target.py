@@ -8,7 +8,7 @@ import zlib
 
 import numpy as np
 
-from mmlab.experiment.plan import Arm, Plan
+from mmlab.experiment.plan import CPU_TIME, Arm, Plan
 from mmlab.targets import LocalTarget, TargetPool, TrialError, TrialResult, probe
 from mmlab.workloads import insns
 from mmlab.workloads.samples import Sample
@@ -45,14 +45,16 @@ class FakeTarget(LocalTarget):
             raise TrialError(f"{arm.name}: failed on purpose", env)
         factor, state = self.model(arm) if self.model else (self.factors.get(arm.name, 1.0), {})
         scale = factor if callable(factor) else lambda name: factor
-        # Instruction metrics only where the profile asks for counts, as the real targets.
+        # Instruction metrics only where the profile asks for counts, and CPU
+        # time where its arms ask for it, as the real targets.
         wl = plan.workload
         counted = insns.wanted(wl, plan.profile.metrics)
         alone = insns.only(wl, plan.profile.metrics)
         metrics = {m.name: 100.0 * (1 + zlib.crc32(m.name.encode()) % 7) * scale(m.name)
                    * float(self.rng.lognormal(0, self.cv)) for m in wl.metrics
                    if (counted or m.name not in wl.window_metrics())
-                   and (not alone or m.name in wl.window_metrics())}
+                   and (not alone or m.name in wl.window_metrics())
+                   and (arm.params.get(CPU_TIME) or m.name not in wl.cpu_metrics())}
         samples = [Sample(workload=plan.workload.name, sample=i, mmwork_version="fake",
                           params={k: v for k, v in arm.params.items()}, metrics=metrics,
                           counts={"pages": 4096.0}, rusage=RUSAGE, vmstat_delta={},
