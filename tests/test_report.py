@@ -179,9 +179,10 @@ def test_the_reproducer_builds_with_gcc_alone_and_prints_the_same_metrics(tmp_pa
     samples = [json.loads(line) for line in proc.stdout.splitlines()]
     assert len(samples) == 2
     assert samples[0]["params"]["thp"] == "hugepage" and samples[0]["params"]["mapping-kb"] == 1024
-    wl = registry()["pageout-refault"]      # instruction counts need --insns and a source,
+    # instruction counts need --insns and a source, CPU time --cpu-time
+    wl = registry()["pageout-refault"]
     assert set(samples[0]["metrics"]) == \
-        {m.name for m in wl.metrics} - wl.window_metrics() - wl.cpu_metrics()    # CPU time --cpu-time
+        {m.name for m in wl.metrics} - wl.window_metrics() - wl.cpu_metrics()
     report = mmlab("report", "1", "--results", str(results))
     assert "thp: hugepage vs nohugepage" in report.stdout
 
