@@ -119,6 +119,11 @@ def test_cpu_time_is_taken_per_window_only_when_asked_and_only_where_its_thread_
     fork = workloads.get("fork-cow")
     assert fork.cpu_metrics() == {"fork_cpu_ns_per_page", "cow_cpu_ns_per_page"}
     assert "exit_cpu_ns_per_page" not in {x.name for x in fork.metrics}
+    # what the sample gives is what describe declares (mmwork stops a
+    # workload whose window table and timing macro disagree)
+    (f,) = samples_of("fork-cow", "--mapping-kb", "1024", "--rounds", "2", "--min-ms", "0",
+                      "--warmups", "0", "--cpu-time")
+    assert {k for k in f["metrics"] if "_cpu_ns_" in k} == fork.cpu_metrics()
     from mmlab.experiment import plan
     profile = ('name = "t"\nworkload = "pageout-refault"\nrepetitions = 3\nmetrics = ["{}"]\n'
                'baseline = "A"\n[[arms]]\nname = "A"\n')

@@ -8,6 +8,7 @@
  */
 #define _GNU_SOURCE
 #include "core-insns.h"
+#include "core-args.h"
 #include "core-ctx.h"
 #include "core-shm.h"
 #include "core-record.h"
@@ -29,6 +30,7 @@ struct mm_insns_totals {
 	uint64_t windows[MM_MAX_WINDOWS];
 	uint64_t kernel[MM_MAX_WINDOWS], user[MM_MAX_WINDOWS];	/* perf only */
 	uint64_t cpu_windows[MM_MAX_WINDOWS], cpu_ns[MM_MAX_WINDOWS];	/* --cpu-time */
+	uint64_t all_windows[MM_MAX_WINDOWS];	/* --cpu-time: MM_WINDOW_BEGIN_ALL */
 };
 static struct mm_insns_totals *insns_totals;
 static double insns_units[MM_MAX_WINDOWS];
@@ -139,6 +141,11 @@ void mm_cputime_end(int w)
 	__atomic_fetch_add(&insns_totals->cpu_windows[w], 1, __ATOMIC_RELAXED);
 }
 
+void mm_cputime_elsewhere(int w)
+{
+	__atomic_fetch_add(&insns_totals->all_windows[w], 1, __ATOMIC_RELAXED);
+}
+
 void mm_insns_other_begin(struct mm_insns_other *o, pid_t pid, int counted)
 {
 	o->kernel = o->user = -1;
@@ -199,12 +206,19 @@ void mm_insns_sample_begin(void)
 }
 
 /* The mean window's CPU time per unit, where the window's own thread did
- * its work and it had units. */
+ * its work and it had units.  The table's `elsewhere` (what describe
+ * declares) and the macro that timed the window (what the sample gets) are
+ * two statements of one fact: a workload that says one and does the other
+ * stops here, rather than declare a metric it never gives. */
 static void cputime_add_window(struct mm_ctx *c, int w)
 {
 	const struct mm_window *win = &c->wl->windows[w];
 	const double n = (double)insns_totals->cpu_windows[w];
 	char name[64];
+	if (win->elsewhere ? n > 0 : insns_totals->all_windows[w] > 0)
+		mm_die(c, "window %s: its table says elsewhere = %d, but it was timed with "
+		       "MM_WINDOW_BEGIN%s", win->name, win->elsewhere,
+		       win->elsewhere ? "" : "_ALL");
 	if (win->elsewhere || !n || insns_units[w] <= 0)
 		return;
 	mm_cputime_metric(name, sizeof(name), win);

@@ -89,6 +89,9 @@ void mm_insns_end(int window);
 /* Around window `w`, outside the perf reads too: its thread's CPU clock. */
 void mm_cputime_begin(int window);
 void mm_cputime_end(int window);
+/* A window timed with MM_WINDOW_BEGIN_ALL, noted so that a sample's end can
+ * check it against its table's `elsewhere` (mm_insns_sample_end). */
+void mm_cputime_elsewhere(int window);
 
 /*
  * The start and end time of window `w` (a constant: it is encoded in the
@@ -128,6 +131,8 @@ void mm_cputime_end(int window);
  */
 #define MM_WINDOW_BEGIN_ALL(w, counted) __extension__ ({ \
 	const int on_ = mm_insns_on && (counted); \
+	if (mm_cputime_on && (counted)) \
+		mm_cputime_elsewhere(w); \
 	if (on_) \
 		mm_insns_begin(w); \
 	const uint64_t t_ = mm_now_ns(); \
