@@ -187,6 +187,30 @@ def test_a_neighbours_thp_faults_are_named_and_do_not_make_a_pair_incomparable()
     assert any(f.check == "THP backing of the mapping" and f.matters_for("m_ns") for f in own)
 
 
+def test_the_trials_own_cgroup_reading_decides_where_it_has_one():
+    """A host trial's own memory cgroup counted its THP faults: the
+    machine-wide counter (a neighbour's faults in it) is not read at all,
+    while a difference in the trial's own count is a different state, with
+    no neighbour to excuse it; splits, which no cgroup counts, stay
+    machine-wide."""
+    busy = {"thp_backed_fraction": 0.0, "neighbour_cpu_share": 0.45, "memcg_thp_fault_alloc": 0}
+    a = [sample(busy, {"thp_fault_alloc": n}) for n in (0, 52, 7)]
+    b = [sample(busy, {"thp_fault_alloc": 0}) for _ in range(3)]
+    assert audit.audit_pair("A", "B", a, b, set()) + audit.audit_arm("A", a) == []
+    own = [sample({**busy, "memcg_thp_fault_alloc": 16}, {"thp_fault_alloc": 16})] * 3
+    found = audit.audit_pair("A", "B", own, b, set())
+    assert [f.check for f in found] == ["THP faults and swap-outs of the trial's own cgroup"]
+    assert found[0].matters_for("m_ns") and "memcg_thp_fault_alloc 16 in A vs 0 in B" in str(found[0])
+    assert audit.audit_pair("A", "B", own, b, {"thp"}) == []
+    split = [sample(busy, {"thp_split_page": 3})] * 3
+    (named,) = audit.audit_pair("A", "B", split, b, set())
+    assert named.beside and "thp_split_page" in str(named)
+    v1 = {"thp_backed_fraction": 0.0, "neighbour_cpu_share": 0.45, "memcg_swap_kb": 0.0}
+    machine_swap = [sample({**v1, "swap_used_kb": 900.0})] * 3
+    assert audit.audit_pair("A", "B", machine_swap, [sample({**v1, "swap_used_kb": 0.0})] * 3,
+                            set()) == []
+
+
 def test_swap_in_use_on_one_side_only_is_found():
     used = [sample({"swap_total_kb": 65536, "swap_used_kb": 1000}) for _ in range(3)]
     none = [sample({"swap_total_kb": 0, "swap_used_kb": 0}) for _ in range(3)]

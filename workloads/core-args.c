@@ -30,6 +30,9 @@ const struct mm_param mm_harness_params[] = {
 	  "where the CPU has them, markers for mmlab's QEMU plugin (core-insns.h)", 0, 0, NULL },
 	{ "cpu-time", MM_FLAG, NULL, "take the CPU time each timed window's own thread ran, "
 	  "outside its clock reads (core-insns.h)", 0, 0, NULL },
+	{ "own-memcg", MM_FLAG, NULL, "the memory cgroup this process starts in is the trial's "
+	  "own (the runner made it): its memory.stat is read around each sample, beside "
+	  "/proc/vmstat's whole machine (core-memcg.h)", 0, 0, NULL },
 	{ NULL },
 };
 

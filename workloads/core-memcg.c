@@ -138,10 +138,17 @@ static int make_group(struct mm_memcg *g, const char *name, char *why, size_t le
 	return 0;
 }
 
+const struct mm_memcg_own *mm_memcg_trial;
+
 int mm_memcg_enter(struct mm_memcg *g, const char *name, char *why, size_t len)
 {
 	char own[MM_MEMCG_PATH];
 	*g = (struct mm_memcg){ 0 };
+	if (mm_memcg_trial && mm_memcg_trial->version == 2) {
+		snprintf(g->group, sizeof(g->group), "%s", mm_memcg_trial->g.group);
+		g->adopted = 1;
+		return 0;
+	}
 	if (find_or_mount(g, why, len))
 		return -1;
 	if (!own_cgroup(own, sizeof(own))) {
@@ -171,6 +178,12 @@ int mm_memcg_limit(const struct mm_memcg *g, long long max_bytes)
 void mm_memcg_leave(struct mm_memcg *g)
 {
 	char pid[32];
+	if (g->adopted) {
+		if (write_in(g->group, "memory.max", "max"))
+			mm_error("memory_max", errno);
+		*g = (struct mm_memcg){ 0 };
+		return;
+	}
 	snprintf(pid, sizeof(pid), "%d", (int)getpid());
 	if (g->group[0] && write_in(g->parent, "cgroup.procs", pid))
 		mm_error("cgroup_procs", errno);
@@ -207,4 +220,76 @@ void mm_memcg_stat(const struct mm_memcg *g, const char *const *names, long long
 			if (!strcmp(key, names[i]))
 				v[i] = value;
 	fclose(f);
+}
+
+/* Where the v1 hierarchy with the memory controller is mounted: a
+ * "cgroup" mount whose super options list "memory". */
+static int find_v1_memory(char *out, size_t len)
+{
+	char line[2048], point[MM_MEMCG_PATH], type[64], opts[512];
+	int found = 0;
+	FILE *f = fopen("/proc/self/mountinfo", "re");
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		const char *sep = strstr(line, " - ");
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %255s", point) != 1 ||
+		    sscanf(sep + 3, "%63s %*s %511s", type, opts) != 2 || strcmp(type, "cgroup"))
+			continue;
+		for (char *save, *o = strtok_r(opts, ",", &save); o && !found;
+		     o = strtok_r(NULL, ",", &save))
+			found = !strcmp(o, "memory");
+	}
+	fclose(f);
+	if (found)
+		snprintf(out, len, "%s", point);
+	return found;
+}
+
+/* The process's path in the v1 hierarchy whose controllers include memory. */
+static int own_v1_memory(char *out, size_t len)
+{
+	char line[MM_MEMCG_PATH + 64];
+	int found = 0;
+	FILE *f = fopen("/proc/self/cgroup", "re");
+	if (!f)
+		return 0;
+	while (!found && fgets(line, sizeof(line), f)) {
+		char *ctrl = strchr(line, ':'), *path = ctrl ? strchr(ctrl + 1, ':') : NULL;
+		if (!path)
+			continue;
+		*path++ = '\0';
+		for (char *save, *c = strtok_r(ctrl + 1, ",", &save); c && !found;
+		     c = strtok_r(NULL, ",", &save))
+			found = !strcmp(c, "memory");
+		if (found) {
+			path[strcspn(path, "\n")] = '\0';
+			snprintf(out, len, "%s", path);
+		}
+	}
+	fclose(f);
+	return found;
+}
+
+int mm_memcg_own_find(struct mm_memcg_own *o, char *why, size_t len)
+{
+	char mount[MM_MEMCG_PATH], own[MM_MEMCG_PATH], stat[4 * MM_MEMCG_PATH];
+	*o = (struct mm_memcg_own){ 0 };
+	if (find_v1_memory(mount, sizeof(mount)) && own_v1_memory(own, sizeof(own)))
+		o->version = 1;
+	else if (find_mount("cgroup2", NULL, mount, sizeof(mount)) && own_cgroup(own, sizeof(own)))
+		o->version = 2;
+	else {
+		snprintf(why, len, "--own-memcg: no memory cgroup found in /proc/self/cgroup");
+		return -1;
+	}
+	snprintf(o->g.group, sizeof(o->g.group), "%s%s", mount, strcmp(own, "/") ? own : "");
+	snprintf(stat, sizeof(stat), "%s/memory.stat", o->g.group);
+	if (access(stat, R_OK)) {
+		snprintf(why, len, "--own-memcg: %s: %s (the memory controller is not enabled "
+			 "for this group)", stat, strerror(errno));
+		o->version = 0;
+		return -1;
+	}
+	return 0;
 }

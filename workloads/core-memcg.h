@@ -29,11 +29,15 @@ struct mm_memcg {
 	char mount[MM_MEMCG_PATH];	/* where cgroup2 is mounted */
 	int mounted;			/* mounted here by mm_memcg_enter */
 	int enabled;			/* memory enabled in the parent by mm_memcg_enter */
+	int adopted;			/* the trial's own group (--own-memcg), not made here */
 };
 
 /*
  * Make the group "mmwork-<name>.<pid>" under the process's cgroup and move
- * the process into it, without a limit yet.  -1 with the reason in `why`
+ * the process into it, without a limit yet.  A process that started in a
+ * cgroup v2 group of the trial's own (--own-memcg, mm_memcg_trial) takes
+ * that group instead: cgroup v2 lets a group that holds processes have no
+ * children with the memory controller, and the group is the trial's alone.  -1 with the reason in `why`
  * (one line, for mm_die) when it cannot; what was done by then is undone.
  */
 int mm_memcg_enter(struct mm_memcg *g, const char *name, char *why, size_t len);
@@ -48,5 +52,23 @@ long long mm_memcg_read(const struct mm_memcg *g, const char *file);
 /* The counters of the group's memory.stat named by `names` (NULL-terminated,
  * at most 32), into v[]; -1 for one this kernel does not have. */
 void mm_memcg_stat(const struct mm_memcg *g, const char *const *names, long long *v);
+
+/*
+ * The memory cgroup the process started in, when the runner made it for
+ * this trial alone (--own-memcg): a host trial's neighbours charge other
+ * groups, so this group's memory.stat counts the trial's own faults, THP
+ * and swap where /proc/vmstat counts the whole machine's.  Found on
+ * cgroup v2 ("0::<path>") or on a v1 hierarchy that has the memory
+ * controller ("<n>:...memory...:<path>"); v1 has no THP event counters.
+ */
+struct mm_memcg_own {
+	struct mm_memcg g;	/* g.group: the group's directory */
+	int version;		/* 1 or 2; 0: none found */
+};
+
+/* 0 with the group found, or -1 with the reason in `why`. */
+int mm_memcg_own_find(struct mm_memcg_own *o, char *why, size_t len);
+/* The group --own-memcg found, NULL without it (main.c sets it). */
+extern const struct mm_memcg_own *mm_memcg_trial;
 
 #endif

@@ -13,6 +13,7 @@
 #include "core-insns.h"
 #include "core-json.h"
 #include "core-knobs.h"
+#include "core-memcg.h"
 #include "core-procfs.h"
 #include "core-state.h"
 
@@ -152,8 +153,42 @@ static void beside(struct mm_ctx *c, const struct mm_cpu_ticks *cpu0, long long 
 		mm_state_num(c, "psi_memory_some_ms", (double)(psi1 - psi0) / 1000.0);
 }
 
+/* The trial's own group's event counters (--own-memcg), as memory.stat
+ * names them on cgroup v2; v1 has the fault counters alone, and a kernel
+ * without one of them leaves it out. */
+static const char *const own_events[] = {
+	"thp_fault_alloc", "thp_swpout", "thp_swpout_fallback", "pswpout",
+	"pgfault", "pgmajfault", NULL
+};
+#define OWN_EVENTS (sizeof(own_events) / sizeof(own_events[0]) - 1)
+
+/* What the trial's own group counted over the sample, and holds after it:
+ * memcg_<event> deltas, its anonymous THP and its swap in KiB. */
+static void own_memcg(struct mm_ctx *c, const long long *e0, const long long *e1)
+{
+	const struct mm_memcg_own *o = c->own_memcg;
+	const char *const sizes[] = { o->version == 1 ? "rss_huge" : "anon_thp",
+				      o->version == 1 ? "swap" : NULL, NULL };
+	long long v[2] = { -1, -1 };
+	char name[64];
+	mm_state_str(c, "memcg", o->version == 1 ? "v1 (no THP events)" : "v2");
+	for (size_t i = 0; i < OWN_EVENTS; i++)
+		if (e0[i] >= 0 && e1[i] >= 0) {
+			snprintf(name, sizeof(name), "memcg_%s", own_events[i]);
+			mm_state_num(c, name, (double)(e1[i] - e0[i]));
+		}
+	mm_memcg_stat(&o->g, sizes, v);
+	if (o->version == 2)
+		v[1] = mm_memcg_read(&o->g, "memory.swap.current");
+	if (v[0] >= 0)
+		mm_state_num(c, "memcg_anon_thp_kb", (double)v[0] / 1024);
+	if (v[1] >= 0)
+		mm_state_num(c, "memcg_swap_kb", (double)v[1] / 1024);
+}
+
 int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 {
+	long long e0[OWN_EVENTS], e1[OWN_EVENTS];
 	struct rusage r0, r1;
 	struct mm_vmstat_snap v0 = { 0 }, v1 = { 0 };
 	static struct mm_mthp_snap m0, m1;
@@ -171,6 +206,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		psi0 = mm_psi_some_us("memory");
 		mm_mthp_read(&m0);
 		mm_vmstat_read(c->wl->vmstat, &v0);
+		if (c->own_memcg)
+			mm_memcg_stat(&c->own_memcg->g, own_events, e0);
 	}
 	const uint64_t t0 = mm_now_ns();
 	rusage_total(&r0);
@@ -180,6 +217,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 	rusage_total(&r1);
 	const double wall_ms = (double)(mm_now_ns() - t0) / 1e6;
 	if (c->probes) {
+		if (c->own_memcg)
+			mm_memcg_stat(&c->own_memcg->g, own_events, e1);
 		mm_vmstat_read(c->wl->vmstat, &v1);
 		mm_mthp_read(&m1);
 	} else {
@@ -203,6 +242,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		mm_state_global(c, &m0, &m1);
 		mm_state_num(c, "online_cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
 		beside(c, &cpu0, psi0, &r0, &r1, wall_ms);
+		if (c->own_memcg)
+			own_memcg(c, e0, e1);
 	}
 	emit_sample(c, index, &r0, &r1, &v0, &v1);
 	return 0;

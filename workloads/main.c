@@ -12,6 +12,7 @@
 #include "core-insns.h"
 #include "core-json.h"
 #include "core-knobs.h"
+#include "core-memcg.h"
 #include "core-sample.h"
 
 #include <stdio.h>
@@ -272,6 +273,13 @@ int main(int argc, char **argv)
 	if (mm_arg_long(&ctx, "check"))
 		return 0;
 	ctx.probes = !mm_arg_long(&ctx, "no-probes");
+	static struct mm_memcg_own own;
+	if (mm_arg_long(&ctx, "own-memcg")) {
+		char why[512];
+		if (mm_memcg_own_find(&own, why, sizeof(why)))
+			mm_die(&ctx, "%s", why);
+		ctx.own_memcg = mm_memcg_trial = &own;
+	}
 	mm_insns_init((int)mm_arg_long(&ctx, "insns"), (int)mm_arg_long(&ctx, "cpu-time"));
 	mm_errors_init();
 	mm_knobs_restore_on_exit();

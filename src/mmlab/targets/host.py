@@ -7,7 +7,7 @@ from __future__ import annotations
 from mmlab.attribution import collect
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
-from mmlab.machine import knobs
+from mmlab.machine import knobs, memcg
 from mmlab.targets import LocalTarget, TrialError, TrialResult, probe
 from mmlab.workloads import insns, mmwork
 from mmlab.workloads.samples import Sample
@@ -62,26 +62,28 @@ class HostTarget(LocalTarget):
             refuse(arm, arm.settings, self._allowed(plan))
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
+        """The arm's settings applied, its mmwork run in a memory cgroup of
+        the trial's own (memcg.py), the settings restored."""
         env = None
-        with self.journal.session():
+        with self.journal.session(), memcg.trial_group() as group:
             try:
                 knobs.apply(arm.settings, self.journal, self._allowed(plan))
-                env = probe.environment()
+                env = {**probe.environment(), "trial_memcg": group.describe()}
                 if insns.only(plan.workload, plan.profile.metrics):
-                    return TrialResult(insns.alone(self._counting_pass(arm, plan),
+                    return TrialResult(insns.alone(self._counting_pass(arm, plan, group),
                                                    plan.workload), env)
                 samples = mmwork.sample(plan.workload, arm.params,
                                         samples=plan.profile.samples_per_trial,
                                         warmups=plan.profile.warmups, journal=self.journal,
-                                        cpus=arm.cpus)
+                                        cpus=arm.cpus, group=group)
                 if insns.wanted(plan.workload, plan.profile.metrics):
                     insns.add_counts(samples, plan.workload,
-                                     lambda: self._counting_pass(arm, plan))
+                                     lambda: self._counting_pass(arm, plan, group))
             except MmlabError as exc:
                 raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
 
-    def _counting_pass(self, arm: Arm, plan: Plan) -> list[Sample]:
+    def _counting_pass(self, arm: Arm, plan: Plan, group: memcg.Group) -> list[Sample]:
         """The trial again in an mmwork of its own that reads the CPU's
         instruction counters around each window (insns.py), settings as set."""
         ok, why = insns.perf_status()
@@ -89,7 +91,7 @@ class HostTarget(LocalTarget):
             raise insns.Unavailable(why)
         return mmwork.sample(plan.workload, insns.counting_params(arm.params),
                              samples=plan.profile.samples_per_trial, warmups=plan.profile.warmups,
-                             journal=self.journal, cpus=arm.cpus)
+                             journal=self.journal, cpus=arm.cpus, group=group)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One run under perf, two under lock tracing, one counting

@@ -19,7 +19,7 @@ from mmlab.workloads.build import mmwork_path
 from mmlab.workloads.samples import Sample
 
 # Parameters the harness owns; runners set them, profiles do not.
-HARNESS_PARAMS = ("samples", "warmups", "check")
+HARNESS_PARAMS = ("samples", "warmups", "check", "own-memcg")
 
 
 @dataclass(frozen=True)

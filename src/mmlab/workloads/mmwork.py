@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 
 from mmlab.errors import MmlabError
-from mmlab.machine import knobs
+from mmlab.machine import knobs, memcg
 from mmlab.workloads import Workload
 from mmlab.workloads.build import mmwork_path
 from mmlab.workloads.samples import Sample, parse_line
@@ -55,11 +55,14 @@ def parse_cpus(text: str) -> set[int]:
 
 
 def argv(workload: Workload, params: Mapping[str, object], samples: int,
-         warmups: int | None = None, binary: str | None = None) -> list[str]:
-    """mmwork's arguments for one trial; `binary` is its path where it runs.
-    The workload's own come last: an exec workload's end with its command."""
+         warmups: int | None = None, binary: str | None = None,
+         own_memcg: bool = False) -> list[str]:
+    """mmwork's arguments for one trial; `binary` is its path where it runs,
+    `own_memcg` that it starts in a memory cgroup of the trial's own.  The
+    workload's own come last: an exec workload's end with its command."""
     out = [binary or str(mmwork_path()), workload.name, "--samples", str(samples)]
     out += ["--warmups", str(warmups)] if warmups is not None else []
+    out += ["--own-memcg"] if own_memcg else []
     return out + workload.args(params)
 
 
@@ -67,19 +70,30 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
            warmups: int | None = None,
            journal: knobs.Journal | None = None, cpus: str | None = None,
            on_sample: Callable[[Sample], None] | None = None,
-           prefix: list[str] | None = None) -> list[Sample]:
+           prefix: list[str] | None = None,
+           group: memcg.Group | None = None) -> list[Sample]:
     """Run `samples` measured samples in one mmwork process here and return them.
 
-    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `prefix`
-    wraps it (e.g. `perf record ... --`) for attribution runs."""
+    `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `group`
+    starts it in the trial's own memory cgroup, which it then reads around
+    each sample; `prefix` wraps it (e.g. `perf record ... --`) for
+    attribution runs."""
     journal = journal or knobs.Journal()
-    command = [*(prefix or []), *argv(workload, params, samples, warmups)]
+    own = bool(group and group.path)
+    command = [*(prefix or []), *argv(workload, params, samples, warmups, own_memcg=own)]
     got: list[Sample] = []
     with _guard_workload_settings(workload, journal):
         cpuset = parse_cpus(cpus) if cpus else None
+
+        def start() -> None:
+            """In the child, before mmwork: its group, then its CPUs."""
+            if own and group:
+                group.enter()
+            if cpuset:
+                os.sched_setaffinity(0, cpuset)
+
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=(lambda: os.sched_setaffinity(0, cpuset))
-                                if cpuset else None)
+                                preexec_fn=start if own or cpuset else None)
         try:
             assert proc.stdout is not None
             for line in proc.stdout:
