@@ -18,21 +18,34 @@
 #define CGROUP_DIR "/sys/fs/cgroup"
 #define MEMCG_MAX_STATS 32
 
-/* The mount point of a mount of `fstype` (NULL: any type) at `at` (NULL:
- * anywhere), from /proc/self/mountinfo, into out; 0 when there is none. */
-static int find_mount(const char *fstype, const char *at, char *out, size_t len)
+/* Whether the comma-separated super options `opts` hold `option`. */
+static int has_option(char *opts, const char *option)
 {
-	char line[2048], point[MM_MEMCG_PATH], type[64];
+	for (char *save, *o = strtok_r(opts, ",", &save); o; o = strtok_r(NULL, ",", &save))
+		if (!strcmp(o, option))
+			return 1;
+	return 0;
+}
+
+/* The mount point of a mount of `fstype` (NULL: any type) at `at` (NULL:
+ * anywhere) whose super options hold `option` (NULL: any), from
+ * /proc/self/mountinfo, into out; 0 when there is none. */
+static int find_mount(const char *fstype, const char *at, const char *option,
+		      char *out, size_t len)
+{
+	char line[2048], point[MM_MEMCG_PATH], type[64], opts[512];
 	int found = 0;
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 	if (!f)
 		return 0;
 	while (!found && fgets(line, sizeof(line), f)) {
 		const char *sep = strstr(line, " - ");
+		opts[0] = '\0';
 		if (!sep || sscanf(line, "%*s %*s %*s %*s %255s", point) != 1 ||
-		    sscanf(sep + 3, "%63s", type) != 1)
+		    sscanf(sep + 3, "%63s %*s %511s", type, opts) < 1)
 			continue;
-		found = (!fstype || !strcmp(type, fstype)) && (!at || !strcmp(point, at));
+		found = (!fstype || !strcmp(type, fstype)) && (!at || !strcmp(point, at)) &&
+			(!option || has_option(opts, option));
 	}
 	fclose(f);
 	if (found)
@@ -83,9 +96,9 @@ static int write_in(const char *dir, const char *file, const char *value)
 static int find_or_mount(struct mm_memcg *g, char *why, size_t len)
 {
 	char other[MM_MEMCG_PATH];
-	if (find_mount("cgroup2", NULL, g->mount, sizeof(g->mount)))
+	if (find_mount("cgroup2", NULL, NULL, g->mount, sizeof(g->mount)))
 		return 0;
-	if (find_mount(NULL, CGROUP_DIR, other, sizeof(other))) {
+	if (find_mount(NULL, CGROUP_DIR, NULL, other, sizeof(other))) {
 		snprintf(why, len, "needs the cgroup v2 memory controller, and this machine has "
 			 "cgroup v1 at " CGROUP_DIR " and no cgroup2 mount; run it in a guest");
 		return -1;
@@ -222,30 +235,6 @@ void mm_memcg_stat(const struct mm_memcg *g, const char *const *names, long long
 	fclose(f);
 }
 
-/* Where the v1 hierarchy with the memory controller is mounted: a
- * "cgroup" mount whose super options list "memory". */
-static int find_v1_memory(char *out, size_t len)
-{
-	char line[2048], point[MM_MEMCG_PATH], type[64], opts[512];
-	int found = 0;
-	FILE *f = fopen("/proc/self/mountinfo", "re");
-	if (!f)
-		return 0;
-	while (!found && fgets(line, sizeof(line), f)) {
-		const char *sep = strstr(line, " - ");
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %255s", point) != 1 ||
-		    sscanf(sep + 3, "%63s %*s %511s", type, opts) != 2 || strcmp(type, "cgroup"))
-			continue;
-		for (char *save, *o = strtok_r(opts, ",", &save); o && !found;
-		     o = strtok_r(NULL, ",", &save))
-			found = !strcmp(o, "memory");
-	}
-	fclose(f);
-	if (found)
-		snprintf(out, len, "%s", point);
-	return found;
-}
-
 /* The process's path in the v1 hierarchy whose controllers include memory. */
 static int own_v1_memory(char *out, size_t len)
 {
@@ -259,9 +248,7 @@ static int own_v1_memory(char *out, size_t len)
 		if (!path)
 			continue;
 		*path++ = '\0';
-		for (char *save, *c = strtok_r(ctrl + 1, ",", &save); c && !found;
-		     c = strtok_r(NULL, ",", &save))
-			found = !strcmp(c, "memory");
+		found = has_option(ctrl + 1, "memory");
 		if (found) {
 			path[strcspn(path, "\n")] = '\0';
 			snprintf(out, len, "%s", path);
@@ -275,9 +262,11 @@ int mm_memcg_own_find(struct mm_memcg_own *o, char *why, size_t len)
 {
 	char mount[MM_MEMCG_PATH], own[MM_MEMCG_PATH], stat[4 * MM_MEMCG_PATH];
 	*o = (struct mm_memcg_own){ 0 };
-	if (find_v1_memory(mount, sizeof(mount)) && own_v1_memory(own, sizeof(own)))
+	if (find_mount("cgroup", NULL, "memory", mount, sizeof(mount)) &&
+	    own_v1_memory(own, sizeof(own)))
 		o->version = 1;
-	else if (find_mount("cgroup2", NULL, mount, sizeof(mount)) && own_cgroup(own, sizeof(own)))
+	else if (find_mount("cgroup2", NULL, NULL, mount, sizeof(mount)) &&
+		 own_cgroup(own, sizeof(own)))
 		o->version = 2;
 	else {
 		snprintf(why, len, "--own-memcg: no memory cgroup found in /proc/self/cgroup");
