@@ -63,6 +63,21 @@ def test_a_trial_runs_in_a_group_of_its_own_that_is_gone_after_it():
     assert not path.exists()
 
 
+def test_a_group_a_straggler_keeps_is_left_for_the_sweep_not_raised():
+    """A process still in the group when the trial ends: the group stays
+    (the trial is not lost over it) and goes once it is empty."""
+    with memcg.trial_group() as group:
+        assert group.path is not None
+        proc = subprocess.Popen(["sleep", "30"], preexec_fn=group.enter)
+    try:
+        assert group.path.exists()
+    finally:
+        proc.kill()
+        proc.wait()
+    memcg.remove(group.path)
+    assert not group.path.exists()
+
+
 def test_mmwork_reads_its_own_group_and_the_host_target_gives_it_one():
     """A sample in the trial's group carries the group's own fault count
     (the trial's page faults, not the machine's), its THP and swap in use,

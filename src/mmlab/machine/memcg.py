@@ -101,7 +101,9 @@ def make(where: Path) -> Group:
 
 
 def remove(path: Path) -> None:
-    """The group removed once its last process has left it."""
+    """The group removed once its last process has left it.  One that a
+    straggler keeps for a second is left, empty, for the next run's sweep:
+    never a reason to lose the trial that ran in it."""
     for _ in range(RMDIR_TRIES):
         try:
             path.rmdir()
@@ -110,7 +112,6 @@ def remove(path: Path) -> None:
             return
         except OSError:
             time.sleep(RMDIR_WAIT_S)
-    path.rmdir()
 
 
 @contextlib.contextmanager
