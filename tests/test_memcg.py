@@ -113,3 +113,41 @@ def cgroup_mounts() -> list[str]:
         if tail.split()[0] in ("cgroup", "cgroup2"):
             points.append(head.split()[4])
     return points
+
+
+# The v2 side, in a guest (this lab's host has its memory controller on
+# cgroup v1): a script mounts cgroup2, makes a group with the memory
+# controller, moves itself in and runs mmwork there with --own-memcg; the
+# sample it prints is the exec workload's output.
+V2_IN_A_GUEST = """\
+set -e
+mount -t cgroup2 none /sys/fs/cgroup
+echo +memory > /sys/fs/cgroup/cgroup.subtree_control
+mkdir /sys/fs/cgroup/trial
+echo $$ > /sys/fs/cgroup/trial/cgroup.procs
+echo madvise > /sys/kernel/mm/transparent_hugepage/enabled
+/bin/mmwork pageout-refault --mapping-kb 8192 --thp hugepage --own-memcg --warmups 0
+echo n_pages=1
+"""
+
+
+def test_on_cgroup_v2_the_trials_own_group_counts_its_thp_faults(k612):
+    """On v2 the group's memory.stat has THP events: the sample's
+    memcg_thp_fault_alloc counts the mapping's own PMD faults, and the
+    group's anonymous THP is there after them."""
+    import json
+
+    from mmlab.machine.knobs import HostSettings
+    from mmlab.targets import boot, qemu
+    from mmlab.workloads import execwork
+    wl = execwork.build(["sh", "-c", V2_IN_A_GUEST], metrics_from="key=value",
+                        declared={"n_pages": "higher"})
+    guest = boot.Guest(k612, vcpus=1, memory_mb=512, timeout_s=300)
+    (s,) = qemu.sample(guest, wl, {}, 1, 0, HostSettings())
+    inner = json.loads(next(line for line in (s.output or "").splitlines()
+                            if line.startswith("{")))
+    st = inner["state"]
+    assert st["memcg"] == "v2", st
+    assert st["thp_backed_fraction"] == 1.0
+    assert st["memcg_thp_fault_alloc"] >= 4          # 8 MiB: four PMDs, at least once
+    assert st["memcg_pgfault"] > 0 and "memcg_swap_kb" in st
