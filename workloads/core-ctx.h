@@ -26,8 +26,6 @@ struct mm_kvset {
 	int n;
 };
 
-struct mm_memcg_own;
-
 struct mm_ctx {
 	const struct mm_workload *wl;
 	const struct mm_param *params[MM_MAX_PARAMS + 8];
@@ -35,8 +33,6 @@ struct mm_ctx {
 	int nparams;
 	int warmup;
 	int probes;		/* 0 with --no-probes: no state probes at all */
-	/* --own-memcg: the trial's own memory cgroup, read around each sample */
-	const struct mm_memcg_own *own_memcg;
 	struct mm_kvset metrics, counts, state;
 	char **command;		/* after "--", for a workload that takes one */
 	int ncommand;

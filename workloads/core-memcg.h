@@ -37,8 +37,9 @@ struct mm_memcg {
  * the process into it, without a limit yet.  A process that started in a
  * cgroup v2 group of the trial's own (--own-memcg, mm_memcg_trial) takes
  * that group instead: cgroup v2 lets a group that holds processes have no
- * children with the memory controller, and the group is the trial's alone.  -1 with the reason in `why`
- * (one line, for mm_die) when it cannot; what was done by then is undone.
+ * children with the memory controller, and the group is the trial's alone.
+ * -1 with the reason in `why` (one line, for mm_die) when it cannot; what
+ * was done by then is undone.
  */
 int mm_memcg_enter(struct mm_memcg *g, const char *name, char *why, size_t len);
 /* The group's memory.max; -1 with the failure counted. */
@@ -68,7 +69,8 @@ struct mm_memcg_own {
 
 /* 0 with the group found, or -1 with the reason in `why`. */
 int mm_memcg_own_find(struct mm_memcg_own *o, char *why, size_t len);
-/* The group --own-memcg found, NULL without it (main.c sets it). */
+/* The group --own-memcg found, NULL without it (main.c sets it): what
+ * each sample reads (core-sample.c) and reclaim's memcg pressure adopts. */
 extern const struct mm_memcg_own *mm_memcg_trial;
 
 #endif

@@ -166,7 +166,7 @@ static const char *const own_events[] = {
  * memcg_<event> deltas, its anonymous THP and its swap in KiB. */
 static void own_memcg(struct mm_ctx *c, const long long *e0, const long long *e1)
 {
-	const struct mm_memcg_own *o = c->own_memcg;
+	const struct mm_memcg_own *o = mm_memcg_trial;
 	const char *const sizes[] = { o->version == 1 ? "rss_huge" : "anon_thp",
 				      o->version == 1 ? "swap" : NULL, NULL };
 	long long v[2] = { -1, -1 };
@@ -206,8 +206,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		psi0 = mm_psi_some_us("memory");
 		mm_mthp_read(&m0);
 		mm_vmstat_read(c->wl->vmstat, &v0);
-		if (c->own_memcg)
-			mm_memcg_stat(&c->own_memcg->g, own_events, e0);
+		if (mm_memcg_trial)
+			mm_memcg_stat(&mm_memcg_trial->g, own_events, e0);
 	}
 	const uint64_t t0 = mm_now_ns();
 	rusage_total(&r0);
@@ -217,8 +217,8 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 	rusage_total(&r1);
 	const double wall_ms = (double)(mm_now_ns() - t0) / 1e6;
 	if (c->probes) {
-		if (c->own_memcg)
-			mm_memcg_stat(&c->own_memcg->g, own_events, e1);
+		if (mm_memcg_trial)
+			mm_memcg_stat(&mm_memcg_trial->g, own_events, e1);
 		mm_vmstat_read(c->wl->vmstat, &v1);
 		mm_mthp_read(&m1);
 	} else {
@@ -242,7 +242,7 @@ int mm_run_sample(struct mm_ctx *c, int index, int warmup)
 		mm_state_global(c, &m0, &m1);
 		mm_state_num(c, "online_cpus", (double)sysconf(_SC_NPROCESSORS_ONLN));
 		beside(c, &cpu0, psi0, &r0, &r1, wall_ms);
-		if (c->own_memcg)
+		if (mm_memcg_trial)
 			own_memcg(c, e0, e1);
 	}
 	emit_sample(c, index, &r0, &r1, &v0, &v1);

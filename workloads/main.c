@@ -278,7 +278,7 @@ int main(int argc, char **argv)
 		char why[512];
 		if (mm_memcg_own_find(&own, why, sizeof(why)))
 			mm_die(&ctx, "%s", why);
-		ctx.own_memcg = mm_memcg_trial = &own;
+		mm_memcg_trial = &own;
 	}
 	mm_insns_init((int)mm_arg_long(&ctx, "insns"), (int)mm_arg_long(&ctx, "cpu-time"));
 	mm_errors_init();

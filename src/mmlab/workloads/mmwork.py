@@ -79,7 +79,7 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
     each sample; `prefix` wraps it (e.g. `perf record ... --`) for
     attribution runs."""
     journal = journal or knobs.Journal()
-    own = bool(group and group.path)
+    own = group is not None and group.path is not None
     command = [*(prefix or []), *argv(workload, params, samples, warmups, own_memcg=own)]
     got: list[Sample] = []
     with _guard_workload_settings(workload, journal):
@@ -87,8 +87,8 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
 
         def start() -> None:
             """In the child, before mmwork: its group, then its CPUs."""
-            if own and group:
-                group.enter()
+            if group:
+                group.enter()       # nothing where no group could be made
             if cpuset:
                 os.sched_setaffinity(0, cpuset)
 
