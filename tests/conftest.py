@@ -108,18 +108,21 @@ thp = ["hugepage", "nohugepage"]
 """
 
 
-def mmlab(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([*MMLAB, *args], capture_output=True, text=True, timeout=timeout)
+def mmlab(*args: str, timeout: float | None = None,
+          env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """The mmlab command, with `env` added to this process's environment."""
+    return subprocess.run([*MMLAB, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **env} if env else None)
 
 
-def run_profile(tmp_path: Path, text: str, *args: str,
-                timeout: float | None = None) -> tuple[subprocess.CompletedProcess, Path]:
+def run_profile(tmp_path: Path, text: str, *args: str, timeout: float | None = None,
+                env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, Path]:
     """Write `text` as a profile and `mmlab experiment run` it into tmp_path/r."""
     profile = tmp_path / "profile.toml"
     profile.write_text(text)
     results = tmp_path / "r"
     return mmlab("experiment", "run", str(profile), "--results", str(results), *args,
-                 timeout=timeout), results
+                 timeout=timeout, env=env), results
 
 
 def mmwork(*args: str) -> subprocess.CompletedProcess:

@@ -51,14 +51,16 @@ def busybox(script: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def here(tmp_path: Path, channel: Path | str) -> str:
     """machine.sh's functions with this test's disk, channel and kexec."""
-    (tmp_path / "machine.sh").write_text(kexec.MACHINE)
-    return f". ./machine.sh; DISK=disk.img CHANNEL={channel} KEXEC=./kexec\n"
+    wiring = kexec.Wiring(channel=str(channel), disk="disk.img")
+    (tmp_path / "machine.sh").write_text(kexec.machine_script(wiring))
+    return ". ./machine.sh; DISK=disk.img KEXEC=./kexec\n"
 
 
 @needs_busybox
 def test_the_disk_gives_back_its_files_and_a_trials_results_once(tmp_path):
     big = os.urandom(kexec.MIB + 12345)
-    kexec.disk(tmp_path / "disk.img", {"k1.vmlinuz": big, "base.append": b"console=ttyS0\n"})
+    kexec.disk(tmp_path / "disk.img", {"k1.vmlinuz": big, "base.append": b"console=ttyS0\n"},
+               "test")
     (tmp_path / "res").write_text("frames\nMMLAB-DONE\n")
     out = busybox(here(tmp_path, "chan") + """
 fetch k1.vmlinuz got && fetch base.append append && ! fetch k2.vmlinuz nothing
@@ -75,7 +77,7 @@ fetch base.append again
 
 @needs_busybox
 def test_results_too_big_for_the_disk_are_an_error_not_an_overwritten_library(tmp_path):
-    kexec.disk(tmp_path / "disk.img", {"base.append": b"x\n"})
+    kexec.disk(tmp_path / "disk.img", {"base.append": b"x\n"}, "test")
     with open(tmp_path / "res", "wb") as f:
         f.truncate(kexec.LIBRARY)
     out = busybox(here(tmp_path, "chan") + "put_results n1 res; send_results; "
@@ -117,7 +119,8 @@ class PtyAgent:
 def test_the_agent_kexecs_the_kernel_with_the_trial_appended_and_reports_what_failed(tmp_path):
     hooks = initramfs.archive({"mmlab/kexec.sh": (0o644, b"# hooks\n")}, tmp_path / "c")
     prefix = hooks.read_bytes() + b"\0" * (-hooks.stat().st_size % 4)
-    kexec.disk(tmp_path / "disk.img", {"k1.vmlinuz": b"a kernel", "k1.initrd": prefix})
+    kexec.disk(tmp_path / "disk.img", {"k1.vmlinuz": b"a kernel", "k1.initrd": prefix},
+               "test")
     agent = PtyAgent(tmp_path)
     try:
         deadline = time.monotonic() + 30
@@ -246,6 +249,7 @@ class PlayedMachine:
     accelerator = measurements.BARE_METAL
     why = "a thread plays the machine"
     name = "played"
+    cmdline = "console=ttyS0"
 
     def __init__(self, answer):
         self.answer = answer
@@ -257,12 +261,12 @@ class PlayedMachine:
 
     def start(self, kernels):
         self.starts += 1
-        self.kernels = kernels
+        self.kernels = {f"k{i}": k for i, k in enumerate(kernels, 1)}
         ours, theirs = socket.socketpair()
-        PlayedAgent(theirs, lambda entry: self.answer(kernels[entry].name)).start()
+        PlayedAgent(theirs, lambda entry: self.answer(self.kernels[entry].name)).start()
         self.link = agentlink.Link(ours)
         agentlink.expect(self.link, "MMLAB-AGENT-READY", time.monotonic() + 10)
-        return self.link
+        return self.link, {k.name: entry for entry, k in self.kernels.items()}
 
     def console(self) -> str:
         return ""
@@ -380,10 +384,11 @@ def test_a_bare_metal_arm_names_one_target_for_every_kernel():
 
 @pytest.mark.parametrize("spec, wanted", [
     (None, r"bare_metal = true: name the machine in \$MMLAB_BARE_METAL"),
-    ("lab-box", "MMLAB_BARE_METAL='lab-box': expected simulated:KERNEL"),
-    ("simulated:", "expected simulated:KERNEL"),
-    ("simulated:host", "expected simulated:KERNEL"),
-    ("simulated:debian:6", "expected simulated:KERNEL"),
+    ("lab-box", "MMLAB_BARE_METAL='lab-box': expected a machine file .* or simulated:KERNEL"),
+    ("simulated:", "or simulated:KERNEL"),
+    ("simulated:host", "or simulated:KERNEL"),
+    ("simulated:debian:6", "or simulated:KERNEL"),
+    ("/nonexistent/box1.toml", "/nonexistent/box1.toml: cannot read the machine file"),
 ])
 def test_the_machine_is_named_in_the_environment_or_refused_in_one_line(monkeypatch, spec,
                                                                          wanted):
@@ -408,9 +413,8 @@ def test_a_bad_machine_is_refused_before_anything_is_stored(tmp_path, monkeypatc
     proc, results = run_profile(tmp_path, TWO_KERNELS.format(timeout=60))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "mmlab: MMLAB_BARE_METAL='ipmi:lab-box': expected simulated:KERNEL, a TCG guest of "
-        "KERNEL (debian:6.12, say) standing in for the machine; a real machine's link is not "
-        "built yet"]
+        "mmlab: MMLAB_BARE_METAL='ipmi:lab-box': expected a machine file (NAME.toml) or "
+        "simulated:KERNEL, a TCG guest of KERNEL (debian:6.12, say) standing in for the machine"]
     assert not results.exists()
 
 

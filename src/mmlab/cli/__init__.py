@@ -24,7 +24,7 @@ import sys
 import typer
 
 from mmlab import __version__
-from mmlab.cli import census, experiments, fleet, kernels, machine, results, track
+from mmlab.cli import baremetal, census, experiments, fleet, kernels, machine, results, track
 from mmlab.cli import run as run_cmd
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.machine import paths
@@ -39,6 +39,7 @@ app.add_typer(fleet.fleet_app, name="fleet")
 app.add_typer(fleet.store_app, name="store")
 app.add_typer(machine.selftest_app, name="selftest")
 app.add_typer(track.app, name="track")
+app.add_typer(baremetal.app, name="bare-metal")
 machine.selftest_app.command("changepoints")(track.selftest_changepoints)
 for command in results.COMMANDS:
     app.command()(command)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from mmlab.errors import MmlabError
 from mmlab.kernels.catalog import Apt, mirrors
-from mmlab.kernels.modules import guest_modules
+from mmlab.kernels.modules import builtin, found, guest_modules, normal
 from mmlab.kernels.specs import is_range, resolve
 from mmlab.machine import paths, proc
 from mmlab.names import safe_name
@@ -309,3 +309,41 @@ def _fetched(name: str, cache: Path | None) -> Kernel:
         except MmlabError:
             pass
         return add_debian(name.removeprefix("debian:"), cache)
+
+
+def disk_modules(kernel: Kernel, names: tuple[str, ...],
+                 say: Callable[[str], None]) -> dict[str, bytes]:
+    """The modules a bare-metal machine's disk needs under `kernel` (its
+    driver's `names` and what they depend on), in load order.  The cache
+    keeps a guest's modules only, so the first machine to ask has the
+    kernel's packages fetched again; what they hold (or build in) is kept
+    beside the kernel, so a later ask reads the cache.  A name the kernel
+    neither builds nor builds in is refused: its machine could not find
+    its disk."""
+    where = Path(kernel.dir) / "modules"
+    known = Path(kernel.dir) / "built-in.json"
+    inside = set(json.loads(known.read_text())) if known.exists() else set()
+    have = found(where, names)
+    lacking = [n for n in map(normal, names) if n not in have and n not in inside]
+    if not lacking:
+        return have
+    if not kernel.name.startswith("debian:"):
+        raise MmlabError(f"{kernel.name}: no module {', '.join(lacking)} in the cache; build "
+                         "the machine's disk driver into the kernel")
+    say(f"fetching {kernel.name}'s packages again for {', '.join(lacking)}")
+    with tempfile.TemporaryDirectory(dir=kernel.dir, prefix=".modules-") as tmp:
+        _download(Apt(), tuple(kernel.details.get("packages", ())), kernel.package_version,
+                  Path(tmp), kernel.name.removeprefix("debian:"))
+        tree = _find(Path(tmp) / "x", (f"usr/lib/modules/{kernel.version}",
+                                       f"lib/modules/{kernel.version}"))
+        got = found(tree, names) if tree else {}
+        inside |= builtin(tree) if tree else set()
+    missing = [n for n in lacking if n not in got and n not in inside]
+    if missing:
+        raise MmlabError(f"{kernel.name} ({kernel.version}) has no module {', '.join(missing)} "
+                         "and does not build it in")
+    where.mkdir(exist_ok=True)
+    for name, data in got.items():
+        (where / f"{name}.ko").write_bytes(data)
+    known.write_text(json.dumps(sorted(inside)))
+    return found(where, names)

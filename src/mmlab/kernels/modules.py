@@ -1,6 +1,7 @@
-"""The kernel modules a guest loads for swap (zram and its compressors,
-virtio_blk), taken from a kernel package's tree, decompressed, in load
-order.
+"""Kernel modules taken from a kernel package's tree, decompressed, in load
+order: those a guest loads for swap (zram and its compressors, virtio_blk),
+kept with every cached kernel, and those a bare-metal machine's disk needs,
+found when its library is staged.
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ GUEST_MODULES = ("zsmalloc", "zram", "lzo", "lzo-rle", "lzo_compress", "lzo_deco
                  "zstd", "zstd_compress", "zstd_decompress", "virtio_pci", "virtio_blk")
 
 
-
 def _modinfo(ko: bytes, key: str) -> list[str]:
     return [v.decode() for v in re.findall(rb"(?:^|\0)" + key.encode() + rb"=([^\0]*)", ko)]
 
@@ -28,9 +28,27 @@ def _modinfo(ko: bytes, key: str) -> list[str]:
 def guest_modules(tree: Path) -> dict[str, bytes]:
     """The swap modules found under `tree` (…/lib/modules/RELEASE), with their
     dependencies, decompressed, dependencies first."""
+    return found(tree, GUEST_MODULES)
+
+
+def builtin(tree: Path) -> set[str]:
+    """The modules the kernel of `tree` builds in (its modules.builtin)."""
+    listed = tree / "modules.builtin"
+    names = listed.read_text().split() if listed.exists() else []
+    return {normal(Path(n).name.removesuffix(".ko")) for n in names}
+
+
+def normal(name: str) -> str:
+    return name.replace("-", "_")
+
+
+def found(tree: Path, names: tuple[str, ...]) -> dict[str, bytes]:
+    """Those of `names` found under `tree` (a package's module tree, or a
+    cached kernel's flat folder of them), with their dependencies,
+    decompressed, dependencies first; a name not found is left out."""
     index: dict[str, Path] = {}
     for ko in tree.rglob("*.ko*"):
-        index[re.sub(r"\.ko(\.xz|\.zst|\.gz)?$", "", ko.name).replace("-", "_")] = ko
+        index[normal(re.sub(r"\.ko(\.xz|\.zst|\.gz)?$", "", ko.name))] = ko
     loaded: dict[str, bytes] = {}
 
     def read(path: Path) -> bytes:
@@ -44,7 +62,7 @@ def guest_modules(tree: Path) -> dict[str, bytes]:
         return data
 
     def add(name: str, chain: tuple[str, ...] = ()) -> None:
-        name = name.replace("-", "_")
+        name = normal(name)
         if name in loaded or name not in index or name in chain:
             return
         data = read(index[name])
@@ -52,6 +70,6 @@ def guest_modules(tree: Path) -> dict[str, bytes]:
             if dep:
                 add(dep, chain + (name,))
         loaded[name] = data
-    for name in GUEST_MODULES:
+    for name in names:
         add(name)
     return loaded

@@ -5,7 +5,9 @@ agent's marker lines as they arrive, and one trial's conversation with it
 Every step of a kernel switch is timed here, on the coordinator's clock, as
 its marker arrives: no clock of the machine runs on across a kexec.  The
 trial's deadline is the watchdog: a machine that has not come back with the
-results by then fails the trial, naming the last marker it said.
+results by then fails the trial, naming the last marker it said.  A kernel
+that comes back by a reboot instead of a kexec (MMLAB-REBOOT) still
+delivers its trial: the base kernel's agent sends what the disk kept.
 """
 
 from __future__ import annotations
@@ -100,15 +102,22 @@ class Link:
 def expect(link: Link, word: str, deadline: float, first: str | None = None) -> Heard:
     """Wait for `word` (its first argument `first`, if given); a failure the
     machine reports, or the deadline, fails the trial."""
+    return expect_one(link, [(word, first)], deadline)
+
+
+def expect_one(link: Link, wanted: list[tuple[str, str | None]], deadline: float) -> Heard:
+    """Wait for the first of `wanted` (word, first argument or None)."""
     while (heard := link.marker(deadline)) is not None:
         if heard.word in FAILED:
             raise TrialFailed(f"{FAILED[heard.word]} on the machine: "
                               + ("the machine came back without the trial's results "
                                  "(it rebooted)" if heard.word == "MMLAB-LOST"
                                  else " ".join(heard.args)))
-        if heard.word == word and (first is None or heard.args[:1] == (first,)):
+        if any(heard.word == word and (first is None or heard.args[:1] == (first,))
+               for word, first in wanted):
             return heard
-    raise Watchdog(f"waited for {word}" + (f" {first}" if first else "")
+    said = " or ".join(f"{word} {first}" if first else word for word, first in wanted)
+    raise Watchdog(f"waited for {said}"
                    + (f"; the last it said was {link.last.word}"
                       f" {' '.join(link.last.args[:1])}".rstrip() if link.last else
                       "; it said nothing"))
@@ -120,19 +129,20 @@ class Switch:
     load_in_s: float      # the request sent -> the agent about to kexec (read, kexec -l)
     switch_in_s: float    # its kexec -e -> the kernel under test's /init runs
     trial_s: float        # that /init -> the trial's results on the disk
-    load_back_s: float    # -> about to kexec back (base kernel read, kexec -l)
-    switch_back_s: float  # its kexec -e -> the base kernel's agent runs
+    load_back_s: float    # -> about to kexec back (base kernel read, kexec -l) or reboot
+    switch_back_s: float  # its kexec -e (or reboot) -> the base kernel's agent runs
+    back_by: str = "kexec"   # or "reboot": through the machine's boot loader
 
     @property
     def switch_s(self) -> float:
         """A kernel switch there and back: kexec -e until the next /init, twice."""
         return self.switch_in_s + self.switch_back_s
 
-    def figures(self) -> dict[str, float]:
+    def figures(self) -> dict[str, float | str]:
         return {"kexec_load_s": round(self.load_in_s + self.load_back_s, 3),
                 "switch_in_s": round(self.switch_in_s, 3),
                 "switch_back_s": round(self.switch_back_s, 3),
-                "switch_s": round(self.switch_s, 3)}
+                "switch_s": round(self.switch_s, 3), "switch_back_by": self.back_by}
 
 
 def request(entry: str, nonce: str, append: str, script: str) -> bytes:
@@ -149,12 +159,15 @@ def trial(link: Link, entry: str, append: str, script: str,
     nonce = secrets.token_hex(8)
     start = time.monotonic()
     link.send(request(entry, nonce, append, script))
-    steps = [("MMLAB-KEXEC", entry), ("MMLAB-UP", nonce), ("MMLAB-RAN", nonce),
-             ("MMLAB-KEXEC", "back"), ("MMLAB-AGENT-UP", None)]
+    steps = [("MMLAB-KEXEC", entry), ("MMLAB-UP", nonce), ("MMLAB-RAN", nonce)]
     times = [start] + [expect(link, word, deadline, first).at for word, first in steps]
+    back = expect_one(link, [("MMLAB-KEXEC", "back"), ("MMLAB-REBOOT", nonce)], deadline)
+    times += [back.at, expect(link, "MMLAB-AGENT-UP", deadline).at]
     results = collect(link, nonce, deadline)
     expect(link, "MMLAB-AGENT-READY", deadline)
-    return results, Switch(*(b - a for a, b in zip(times, times[1:])))
+    load_in, switch_in, ran, load_back, switch_back = (b - a for a, b in zip(times, times[1:]))
+    return results, Switch(load_in, switch_in, ran, load_back, switch_back,
+                           "reboot" if back.word == "MMLAB-REBOOT" else "kexec")
 
 
 def collect(link: Link, nonce: str, deadline: float) -> str:

@@ -6,9 +6,10 @@ machine's serial channel (agentlink.py) and labels the samples with where
 they ran and what the kernel switches cost.
 
 A profile sends its arms here with `bare_metal = true`; $MMLAB_BARE_METAL
-(or a fleet worker's `--bare-metal`) names the machine.  The one kind built
-is `simulated:KERNEL` (simulated.py): a TCG guest of KERNEL standing in for
-a machine, whose figures are emulated and say so.  The machine starts with
+(or a fleet worker's `--bare-metal`) names the machine: a machine file
+(realmachine.py: a real machine's serial line, library disk and power
+control), or `simulated:KERNEL` (simulated.py): a TCG guest of KERNEL
+standing in for a machine, whose figures are emulated and say so.  The machine starts with
 the first trial that needs it and stops when the target is released: after
 each batch the runner hands over, or when a fleet worker's queue runs dry;
 a failed trial power cycles it, so every trial starts from the base
@@ -20,17 +21,19 @@ from __future__ import annotations
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import KERNEL_NAME
 from mmlab.kernels import images
-from mmlab.targets import LocalTarget, TrialError, TrialResult, agentlink
+from mmlab.targets import LocalTarget, TrialError, TrialResult, agentlink, realmachine
 from mmlab.targets.agentlink import Link, Switch, Watchdog
-from mmlab.targets.boot import CMDLINE, Guest, QemuExit, result
+from mmlab.targets.boot import Guest, QemuExit, result
 from mmlab.targets.qemu import guest_samples, trial_script
+from mmlab.targets.realmachine import RealMachine
 from mmlab.targets.simulated import SimulatedMachine
 from mmlab.workloads import insns
 from mmlab.workloads.mmwork import TrialFailed
@@ -45,12 +48,14 @@ class Machine(Protocol):
     name: str
     accelerator: str      # what its samples say they ran on
     why: str
+    cmdline: str          # what every kernel kexec'd there is told (its console...)
 
     def base(self) -> images.Kernel:
         """Its base kernel; MmlabError when the machine cannot be had."""
 
-    def start(self, kernels: Mapping[str, images.Kernel]) -> Link:
-        """Its agent ready, with `kernels` (by library entry) on its disk."""
+    def start(self, kernels: Sequence[images.Kernel]) -> tuple[Link, dict[str, str]]:
+        """Its agent ready, with `kernels` on its disk: the agent's channel,
+        and each kernel's entry in the disk's library, by kernel name."""
 
     def console(self) -> str:
         """What its serial console printed since it started ("" where none is read)."""
@@ -73,12 +78,14 @@ def machine(say: Callable[[str], None], spec: str | None = None) -> Machine:
     found = SIMULATED.match(spec)
     base = found.group(1) if found else ""
     if not spec:
-        raise MmlabError(f"bare_metal = true: name the machine in ${ENV} "
-                         "(simulated:debian:6.12 is a TCG guest standing in for one)")
+        raise MmlabError(f"bare_metal = true: name the machine in ${ENV}: its machine file "
+                         "(box1.toml), or simulated:debian:6.12, a TCG guest standing in for one")
+    if realmachine.is_file(spec):
+        return RealMachine(realmachine.load(Path(spec)), say)
     if not KERNEL_NAME.match(base) or base == "host":
-        raise MmlabError(f"{ENV}={spec!r}: expected simulated:KERNEL, a TCG guest of KERNEL "
-                         "(debian:6.12, say) standing in for the machine; a real machine's "
-                         "link is not built yet")
+        raise MmlabError(f"{ENV}={spec!r}: expected a machine file (NAME.toml) or "
+                         "simulated:KERNEL, a TCG guest of KERNEL (debian:6.12, say) standing "
+                         "in for the machine")
     return SimulatedMachine(base, say)
 
 
@@ -112,7 +119,7 @@ class BareMetalTarget(LocalTarget):
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         """One trial kexec'd into the arm's kernel; a failed one power cycles
         the machine, so that the next starts from the base kernel's agent."""
-        append = f"{CMDLINE} {plan.profile.cmdline}".strip()
+        append = f"{self.machine.cmdline} {plan.profile.cmdline}".strip()
         kernel = self._kernel(arm.kernel)
         if isinstance(kernel, MmlabError):
             raise TrialError(str(kernel), self.machine.environment())
@@ -163,9 +170,8 @@ class BareMetalTarget(LocalTarget):
             self.release()
         ready = {name: k for name in sorted({a.kernel for a in plan.arms if a.bare_metal})
                  if isinstance(k := self._kernel(name), images.Kernel)}
-        self.entries = {name: f"k{i}" for i, name in enumerate(ready, 1)}
         self.say(f"{self.name}: starting {self.machine.name}")
-        self.link = self.machine.start({self.entries[n]: k for n, k in ready.items()})
+        self.link, self.entries = self.machine.start(list(ready.values()))
         return self.link
 
     def release(self) -> None:

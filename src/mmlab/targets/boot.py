@@ -37,7 +37,11 @@ QEMU = "qemu-system-x86_64"
 # A soft lockup panics (and panic=-1 ends QEMU) rather than spinning until
 # timeout_s: a 6.12.101 guest swapping to zram locked up and held its
 # trial for the full 600 s.
-CMDLINE = "console=ttyS0 panic=-1 oops=panic softlockup_panic=1 loglevel=4 rdinit=/init"
+# What every kernel mmlab boots is told besides where its console is: a
+# panic or an oops ends the boot at once (a guest's QEMU exits; a bare-metal
+# machine reboots and its boot loader starts its base kernel again).
+KERNEL_ARGS = "panic=-1 oops=panic softlockup_panic=1 loglevel=4 rdinit=/init"
+CMDLINE = f"console=ttyS0 {KERNEL_ARGS}"
 CONSOLE_TAIL = 15
 STARTED = "mmlab-guest: running trial"   # /init prints it before the trial
 BOOT_RETRIES = 2

@@ -107,7 +107,7 @@ def base_archive(cache: Path) -> Path:
     files.update({"init": (0o100755, INIT.encode()), "bin/busybox": (0o100755, bb),
                   "bin/sh": (0o100755, bb), "bin/mmwork": (0o100755, mmwork)})
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6, mtime=0))
     tmp.rename(path)
     return path
 
@@ -136,7 +136,7 @@ def modules_archive(kernel) -> Path:
                                                   (Path(kernel.dir) / "modules" / f"{name}.ko")
                                                   .read_bytes())
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6))
+    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6, mtime=0))
     tmp.rename(path)
     return path
 
@@ -164,7 +164,7 @@ def archive(files: dict[str, tuple[int, bytes]], cache: Path) -> Path:
     if not out.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(gzip.compress(cpio(tree), compresslevel=6))
+        tmp.write_bytes(gzip.compress(cpio(tree), compresslevel=6, mtime=0))
         tmp.rename(out)
     return out
 
@@ -190,4 +190,4 @@ def trial_initrd(base: Path, script: str | None, dest: Path,
 def script_archive(script: str) -> bytes:
     """The last part of a trial's initramfs: a gzip'd archive of /trial.sh
     (a bare-metal machine's agent appends it to the kernel's own parts)."""
-    return gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}))
+    return gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}), mtime=0)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from mmlab.errors import MmlabError
@@ -39,6 +39,7 @@ from mmlab.targets.boot import (
 )
 from mmlab.workloads.mmwork import TrialFailed
 
+WIRING = kexec.Wiring()     # ttyS1, /dev/vda and virtio_blk, back by kexec
 MEMORY_MB = 1024
 START_TIMEOUT_S = 180     # the base kernel booted and its agent ready (about 6 s here)
 QUIT_TIMEOUT_S = 30
@@ -48,6 +49,7 @@ class SimulatedMachine:
     """The machine `simulated:BASE`: a TCG guest of BASE, one vCPU, 1 GiB."""
 
     accelerator = SIMULATED_BARE_METAL
+    cmdline = CMDLINE
 
     def __init__(self, base: str, say: Callable[[str], None] = print):
         self.name = f"simulated:{base}"
@@ -70,21 +72,19 @@ class SimulatedMachine:
             self._base = got
         return self._base
 
-    def start(self, kernels: Mapping[str, images.Kernel]) -> Link:
-        """Write the disk with the base kernel and `kernels` (by library
-        entry), boot the base kernel, and wait for its agent."""
+    def start(self, kernels: Sequence[images.Kernel]) -> tuple[Link, dict[str, str]]:
+        """Write the disk with the base kernel and `kernels`, boot the base
+        kernel, and wait for its agent: its channel, and each kernel's entry."""
         self.stop()
         self.tmp = tempfile.TemporaryDirectory(prefix="mmlab-machine-")
         tmpd, cache = Path(self.tmp.name), initramfs_cache()
         base = self.base()
-        initrd = kexec.agent_initrd(base, cache, tmpd / "base.initrd")
-        files: dict[str, Path | bytes] = {"base.vmlinuz": base.image, "base.initrd": initrd,
-                                          "base.append": CMDLINE.encode()}
-        for entry, kernel in kernels.items():
-            files[f"{entry}.vmlinuz"] = kernel.image
-            files[f"{entry}.initrd"] = kexec.kernel_initrd(kernel, cache,
-                                                           tmpd / f"{entry}.initrd")
-        disk = kexec.disk(tmpd / "disk.img", files)
+        entries = {k.name: f"k{i}" for i, k in enumerate(kernels, 1)}
+        files = kexec.library(base, CMDLINE, {entries[k.name]: k for k in kernels}, WIRING,
+                              cache, tmpd, self.say)
+        disk = kexec.disk(tmpd / "disk.img", files, self.name)
+        initrd = files["base.initrd"]
+        assert isinstance(initrd, Path)
         sock = tmpd / "agent.sock"
         argv = qemu_argv(Guest(base, memory_mb=MEMORY_MB), initrd, "tcg", tmpd / "console.log",
                          ["-chardev", f"socket,id=agent,path={sock},server=on,wait=off",
@@ -101,7 +101,7 @@ class SimulatedMachine:
             raise TrialFailed(f"the simulated machine {self.name} did not start: {exc}; "
                               f"console: {tail(console)}") from exc
         self.started_s = time.monotonic() - t0
-        return self.link
+        return self.link, entries
 
     def console(self) -> str:
         """What the machine's serial console has printed since it started."""

@@ -1,0 +1,212 @@
+"""A real bare-metal machine's link: its machine file, staging its library,
+its agent reached over a serial line, power cycling it.  The machine is a
+box (box.py): a TCG guest wired as a lab wires a machine, a tty, a disk
+and a power command, and reached through nothing else.  Fast: bad machine
+files and power commands; the box staged, checked and running a trial by
+kexec.  Slow: a two-kernel, three-round experiment on a box whose library
+disk needs a real controller's modules; a hung trial power cycled; a
+machine that comes back by its boot loader."""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+
+import pytest
+
+from mmlab.errors import MmlabError
+from mmlab.store import Store
+from mmlab.targets import agentlink, baremetal, realmachine
+from mmlab.targets.agentlink import Watchdog
+
+from . import box
+from .conftest import mmlab, run_profile
+
+GOOD = {"name": "box1", "base": "debian:6.12", "serial": "/dev/ttyUSB0",
+        "channel": "/dev/ttyS1", "disk": "/dev/sd*"}
+
+
+def toml(values: dict) -> str:
+    return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
+
+
+@pytest.mark.parametrize("change, wanted", [
+    ({"colour": "red"}, "unknown key 'colour' (a machine file knows name, base, serial"),
+    ({"serial": None}, "serial is missing (a machine file needs name, base, serial"),
+    ({"baud": "fast"}, "baud = 'fast': expected int"),
+    ({"baud": 123}, "baud = 123: expected a serial line's speed"),
+    ({"base": "host"}, "base = 'host': expected a kernel mmlab fetches or builds"),
+    ({"back": "pxe"}, "back = 'pxe': expected kexec or reboot"),
+    ({"name": "box 1"}, "name = 'box 1': expected letters, digits"),
+    ({"boot_timeout_s": 0}, "boot_timeout_s = 0: expected seconds, more than 0"),
+    ({"disk_modules": "ahci"}, "disk_modules = 'ahci': expected list"),
+])
+def test_a_bad_machine_file_is_refused_in_one_line_naming_the_key(tmp_path, change, wanted):
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({k: v for k, v in {**GOOD, **change}.items() if v is not None}))
+    with pytest.raises(MmlabError) as err:
+        realmachine.load(path)
+    assert str(err.value).startswith(f"{path}: {wanted}")
+    assert "\n" not in str(err.value)
+
+
+def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path):
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({**GOOD, "disk_modules": ["ahci", "sd_mod"], "back": "reboot",
+                          "console": "ttyS1,57600"}))
+    machine = realmachine.load(path)
+    assert machine.wiring == realmachine.kexec.Wiring(
+        channel="/dev/ttyS1", disk="/dev/sd*", disk_modules=("ahci", "sd_mod"), baud=115200,
+        back="reboot")
+    assert machine.cmdline.startswith("console=ttyS1,57600 panic=-1 ")
+    assert isinstance(baremetal.machine(print, str(path)), realmachine.RealMachine)
+
+
+@pytest.mark.parametrize("power, wanted", [
+    ("", "box1: its agent did not answer, and {path} names no power_cycle command: reset it "
+         "by hand"),
+    ("echo no BMC answers >&2; exit 3", "box1: power_cycle exited 3: no BMC answers"),
+])
+def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path, k612,
+                                                                         monkeypatch, power,
+                                                                         wanted):
+    monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"),
+                          "disk_modules": [], "power_cycle": power}))
+    machine = realmachine.RealMachine(realmachine.load(path), say=lambda line: None)
+    with pytest.raises(MmlabError) as err:
+        machine.start([k612])
+    assert str(err.value) == wanted.format(path=path)
+
+
+@pytest.fixture
+def wired(tmp_path):
+    """A box wired with a virtio disk, powered off at the end."""
+    machine = box.wire(tmp_path)
+    yield machine
+    box.off(tmp_path)
+
+
+def test_a_real_machines_library_staged_checked_and_a_trial_kexeced_there(wired, k612, k73,
+                                                                         tmp_path):
+    """The box, off, staged with 7.3 only: check powers it on and names
+    what it is; a kernel its library lacks is refused in one line that says
+    how to stage it; a trial of 7.3 runs there by kexec and comes back,
+    its samples saying the machine they ran on and what the switches cost."""
+    staged = mmlab("bare-metal", "stage", str(wired), "--kernels", "debian:7.3",
+                   "--output", str(tmp_path), timeout=600)
+    assert staged.returncode == 0, staged.stderr
+    assert "box: 1 kernel(s) and its base debian:6.12 staged" in staged.stdout
+    assert (tmp_path / "library.img").read_bytes()[64 << 20:][:18] == b"MMLAB-LIBRARY box\n"
+
+    checked = mmlab("bare-metal", "check", str(wired), "--kernels", "debian:7.3", timeout=600)
+    assert checked.returncode == 0, checked.stderr + checked.stdout
+    assert checked.stdout.splitlines()[0] == "box: power cycling it (its agent did not answer)"
+    assert "box: 1 CPUs (QEMU TCG CPU version" in checked.stdout
+    assert f"its agent on {k612.version}" in checked.stdout
+    assert "debian:7.3: staged as k1, current" in checked.stdout
+
+    lacking = mmlab("bare-metal", "check", str(wired), "--kernels", "debian:6.12,debian:7.3",
+                    timeout=600)
+    assert lacking.returncode == 2
+    assert lacking.stderr.strip() == (
+        f"mmlab: box: its library lacks debian:6.12 as this mmlab stages them; stage it "
+        f"again (mmlab bare-metal stage {wired} --kernels debian:6.12,debian:7.3) and write "
+        "it to the machine")
+
+    results = tmp_path / "r"
+    ran = mmlab("run", "pageout-refault", "--kernel", "debian:7.3", "--bare-metal",
+                "--samples", "2", "--mapping-kb", "4096", "--rounds", "2", "--min-ms", "0",
+                "--results", str(results), timeout=600, env={baremetal.ENV: str(wired)})
+    assert ran.returncode == 0, ran.stderr
+    assert "accelerator: bare-metal for 1 arm(s)" in ran.stdout
+    env = Store(results, create=False).environments(1)[0]
+    assert env["machine"] == "box" and env["accelerator"] == "bare-metal"
+    assert env["kexec_kernel"] == "debian:7.3" and env["kernel"] == k612.version
+    assert env["switch_back_by"] == "kexec" and 0 < env["switch_in_s"] < 120
+    samples = Store(results, create=False).measurements(1).by_arm["run"]
+    assert {s.state["kernel"] for s in samples} == {k73.version}
+    assert {s.state["machine"] for s in samples} == {"box"}
+
+
+SLOW_PROFILE = """
+name = "box-two-kernels"
+workload = "pageout-refault"
+bare_metal = true
+repetitions = 3
+timeout_s = 600
+metrics = ["advise_ns_per_page"]
+baseline = { kernel = "debian:6.12" }
+cmdline = "damon_stat.enabled=N"
+[params]
+mapping-kb = 4096
+rounds = 2
+min-ms = 0
+[matrix]
+kernel = ["debian:6.12", "debian:7.3"]
+"""
+
+
+@pytest.mark.slow
+def test_two_kernels_three_rounds_on_a_real_machines_link(tmp_path, k612, k73):
+    """debian:6.12 against debian:7.3, three rounds, on a box whose library
+    disk hangs on an AHCI controller (so both kernels need ahci, libahci,
+    libata, scsi_mod and sd_mod, fetched for the library): every trial
+    kexec'd into its kernel and back over the box's tty, and the verdict
+    saying it ran on bare metal."""
+    machine = box.wire(tmp_path, disk="ahci")
+    try:
+        staged = mmlab("bare-metal", "stage", str(machine), "--kernels",
+                       "debian:6.12,debian:7.3", "--output", str(tmp_path), timeout=1800)
+        assert staged.returncode == 0, staged.stderr
+        proc, results = run_profile(tmp_path, SLOW_PROFILE, "--no-controls", timeout=1800,
+                                    env={baremetal.ENV: str(machine)})
+    finally:
+        box.off(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "bare-metal for 2 arm(s)" in proc.stdout
+    store = Store(results, create=False)
+    assert [t.status for t in store.trials(1)] == ["done"] * 6
+    envs = store.environments(1)
+    assert {e["machine"] for e in envs} == {"box"}
+    assert sorted(e["kexec_kernel"] for e in envs) == ["debian:6.12"] * 3 + ["debian:7.3"] * 3
+    releases = {arm: {s.state["kernel"] for s in ss}
+                for arm, ss in store.measurements(1).by_arm.items()}
+    assert releases == {"kernel=debian:6.12": {k612.version}, "kernel=debian:7.3": {k73.version}}
+    print(json.dumps([{k: e[k] for k in ("kexec_kernel", "switch_in_s", "switch_back_s",
+                                         "kexec_load_s")} for e in envs]))
+
+
+@pytest.mark.slow
+def test_a_hung_trial_is_power_cycled_and_a_machine_can_come_back_by_reboot(tmp_path, k612,
+                                                                           k73):
+    """A trial that never ends fails by its watchdog, naming the last word
+    the machine said; the machine is power cycled and the next start finds
+    its agent.  Wired to come back by its boot loader, a trial's kernel
+    reboots and the base kernel's agent still delivers the results."""
+    machine_file = box.wire(tmp_path, back="reboot")
+    staged = mmlab("bare-metal", "stage", str(machine_file), "--kernels", "debian:7.3",
+                   "--output", str(tmp_path), timeout=1800)
+    assert staged.returncode == 0, staged.stderr
+    said: list[str] = []
+    machine = realmachine.RealMachine(realmachine.load(machine_file), say=said.append)
+    try:
+        link, entries = machine.start([k73])
+        with pytest.raises(Watchdog, match="waited for MMLAB-RAN .*; the last it said was "
+                                           "MMLAB-UP"):
+            agentlink.trial(link, entries["debian:7.3"], machine.cmdline, "sleep 1000\n",
+                            time.monotonic() + 60)
+        machine.stop()
+        assert said[-1] == "box: power cycling it (it was left amid a trial)"
+        link, entries = machine.start([k73])
+        t0 = time.monotonic()
+        results, switch = agentlink.trial(link, entries["debian:7.3"], machine.cmdline,
+                                          "uname -r\n", time.monotonic() + 300)
+        print(f"trial with a reboot back: {time.monotonic() - t0:.1f} s, {switch.figures()}")
+    finally:
+        machine.stop()
+        box.off(tmp_path)
+    assert switch.back_by == "reboot" and switch.switch_back_s > 0
+    assert base64.b64encode(f"{k73.version}\n".encode()).decode() in results
