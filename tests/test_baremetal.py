@@ -145,6 +145,55 @@ def test_the_agent_kexecs_the_kernel_with_the_trial_appended_and_reports_what_fa
         agent.close()
 
 
+@needs_busybox
+def test_the_agent_answers_a_hello_with_the_machine_and_its_library(tmp_path):
+    kexec.disk(tmp_path / "disk.img", {"manifest": b"base 00aa debian:6.12\n"
+                                                   b"k1 11bb debian:7.3\n"}, "test")
+    agent = PtyAgent(tmp_path)
+    try:
+        deadline = time.monotonic() + 30
+        agentlink.expect(agent.link, "MMLAB-AGENT-READY", deadline)
+        agent.link.send(b"MMLAB-HELLO\n")
+        machine = agentlink.expect(agent.link, "MMLAB-MACHINE", deadline)
+        assert machine.args[0] == str(os.cpu_count()) and machine.args[1].isdigit()
+        assert [agentlink.expect(agent.link, "MMLAB-ENTRY", deadline).args for _ in "12"] == \
+            [("base", "00aa", "debian:6.12"), ("k1", "11bb", "debian:7.3")]
+        assert agentlink.expect(agent.link, "MMLAB-AGENT-READY", deadline)
+    finally:
+        agent.close()
+
+
+@needs_busybox
+@pytest.mark.parametrize("back, kexec_l, said", [
+    ("kexec", 0, ["MMLAB-KEXEC back"]),
+    ("kexec", 1, ["MMLAB-REBOOT n1 no way back by kexec: kexec -l: refused", "rebooted"]),
+    ("reboot", 0, ["MMLAB-REBOOT n1 wired to come back by the boot loader", "rebooted"]),
+])
+def test_a_kernel_under_test_comes_back_by_kexec_or_else_by_reboot(tmp_path, back, kexec_l,
+                                                                   said):
+    """Its results go to the disk either way: the base kernel's agent sends them."""
+    kexec.disk(tmp_path / "disk.img", {"base.vmlinuz": b"k", "base.initrd": b"i",
+                                       "base.append": b"console=ttyS0"}, "test")
+    (tmp_path / "kexec").write_text(f"#!/bin/sh\ncase $1 in -l) echo refused; exit {kexec_l};; "
+                                    "-e) echo kexec-e >> chan;; esac\n")
+    (tmp_path / "kexec").chmod(0o755)
+    (tmp_path / "results").write_text("frames\nMMLAB-DONE\n")
+    wiring = kexec.Wiring(channel="chan", disk="disk.img", back=back)
+    (tmp_path / "machine.sh").write_text(kexec.machine_script(wiring))
+    hooks = kexec.HOOKS.replace(". /mmlab/machine.sh\n", ". ./machine.sh; KEXEC=./kexec\n")
+    hooks = hooks.replace("/proc/cmdline", "cmdline")
+    (tmp_path / "cmdline").write_text("console=ttyS0 mmlab.trial=n1\n")
+    out = busybox(hooks.replace("/tmp/", "./") + "reboot() { echo rebooted >> chan; exit 0; }\n"
+                  "cp results ./results; deliver; finish\n", tmp_path)
+    assert out.returncode == 0, out.stderr
+    lines = (tmp_path / "chan").read_text().splitlines()
+    assert lines[:2] == ["MMLAB-UP n1 " + os.uname().release, "MMLAB-RAN n1"]
+    assert lines[2:] == said + (["kexec-e", "MMLAB-REBOOT n1 no way back by kexec: kexec -e "
+                                 "returned", "rebooted"] if said == ["MMLAB-KEXEC back"] else [])
+    assert busybox(here(tmp_path, "chan2") + "send_results", tmp_path).returncode == 0
+    assert (tmp_path / "chan2").read_text() == "MMLAB-RESULTS n1 18\nframes\nMMLAB-DONE\n"
+
+
 def framed(stdout: bytes, rc: int = 0) -> str:
     """What /init writes: rc, stdout and stderr framed, then MMLAB-DONE."""
     out = ""
@@ -159,9 +208,9 @@ class PlayedAgent(threading.Thread):
     answered with the markers a machine says, `pause` s apart, and the
     results `answer(entry)` gives, or silence after MMLAB-UP when it gives None."""
 
-    def __init__(self, sock: socket.socket, answer, pause: float = 0.01):
+    def __init__(self, sock: socket.socket, answer, pause: float = 0.01, back: str = "kexec"):
         super().__init__(daemon=True)
-        self.sock, self.answer, self.pause = sock, answer, pause
+        self.sock, self.answer, self.pause, self.back = sock, answer, pause, back
         self.requests: list[tuple[str, str]] = []
 
     def say(self, text: str) -> None:
@@ -184,7 +233,8 @@ class PlayedAgent(threading.Thread):
                     stream.read()                       # hung: until the machine is stopped
                     return
                 self.say(f"MMLAB-RAN {nonce}\n")
-                self.say("MMLAB-KEXEC back\n")
+                self.say("MMLAB-KEXEC back\n" if self.back == "kexec"
+                         else f"MMLAB-REBOOT {nonce} no way back by kexec: kexec -e returned\n")
                 self.say("MMLAB-AGENT-UP 6.12\n")
                 self.say(f"MMLAB-RESULTS {nonce} {len(results)}\n{results}MMLAB-AGENT-READY\n")
         except OSError:
@@ -201,6 +251,17 @@ def test_a_trial_comes_back_with_its_results_and_each_switch_timed():
     assert results == framed(b"out\n")
     assert all(t >= 0.04 for t in (switch.switch_in_s, switch.trial_s, switch.switch_back_s))
     assert switch.figures()["switch_s"] == round(switch.switch_in_s + switch.switch_back_s, 3)
+
+
+def test_a_trial_that_came_back_by_a_reboot_still_delivers_and_says_so():
+    ours, theirs = socket.socketpair()
+    PlayedAgent(theirs, lambda entry: framed(b"out\n"), back="reboot").start()
+    link = agentlink.Link(ours)
+    deadline = time.monotonic() + 10
+    agentlink.expect(link, "MMLAB-AGENT-READY", deadline)
+    results, switch = agentlink.trial(link, "k1", "console=ttyS0", "true\n", deadline)
+    assert results == framed(b"out\n")
+    assert switch.back_by == "reboot" and switch.figures()["switch_back_by"] == "reboot"
 
 
 def test_a_machine_that_does_not_come_back_fails_its_trial_by_the_watchdog():

@@ -196,17 +196,39 @@ def test_a_run_without_cpufreq_is_one_line_and_no_store(tmp_path, monkeypatch, c
     assert not results.exists()
 
 
-def test_bad_values_bare_metal_and_census_guests_are_refused_by_name(tmp_path):
+def test_bad_values_and_census_guests_are_refused_by_name(tmp_path):
     with pytest.raises(MmlabError, match="matrix.turbo: 'fast'"):
         parse(CLOCK.replace('turbo = ["off"]', 'turbo = ["fast"]'))
     with pytest.raises(MmlabError, match="matrix.governor: 'Perf ormance'.*governor's name"):
         parse(CLOCK.replace('"performance"', '"Perf ormance"'))
-    bare = CLOCK.replace("[params]", "bare_metal = true\n[params]").replace(
-        "[matrix]", '[matrix]\nkernel = ["local:a"]')
-    with pytest.raises(MmlabError, match="matrix.governor: 'performance': a bare-metal "
-                                         "machine's CPU clock"):
-        parse(bare)
     census = recipe.Recipe(description="x", command=["true"],
                            settings=knobs.HostSettings(turbo="off"))
     with pytest.raises(MmlabError, match="cannot run in a guest: governor and turbo"):
         recipe.travels(tmp_path / "r.toml", census)
+
+
+@pytest.mark.parametrize("governor, turbo, rc, said", [
+    ("performance", "off", 0, ""),
+    ("schedutil", None, 1, "mmlab: governor = 'schedutil': cpu0 offers performance powersave"),
+    (None, "on", 0, ""),
+])
+def test_a_bare_metal_kernel_sets_the_clock_itself_or_fails_its_trial(tmp_path, governor,
+                                                                      turbo, rc, said):
+    """A bare-metal arm's clock is set by its kernel under test (a shell,
+    no Python there): as the host would set it, refused in the same words."""
+    root = fake_cpus(tmp_path / "cpu")
+    script = "set -e\n" + "\n".join(cpufreq.script(governor, turbo, str(root)))
+    ran = subprocess.run(["busybox", "sh", "-c", script], capture_output=True, text=True)
+    assert (ran.returncode, ran.stderr.strip()) == (rc, said)
+    if governor == "performance":
+        assert governors(root)[:2] == ["performance", "performance"]
+    assert (root / INTEL).read_text().strip() == {"off": "1", "on": "0"}.get(turbo or "", "0")
+    bare = CLOCK.replace("[params]", "bare_metal = true\n[params]").replace(
+        "[matrix]", '[matrix]\nkernel = ["local:a"]')
+    assert {a.settings.governor for a in parse(bare).arms} == {"performance"}
+
+
+def test_a_bare_metal_kernel_without_cpufreq_says_so(tmp_path):
+    script = "set -e\n" + "\n".join(cpufreq.script("performance", None, str(tmp_path)))
+    ran = subprocess.run(["busybox", "sh", "-c", script], capture_output=True, text=True)
+    assert ran.returncode == 1 and ran.stderr.strip() == f"mmlab: {cpufreq.NO_CPUFREQ}"

@@ -40,7 +40,7 @@ def toml(values: dict) -> str:
     ({"back": "pxe"}, "back = 'pxe': expected kexec or reboot"),
     ({"name": "box 1"}, "name = 'box 1': expected letters, digits"),
     ({"boot_timeout_s": 0}, "boot_timeout_s = 0: expected seconds, more than 0"),
-    ({"disk_modules": "ahci"}, "disk_modules = 'ahci': expected list"),
+    ({"modules": "ahci"}, "modules = 'ahci': expected list"),
 ])
 def test_a_bad_machine_file_is_refused_in_one_line_naming_the_key(tmp_path, change, wanted):
     path = tmp_path / "box1.toml"
@@ -53,11 +53,11 @@ def test_a_bad_machine_file_is_refused_in_one_line_naming_the_key(tmp_path, chan
 
 def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path):
     path = tmp_path / "box1.toml"
-    path.write_text(toml({**GOOD, "disk_modules": ["ahci", "sd_mod"], "back": "reboot",
+    path.write_text(toml({**GOOD, "modules": ["ahci", "sd_mod"], "back": "reboot",
                           "console": "ttyS1,57600"}))
     machine = realmachine.load(path)
     assert machine.wiring == realmachine.kexec.Wiring(
-        channel="/dev/ttyS1", disk="/dev/sd*", disk_modules=("ahci", "sd_mod"), baud=115200,
+        channel="/dev/ttyS1", disk="/dev/sd*", modules=("ahci", "sd_mod"), baud=115200,
         back="reboot")
     assert machine.cmdline.startswith("console=ttyS1,57600 panic=-1 ")
     assert isinstance(baremetal.machine(print, str(path)), realmachine.RealMachine)
@@ -74,7 +74,7 @@ def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path
     monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
     path = tmp_path / "box1.toml"
     path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"),
-                          "disk_modules": [], "power_cycle": power}))
+                          "modules": [], "power_cycle": power}))
     machine = realmachine.RealMachine(realmachine.load(path), say=lambda line: None)
     with pytest.raises(MmlabError) as err:
         machine.start([k612])

@@ -271,10 +271,6 @@ def _bare_metal(profile: Profile, axes: SettingAxes, kernel: str, loc: tuple, fa
     if axes.swap and axes.swap.startswith("file:"):
         raise fail(loc + ("swap",), f"{axes.swap!r}: a bare-metal machine's disk is not "
                    "mmlab's to swap to (zram:SIZE is)")
-    for axis in ("governor", "turbo"):
-        if getattr(axes, axis) is not None:
-            raise fail(loc + (axis,), f"{getattr(axes, axis)!r}: a bare-metal machine's CPU "
-                       "clock is its own, not set from here yet")
 
 
 def _expand(profile: Profile, wl: workloads.Workload, base: dict[str, Scalar], fail) -> list[Arm]:

@@ -311,15 +311,16 @@ def _fetched(name: str, cache: Path | None) -> Kernel:
         return add_debian(name.removeprefix("debian:"), cache)
 
 
-def disk_modules(kernel: Kernel, names: tuple[str, ...],
+def machine_modules(kernel: Kernel, names: tuple[str, ...],
                  say: Callable[[str], None]) -> dict[str, bytes]:
-    """The modules a bare-metal machine's disk needs under `kernel` (its
-    driver's `names` and what they depend on), in load order.  The cache
-    keeps a guest's modules only, so the first machine to ask has the
+    """The modules a bare-metal machine loads under `kernel` (`names`, its
+    disk's driver mostly, and what they depend on), in load order.  The
+    cache keeps a guest's modules only, so the first machine to ask has the
     kernel's packages fetched again; what they hold (or build in) is kept
     beside the kernel, so a later ask reads the cache.  A name the kernel
     neither builds nor builds in is refused: its machine could not find
-    its disk."""
+    its disk.  A kernel mmlab did not fetch (local, build) is taken to
+    build in what it lacks: its machine says so if it cannot find its disk."""
     where = Path(kernel.dir) / "modules"
     known = Path(kernel.dir) / "built-in.json"
     inside = set(json.loads(known.read_text())) if known.exists() else set()
@@ -328,8 +329,7 @@ def disk_modules(kernel: Kernel, names: tuple[str, ...],
     if not lacking:
         return have
     if not kernel.name.startswith("debian:"):
-        raise MmlabError(f"{kernel.name}: no module {', '.join(lacking)} in the cache; build "
-                         "the machine's disk driver into the kernel")
+        return have
     say(f"fetching {kernel.name}'s packages again for {', '.join(lacking)}")
     with tempfile.TemporaryDirectory(dir=kernel.dir, prefix=".modules-") as tmp:
         _download(Apt(), tuple(kernel.details.get("packages", ())), kernel.package_version,

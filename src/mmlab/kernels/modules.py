@@ -1,7 +1,7 @@
 """Kernel modules taken from a kernel package's tree, decompressed, in load
 order: those a guest loads for swap (zram and its compressors, virtio_blk),
-kept with every cached kernel, and those a bare-metal machine's disk needs,
-found when its library is staged.
+kept with every cached kernel, and those a bare-metal machine loads (its
+disk's driver), found when its library is staged.
 """
 
 from __future__ import annotations

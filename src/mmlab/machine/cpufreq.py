@@ -107,3 +107,29 @@ class Turbo:
             raise MmlabError(f"turbo = {state!r}: {why}")
         path, values = switch
         return [(str(path), values[state])]
+
+
+def script(governor: str | None, turbo: str | None,
+           sysfs: str = "/sys/devices/system/cpu") -> list[str]:
+    """Shell lines that set the CPU clock on a machine mmlab runs no Python
+    on: a bare-metal machine's kernel under test, which ends with its trial,
+    so nothing is put back.  What `files` refuses here fails the trial there,
+    in the same words, before the workload runs."""
+    if governor is None and turbo is None:
+        return []
+    lines = [f"ls -d {sysfs}/cpu[0-9]*/cpufreq >/dev/null 2>&1 || "
+             f"{{ echo 'mmlab: {NO_CPUFREQ}' >&2; exit 1; }}"]
+    if governor is not None:
+        lines += [f"for c in {sysfs}/cpu[0-9]*/cpufreq; do",
+                  f"  grep -qw {governor} $c/scaling_available_governors || {{ echo \"mmlab: "
+                  f"governor = '{governor}': $(basename $(dirname $c)) offers "
+                  f"$(cat $c/scaling_available_governors)\" >&2; exit 1; }}",
+                  f"  echo {governor} > $c/scaling_governor",
+                  "done"]
+    if turbo is not None:
+        (first, one), (second, other) = Turbo.SWITCHES
+        lines += [f"if [ -e {sysfs}/{first} ]; then echo {one[turbo]} > {sysfs}/{first}",
+                  f"elif [ -e {sysfs}/{second} ]; then echo {other[turbo]} > {sysfs}/{second}",
+                  f"else echo 'mmlab: turbo = {turbo!r}: its CPU frequency driver has no turbo "
+                  f"switch (intel_pstate/no_turbo or cpufreq/boost)' >&2; exit 1; fi"]
+    return lines

@@ -29,6 +29,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.profile import KERNEL_NAME
 from mmlab.kernels import images
+from mmlab.machine import cpufreq
 from mmlab.targets import LocalTarget, TrialError, TrialResult, agentlink, realmachine
 from mmlab.targets.agentlink import Link, Switch, Watchdog
 from mmlab.targets.boot import Guest, QemuExit, result
@@ -135,9 +136,12 @@ class BareMetalTarget(LocalTarget):
                                      **switch.figures()})
 
     def _environment(self, kernel: images.Kernel, append: str, arm: Arm) -> dict[str, object]:
-        """The machine, as it last started, and the kernel the trial kexec'd into."""
+        """The machine, as it last started, the kernel the trial kexec'd into,
+        and the CPU clock that kernel set (none is known where it set none)."""
+        clock = {"governor": arm.settings.governor, "turbo": arm.settings.turbo}
         return {**self.machine.environment(),
-                **kexec_environment(kernel, append, arm.settings.swap)}
+                **kexec_environment(kernel, append, arm.settings.swap),
+                **{key: value for key, value in clock.items() if value}}
 
     def _kexeced(self, guest: Guest, arm: Arm, plan: Plan,
                  append: str) -> tuple[list[Sample], Switch]:
@@ -148,7 +152,9 @@ class BareMetalTarget(LocalTarget):
         link = self.link if self.link and arm.kernel in self.entries else self._start(plan)
         since = len(self.machine.console())
         script = trial_script(plan.workload, arm.params, plan.profile.samples_per_trial,
-                              plan.profile.warmups, arm.settings, kernel=guest.kernel)
+                              plan.profile.warmups, arm.settings, kernel=guest.kernel,
+                              before=tuple(cpufreq.script(arm.settings.governor,
+                                                          arm.settings.turbo)))
         try:
             results, switch = agentlink.trial(link, self.entries[arm.kernel], append, script,
                                               time.monotonic() + guest.timeout_s)

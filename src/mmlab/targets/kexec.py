@@ -27,8 +27,8 @@ its files, which the agent reads out when the coordinator says hello.
 Results carry the trial's nonce, so results a machine kept from an earlier
 trial are never taken for this one's.
 
-How a machine is wired (its channel's tty, its disk, the modules the
-disk's driver needs, how it comes back) is a Wiring: the simulated
+How a machine is wired (its channel's tty, its disk, the modules its
+kernels load, how it comes back) is a Wiring: the simulated
 machine's (simulated.py) is ttyS1, /dev/vda and virtio_blk; a real
 machine's comes from its machine file (realmachine.py).
 """
@@ -51,7 +51,7 @@ HEADER = 4096                        # the header block; the results follow it
 LIBRARY = 64 * MIB                   # the index; the results must end before it
 FIRST_FILE = LIBRARY + MIB
 MAGIC = "MMLAB-LIBRARY"
-DISK_ORDER = "lib/modules/mmlab/disk.order"     # the disk's modules, in load order
+MODULES_ORDER = "lib/modules/mmlab/machine.order"    # the machine's modules, in load order
 BACK = ("kexec", "reboot")
 
 
@@ -60,11 +60,12 @@ class Wiring:
     """How a machine is wired: the machine's end of the agent's serial line
     (and its speed, where it has one), its library disk (a shell pattern:
     the agent takes the one that holds an mmlab library, since kernels may
-    name disks in another order), the modules its driver needs, and how a
+    name disks in another order), the modules its kernels load before
+    anything else (the disk's driver, a CPU frequency driver), and how a
     trial's kernel comes back (kexec, or a reboot through the boot loader)."""
     channel: str = "/dev/ttyS1"
     disk: str = "/dev/vda"
-    disk_modules: tuple[str, ...] = ("virtio_blk",)
+    modules: tuple[str, ...] = ("virtio_blk",)
     baud: int | None = None
     back: str = "kexec"
 
@@ -80,9 +81,9 @@ def machine_script(wiring: Wiring) -> str:
 # Reading and writing what the disk holds; offsets are in bytes.
 FUNCTIONS = rf"""say() {{ echo "$*" >> "$CHANNEL"; }}
 channel_ready() {{ stty -F "$CHANNEL" $SPEED raw -echo -ixon 2>/dev/null; }}
-# disk_ready: the disk's driver loaded and the disk that holds a library found
+# disk_ready: the machine's modules loaded and the disk that holds a library found
 disk_ready() {{
-    for m in $(cat /{DISK_ORDER} 2>/dev/null); do
+    for m in $(cat /{MODULES_ORDER} 2>/dev/null); do
         insmod /lib/modules/mmlab/$m.ko 2>/dev/null
     done
     for i in $(seq 100); do
@@ -233,12 +234,12 @@ def tools_archive(wiring: Wiring, cache: Path) -> Path:
     return initramfs.archive(files, cache)
 
 
-def disk_archive(kernel: images.Kernel, wiring: Wiring, cache: Path,
+def machine_modules_archive(kernel: images.Kernel, wiring: Wiring, cache: Path,
                  say: Callable[[str], None]) -> Path:
-    """The modules the machine's disk needs under `kernel`, with their load order."""
-    found = images.disk_modules(kernel, wiring.disk_modules, say)
+    """The modules the machine needs under `kernel`, with their load order."""
+    found = images.machine_modules(kernel, wiring.modules, say)
     files = {f"lib/modules/mmlab/{name}.ko": (0o100644, data) for name, data in found.items()}
-    files[DISK_ORDER] = (0o100644, "".join(f"{name}\n" for name in found).encode())
+    files[MODULES_ORDER] = (0o100644, "".join(f"{name}\n" for name in found).encode())
     return initramfs.archive(files, cache)
 
 
@@ -247,7 +248,7 @@ def agent_initrd(base: images.Kernel, wiring: Wiring, cache: Path, dest: Path,
     """The base kernel's initramfs: mmlab's /init running the agent."""
     return initramfs.trial_initrd(initramfs.base_archive(cache), AGENT, dest,
                                   [initramfs.modules_archive(base),
-                                   disk_archive(base, wiring, cache, say),
+                                   machine_modules_archive(base, wiring, cache, say),
                                    tools_archive(wiring, cache)])
 
 
@@ -258,7 +259,7 @@ def kernel_initrd(kernel: images.Kernel, wiring: Wiring, cache: Path, dest: Path
     hooks = initramfs.archive({"mmlab/kexec.sh": (0o100644, HOOKS.encode())}, cache)
     return initramfs.trial_initrd(initramfs.base_archive(cache), None, dest,
                                   [initramfs.modules_archive(kernel),
-                                   disk_archive(kernel, wiring, cache, say),
+                                   machine_modules_archive(kernel, wiring, cache, say),
                                    tools_archive(wiring, cache), hooks])
 
 

@@ -114,11 +114,13 @@ def scratch_script(kernel: images.Kernel, swap: str | None) -> list[str]:
 def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
                  warmups: int | None, settings: HostSettings,
                  instrument: Instrumentation | None = None,
-                 kernel: images.Kernel | None = None, after: tuple[str, ...] = ()) -> str:
-    """The guest's /trial.sh: give it the arm's swap and the workload's
-    scratch disk, apply the arm's settings, say how many NUMA nodes it has,
-    then run mmwork (traced by `instrument`), then the lines `after`."""
-    lines = ["set -e"]
+                 kernel: images.Kernel | None = None, after: tuple[str, ...] = (),
+                 before: tuple[str, ...] = ()) -> str:
+    """The guest's /trial.sh: the lines `before`, give it the arm's swap and
+    the workload's scratch disk, apply the arm's settings, say how many NUMA
+    nodes it has, then run mmwork (traced by `instrument`), then the lines
+    `after`."""
+    lines = ["set -e", *before]
     if settings.swap not in (None, "none"):
         if kernel is None:
             raise MmlabError(f"swap = {settings.swap}: a guest's swap needs its kernel")

@@ -21,7 +21,7 @@ A machine file:
     channel = "/dev/ttyS1"            # the machine's end of that line
     console = "ttyS0,115200n8"        # its kernels' console (their command line)
     disk = "/dev/sd*"                 # where the agent looks for the library
-    disk_modules = ["ahci", "sd_mod"] # the drivers that disk needs (with what they need)
+    modules = ["ahci", "sd_mod"]      # modules its kernels load first: the disk's driver...
     power_cycle = "ipmitool -I lanplus -H box1-bmc -U admin -E chassis power cycle"
     console_log = "/var/log/conserver/box1.log"   # optional: its console, logged
     back = "kexec"                    # or "reboot": back through the boot loader
@@ -80,7 +80,7 @@ class MachineFile:
 
 KEYS: dict[str, tuple[type, ...]] = {
     "name": (str,), "base": (str,), "serial": (str,), "baud": (int,), "channel": (str,),
-    "console": (str,), "disk": (str,), "disk_modules": (list,), "power_cycle": (str,),
+    "console": (str,), "disk": (str,), "modules": (list,), "power_cycle": (str,),
     "console_log": (str,), "back": (str,), "boot_timeout_s": (int, float)}
 REQUIRED = ("name", "base", "serial", "channel", "disk")
 
@@ -117,14 +117,14 @@ def load(path: Path) -> MachineFile:
         ("baud", raw.get("baud", 115200) in SPEEDS, "a serial line's speed (115200, say)"),
         ("back", raw.get("back", "kexec") in kexec.BACK, " or ".join(kexec.BACK)),
         ("boot_timeout_s", raw.get("boot_timeout_s", 300) > 0, "seconds, more than 0"),
-        ("disk_modules", all(isinstance(m, str) and m for m in raw.get("disk_modules", [])),
+        ("modules", all(isinstance(m, str) and m for m in raw.get("modules", [])),
          "module names"),
     ]
     for key, ok, wanted in checks:
         if not ok:
             raise MmlabError(f"{path}: {key} = {raw[key]!r}: expected {wanted}")
     wiring = kexec.Wiring(channel=raw["channel"], disk=raw["disk"],
-                          disk_modules=tuple(raw.get("disk_modules", ())),
+                          modules=tuple(raw.get("modules", ())),
                           baud=raw.get("baud", 115200), back=raw.get("back", "kexec"))
     return MachineFile(path=path, name=raw["name"], base=raw["base"], serial=raw["serial"],
                        wiring=wiring, console=raw.get("console", "ttyS0,115200n8"),
