@@ -29,8 +29,8 @@ def worker(name: str = typer.Option(..., "--name", metavar="NAME",
            bare_metal: str | None = typer.Option(
                None, "--bare-metal", envvar="MMLAB_BARE_METAL", metavar="MACHINE",
                help="the bare-metal machine this worker drives, whose agent kexecs each "
-                    "bare-metal trial's kernel (simulated:KERNEL: a TCG guest standing in "
-                    "for one)")) -> None:
+                    "bare-metal trial's kernel: its machine file (box1.toml), or "
+                    "simulated:KERNEL, a TCG guest standing in for one")) -> None:
     """Serve this lab machine: register its probe in the shared store, then
     run the trials of its own queue one at a time until stopped.
 
