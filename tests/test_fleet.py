@@ -477,15 +477,23 @@ def test_a_bare_metal_worker_keeps_its_machine_up_while_trials_wait(tmp_path, mo
         "regression, emulated on box (1.3")
 
 
-def test_a_worker_refuses_a_bad_bare_metal_machine_before_it_registers():
+@pytest.mark.parametrize("machine, said", [
+    ("ipmi:lab-box", "MMLAB_BARE_METAL='ipmi:lab-box': expected a machine file (NAME.toml) or "
+                     "simulated:KERNEL, a TCG guest of KERNEL (debian:6.12, say) standing in "
+                     "for the machine"),
+    ("{tmp}/box.toml", "{tmp}/box.toml: unknown key 'colour' (a machine file knows name, base, "
+                       "serial, baud, channel, console, disk, modules, power_cycle, "
+                       "console_log, back, boot_timeout_s)"),
+])
+def test_a_worker_refuses_a_bad_bare_metal_machine_before_it_registers(tmp_path, machine,
+                                                                        said):
+    (tmp_path / "box.toml").write_text('name = "box"\ncolour = "red"\n')
     proc = subprocess.run([*MMLAB, "worker", "--name", "box", "--results",
                            "postgresql://nobody@127.0.0.1:9/none"], capture_output=True,
-                          text=True, env={**os.environ, baremetal.ENV: "ipmi:lab-box"})
+                          text=True,
+                          env={**os.environ, baremetal.ENV: machine.format(tmp=tmp_path)})
     assert proc.returncode == 2
-    assert proc.stderr.strip().splitlines() == [
-        "mmlab: MMLAB_BARE_METAL='ipmi:lab-box': expected simulated:KERNEL, a TCG guest of "
-        "KERNEL (debian:6.12, say) standing in for the machine; a real machine's link is not "
-        "built yet"]
+    assert proc.stderr.strip().splitlines() == [f"mmlab: {said.format(tmp=tmp_path)}"]
 
 
 @pytest.mark.slow
