@@ -36,6 +36,7 @@ from mmlab.run.events import Message
 from mmlab.store import Store
 from mmlab.targets import baremetal
 
+from . import box
 from .conftest import MMLAB, mmlab
 from .fake_target import FakeTarget, fake_pool
 from .test_baremetal import (
@@ -544,3 +545,48 @@ def test_a_bare_metal_worker_runs_two_kernels_through_the_fleet(servers, tmp_pat
                                                  "on box (")
     print(json.dumps([{k: e[k] for k in ("kexec_kernel", "switch_in_s", "switch_back_s",
                                          "machine_boot_s")} for e in envs]))
+
+
+@pytest.mark.slow
+def test_a_worker_drives_a_real_machines_link_through_the_fleet(servers, tmp_path, workers,
+                                                                k612, k73):
+    """The same profile with box's worker driving a real machine's link: a
+    box (tests/box.py) reached only through its tty, its staged library disk
+    (on AHCI, so both kernels load ahci, libahci, libata, scsi_mod and
+    sd_mod, fetched at staging) and its power command.  The worker powers it
+    on, checks its library, runs the six trials interleaved by kexec, and
+    the store and the summary name the machine by its file's name."""
+    machine = box.wire(tmp_path, disk="ahci")
+    staged = subprocess.run([*MMLAB, "bare-metal", "stage", str(machine), "--kernels",
+                             "debian:6.12,debian:7.3", "--output", str(tmp_path)],
+                            capture_output=True, text=True, timeout=1800)
+    assert staged.returncode == 0, staged.stderr
+    url, broker = fresh_db(servers, "realmachine"), servers[1].url
+    workers.append(start_worker("box", url, broker, tmp_path, "--bare-metal", str(machine)))
+    wait_until("box answers", lambda: answering(url, engine.app(broker), ["box"]),
+               timeout=120, every=0.5)
+    profile = tmp_path / "bm.toml"
+    profile.write_text(SIMULATED_PROFILE)
+    here = {k: v for k, v in os.environ.items() if k != baremetal.ENV}
+    try:
+        run = subprocess.run([*MMLAB, "experiment", "run", str(profile), "--machines", "box",
+                              "--results", url, "--no-controls"], capture_output=True,
+                             text=True, timeout=1800, env=here)
+    finally:
+        box.off(tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "bare-metal for 2 arm(s)" in run.stdout
+    assert "box: experiment 1, box by kexec (bare-metal); worker on" in run.stdout
+    store = Store(url)
+    trials = store.trials(1)
+    assert [t.status for t in trials] == ["done"] * 6
+    envs = store.environments(1)
+    assert {(e["target"], e["machine"], e["accelerator"]) for e in envs} == \
+        {("bare-metal", "box", measurements.BARE_METAL)}
+    assert {e["kernel"] for e in envs} == {k612.version}             # the box's base
+    assert sorted(e["kexec_kernel"] for e in envs) == ["debian:6.12"] * 3 + ["debian:7.3"] * 3
+    measured = store.measurements(1).by_arm
+    assert {arm: {s.state["kernel"] for s in ss} for arm, ss in measured.items()} == \
+        {"kernel=debian:6.12": {k612.version}, "kernel=debian:7.3": {k73.version}}
+    print(json.dumps([{k: e[k] for k in ("kexec_kernel", "switch_in_s", "switch_back_s",
+                                         "kexec_load_s")} for e in envs]))

@@ -3,9 +3,9 @@ its agent reached over a serial line, power cycling it.  The machine is a
 box (box.py): a TCG guest wired as a lab wires a machine, a tty, a disk
 and a power command, and reached through nothing else.  Fast: bad machine
 files and power commands; the box staged, checked and running a trial by
-kexec.  Slow: a two-kernel, three-round experiment on a box whose library
-disk needs a real controller's modules; a hung trial power cycled; a
-machine that comes back by its boot loader."""
+kexec.  Slow: a hung trial power cycled; a machine that comes back by its
+boot loader.  A fleet worker driving a box over two kernels and three
+rounds is test_fleet's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from mmlab.targets import agentlink, baremetal, realmachine
 from mmlab.targets.agentlink import Watchdog
 
 from . import box
-from .conftest import mmlab, run_profile
+from .conftest import mmlab
 
 GOOD = {"name": "box1", "base": "debian:6.12", "serial": "/dev/ttyUSB0",
         "channel": "/dev/ttyS1", "disk": "/dev/sd*"}
@@ -129,54 +129,6 @@ def test_a_real_machines_library_staged_checked_and_a_trial_kexeced_there(wired,
     samples = Store(results, create=False).measurements(1).by_arm["run"]
     assert {s.state["kernel"] for s in samples} == {k73.version}
     assert {s.state["machine"] for s in samples} == {"box"}
-
-
-SLOW_PROFILE = """
-name = "box-two-kernels"
-workload = "pageout-refault"
-bare_metal = true
-repetitions = 3
-timeout_s = 600
-metrics = ["advise_ns_per_page"]
-baseline = { kernel = "debian:6.12" }
-cmdline = "damon_stat.enabled=N"
-[params]
-mapping-kb = 4096
-rounds = 2
-min-ms = 0
-[matrix]
-kernel = ["debian:6.12", "debian:7.3"]
-"""
-
-
-@pytest.mark.slow
-def test_two_kernels_three_rounds_on_a_real_machines_link(tmp_path, k612, k73):
-    """debian:6.12 against debian:7.3, three rounds, on a box whose library
-    disk hangs on an AHCI controller (so both kernels need ahci, libahci,
-    libata, scsi_mod and sd_mod, fetched for the library): every trial
-    kexec'd into its kernel and back over the box's tty, and the verdict
-    saying it ran on bare metal."""
-    machine = box.wire(tmp_path, disk="ahci")
-    try:
-        staged = mmlab("bare-metal", "stage", str(machine), "--kernels",
-                       "debian:6.12,debian:7.3", "--output", str(tmp_path), timeout=1800)
-        assert staged.returncode == 0, staged.stderr
-        proc, results = run_profile(tmp_path, SLOW_PROFILE, "--no-controls", timeout=1800,
-                                    env={baremetal.ENV: str(machine)})
-    finally:
-        box.off(tmp_path)
-    assert proc.returncode == 0, proc.stderr
-    assert "bare-metal for 2 arm(s)" in proc.stdout
-    store = Store(results, create=False)
-    assert [t.status for t in store.trials(1)] == ["done"] * 6
-    envs = store.environments(1)
-    assert {e["machine"] for e in envs} == {"box"}
-    assert sorted(e["kexec_kernel"] for e in envs) == ["debian:6.12"] * 3 + ["debian:7.3"] * 3
-    releases = {arm: {s.state["kernel"] for s in ss}
-                for arm, ss in store.measurements(1).by_arm.items()}
-    assert releases == {"kernel=debian:6.12": {k612.version}, "kernel=debian:7.3": {k73.version}}
-    print(json.dumps([{k: e[k] for k in ("kexec_kernel", "switch_in_s", "switch_back_s",
-                                         "kexec_load_s")} for e in envs]))
 
 
 @pytest.mark.slow
