@@ -219,10 +219,11 @@ class RealMachine:
                  for name, (_, digest) in wanted.items() if held.get(name, ("", ""))[1] != digest]
         if stale:
             self.stop()
+            boot = " with its boot loader's files" if "base" in stale[0] else ""
             raise MmlabError(
                 f"{self.name}: its library lacks {', '.join(stale)} as this mmlab stages "
                 f"them; stage it again (mmlab bare-metal stage {self.file.path} --kernels "
-                f"{','.join(k.name for k in kernels)}) and write it to the machine")
+                f"{','.join(k.name for k in kernels)}) and write it to the machine{boot}")
         self._facts(answer[0])
         assert self.link is not None
         return self.link, {k.name: held[k.name][0] for k in kernels}
@@ -230,11 +231,14 @@ class RealMachine:
     def _hello(self, deadline: float) -> list[Heard] | None:
         """The agent's answer to a hello (its MMLAB-MACHINE line, then one
         MMLAB-ENTRY per kernel of its library), said again every few seconds
-        while no answer comes; None at the deadline, the line closed."""
-        try:
-            self.link = Link(open_serial(self.file.serial, self.file.wiring.baud))
-        except OSError:
-            return None
+        while no answer comes; None at the deadline, the line closed.  A
+        line that cannot be opened yet (a USB adapter coming back after the
+        power cycle) is tried again each second."""
+        while (link := self._open()) is None:
+            if time.monotonic() + 1 >= deadline:
+                return None
+            time.sleep(1)
+        self.link = link
         answer: list[Heard] = []
         again = 0.0
         try:
@@ -256,6 +260,12 @@ class RealMachine:
         self.link.close()
         self.link = None
         return None
+
+    def _open(self) -> Link | None:
+        try:
+            return Link(open_serial(self.file.serial, self.file.wiring.baud))
+        except OSError:
+            return None
 
     def _facts(self, heard: Heard) -> None:
         """What the agent said the machine is, named as a host's environment
