@@ -121,7 +121,7 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
               "unmap-young": {"size-kb": 1024, "backing": "shmem", "rounds": 1, "min-ms": 0},
               "pageout-refault": small, "madvise": small, "mincore-mlock": small,
               "fork-cow": small, "page-fault": sized, "mprotect": sized, "mremap-ops": sized,
-              "munmap-zap": sized}
+              "munmap-zap": sized, "reclaim": {"rounds": 1, "min-ms": 0}}
     for name in workloads.registry():
         g = dataclasses.replace(guest, numa_nodes=2) if name == "migrate" else guest
         (s,) = qemu.sample(g, workloads.get(name), params.get(name, {}), 1, 0, HostSettings())

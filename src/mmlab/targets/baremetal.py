@@ -9,11 +9,11 @@ A profile sends its arms here with `bare_metal = true`; $MMLAB_BARE_METAL
 (or a fleet worker's `--bare-metal`) names the machine: a machine file
 (realmachine.py: a real machine's serial line, library disk and power
 control), or `simulated:KERNEL` (simulated.py): a TCG guest of KERNEL
-standing in for a machine, whose figures are emulated and say so.  The machine starts with
-the first trial that needs it and stops when the target is released: after
-each batch the runner hands over, or when a fleet worker's queue runs dry;
-a failed trial power cycles it, so every trial starts from the base
-kernel's agent.
+standing in for a machine, whose figures are emulated and say so.  The
+machine starts with the first trial that needs it and stops when the
+target is released: after each batch the runner hands over, or when a
+fleet worker's queue runs dry; a failed trial power cycles it, so every
+trial starts from the base kernel's agent.
 """
 
 from __future__ import annotations
