@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
+import subprocess
+import sys
 import time
 
 import pytest
@@ -71,6 +73,7 @@ def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path):
 def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path, k612,
                                                                          monkeypatch, power,
                                                                          wanted):
+    monkeypatch.setenv("MMLAB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
     path = tmp_path / "box1.toml"
     path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"),
@@ -79,6 +82,37 @@ def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path
     with pytest.raises(MmlabError) as err:
         machine.start([k612])
     assert str(err.value) == wanted.format(path=path)
+    assert machine.held is None                     # the machine let go of
+
+
+def test_two_mmlab_runs_take_turns_on_one_machine(tmp_path, k612, monkeypatch):
+    """A second mmlab driving the machine waits for the first to let go of
+    it, saying for whom, before it says anything on the line."""
+    monkeypatch.setenv("MMLAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"), "modules": []}))
+    lock = tmp_path / "state" / "bare-metal-box1.lock"
+    lock.parent.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, os, sys, time
+f = open({str(lock)!r}, "a+")
+fcntl.flock(f, fcntl.LOCK_EX)
+f.write(f"{{os.getpid()}}\\n"); f.flush()
+print("held", flush=True)
+time.sleep(2)
+"""], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    said: list[str] = []
+    machine = realmachine.RealMachine(realmachine.load(path), say=said.append)
+    t0 = time.monotonic()
+    with pytest.raises(MmlabError, match="names no power_cycle command"):
+        machine.start([k612])
+    assert time.monotonic() - t0 > 1
+    assert said == [f"box1: waiting for mmlab pid {holder.pid}, which drives it ({lock})"]
+    holder.wait()
+    machine.stop()
+    assert machine.held is None
 
 
 @pytest.fixture

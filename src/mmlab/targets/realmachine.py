@@ -30,6 +30,7 @@ A machine file:
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -42,11 +43,13 @@ import tty
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from mmlab.errors import MmlabError
 from mmlab.experiment.profile import KERNEL_NAME
 from mmlab.judge.measurements import BARE_METAL
 from mmlab.kernels import images
+from mmlab.machine import paths
 from mmlab.names import safe_name
 from mmlab.targets import kexec, probe
 from mmlab.targets.agentlink import Heard, Link, MachineGone, Stream
@@ -187,6 +190,7 @@ class RealMachine:
         self.why = (f"kexec'd on {machine.name}, whose agent runs on {machine.base} "
                     f"(machine file {machine.path})")
         self.link: Link | None = None
+        self.held: IO[str] | None = None     # the machine's lock while its line is open
         self.facts: dict[str, object] = {}
         self.log_from = 0
         self.booting = False     # power cycled: its agent answers once it has booted
@@ -203,6 +207,17 @@ class RealMachine:
             text = library(self.file, kernels, Path(tmp), self.say)["manifest"]
         assert isinstance(text, bytes)
         wanted = manifest([line.split() for line in text.decode().splitlines()])
+        self._take()
+        try:
+            return self._answered(kernels, wanted)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _answered(self, kernels: Sequence[images.Kernel],
+                  wanted: dict[str, tuple[str, str]]) -> tuple[Link, dict[str, str]]:
+        """The agent's answer, power cycling the machine if it gives none,
+        checked against the library this mmlab would stage."""
         self.log_from = self._log_size()
         answer = self._hello(time.monotonic() + (self.file.boot_timeout_s if self.booting
                                                  else HELLO_S))
@@ -218,7 +233,6 @@ class RealMachine:
         stale = [f"its base kernel {self.file.base}" if name == "base" else name
                  for name, (_, digest) in wanted.items() if held.get(name, ("", ""))[1] != digest]
         if stale:
-            self.stop()
             boot = " with its boot loader's files" if "base" in stale[0] else ""
             raise MmlabError(
                 f"{self.name}: its library lacks {', '.join(stale)} as this mmlab stages "
@@ -260,6 +274,25 @@ class RealMachine:
         self.link.close()
         self.link = None
         return None
+
+    def _take(self) -> None:
+        """The machine to this process alone while its line is open: a
+        second mmlab driving it waits, saying for whom, and the two take
+        turns between batches."""
+        path = paths.state_dir() / f"bare-metal-{self.name}.lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.held = open(path, "a+")     # noqa: SIM115 (held until stop() closes it)
+        try:
+            fcntl.flock(self.held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.held.seek(0)
+            self.say(f"{self.name}: waiting for mmlab pid {self.held.read().strip() or '?'}, "
+                     f"which drives it ({path})")
+            fcntl.flock(self.held, fcntl.LOCK_EX)
+        self.held.seek(0)
+        self.held.truncate()
+        self.held.write(f"{os.getpid()}\n")
+        self.held.flush()
 
     def _open(self) -> Link | None:
         try:
@@ -306,8 +339,9 @@ class RealMachine:
         return f"{found[0]}: {found[1]}" if found else ""
 
     def stop(self) -> None:
-        """Let go of the line; a machine left amid a trial (anything but its
-        agent waiting) is power cycled, so the next start finds its agent."""
+        """Let go of the line and the machine; one left amid a trial
+        (anything but its agent waiting) is power cycled first, so the next
+        start finds its agent."""
         heard = self.link.last if self.link else None
         if self.link:
             self.link.close()
@@ -317,6 +351,9 @@ class RealMachine:
                     self.power_cycle("it was left amid a trial")
                 except MmlabError as exc:
                     print(f"mmlab: {exc}", file=sys.stderr)
+        if self.held:
+            self.held.close()           # the lock goes with it
+            self.held = None
 
     def environment(self) -> dict[str, object]:
         """The machine as its agent described it, and the coordinator's mmlab
