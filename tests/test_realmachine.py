@@ -43,6 +43,10 @@ def toml(values: dict) -> str:
     ({"name": "box 1"}, "name = 'box 1': expected letters, digits"),
     ({"boot_timeout_s": 0}, "boot_timeout_s = 0: expected seconds, more than 0"),
     ({"modules": "ahci"}, "modules = 'ahci': expected list"),
+    ({"modules": ["ahci; reboot"]}, "modules = ['ahci; reboot']: expected module names"),
+    ({"channel": "ttyS1"}, "channel = 'ttyS1': expected a device under /dev"),
+    ({"disk": "/dev/sda $(reboot)"}, "disk = '/dev/sda $(reboot)': expected a device under"),
+    ({"console": "ttyS0 quiet"}, "console = 'ttyS0 quiet': expected a console= value"),
 ])
 def test_a_bad_machine_file_is_refused_in_one_line_naming_the_key(tmp_path, change, wanted):
     path = tmp_path / "box1.toml"

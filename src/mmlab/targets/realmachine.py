@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +59,9 @@ from mmlab.targets.boot import KERNEL_ARGS, failure, initramfs_cache, read_text
 HELLO_S = 10            # an agent that waits answers a hello at once
 HELLO_EVERY_S = 5       # a hello said again while a machine boots (a line drops what no one reads)
 POWER_TIMEOUT_S = 120
+# What goes into the machine's shell scripts as it is: device paths, with a
+# pattern's wildcards, and nothing a shell would read more into.
+DEVICE = re.compile(r"/dev/[\w./*?\[\]-]+")
 SPEEDS = {int(name[1:]): getattr(termios, name) for name in dir(termios)
           if name[0] == "B" and name[1:].isdigit()}
 
@@ -120,8 +124,13 @@ def load(path: Path) -> MachineFile:
         ("baud", raw.get("baud", 115200) in SPEEDS, "a serial line's speed (115200, say)"),
         ("back", raw.get("back", "kexec") in kexec.BACK, " or ".join(kexec.BACK)),
         ("boot_timeout_s", raw.get("boot_timeout_s", 300) > 0, "seconds, more than 0"),
-        ("modules", all(isinstance(m, str) and m for m in raw.get("modules", [])),
+        ("modules", all(re.fullmatch(r"[\w-]+", m) for m in raw.get("modules", [])),
          "module names"),
+        ("channel", bool(DEVICE.fullmatch(raw["channel"])), "a device under /dev"),
+        ("disk", bool(DEVICE.fullmatch(raw["disk"])),
+         "a device under /dev, or a shell pattern of them"),
+        ("console", bool(re.fullmatch(r"[\w,.-]+", raw.get("console", "tty0"))),
+         "a console= value (ttyS0,115200n8, say)"),
     ]
     for key, ok, wanted in checks:
         if not ok:
