@@ -81,6 +81,13 @@ def cpio(files: dict[str, tuple[int, bytes]]) -> bytes:
     return out.getvalue()
 
 
+def packed(files: dict[str, tuple[int, bytes]], level: int = 6) -> bytes:
+    """`files` as a gzip'd newc archive, with no timestamp in the gzip
+    header: the same files give the same bytes on every machine and every
+    day, so a bare-metal machine's staged library compares by digest."""
+    return gzip.compress(cpio(files), compresslevel=level, mtime=0)
+
+
 def busybox() -> Path:
     for cand in BUSYBOX_CANDIDATES:
         if Path(cand).is_file():
@@ -107,7 +114,7 @@ def base_archive(cache: Path) -> Path:
     files.update({"init": (0o100755, INIT.encode()), "bin/busybox": (0o100755, bb),
                   "bin/sh": (0o100755, bb), "bin/mmwork": (0o100755, mmwork)})
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6, mtime=0))
+    tmp.write_bytes(packed(files))
     tmp.rename(path)
     return path
 
@@ -136,7 +143,7 @@ def modules_archive(kernel) -> Path:
                                                   (Path(kernel.dir) / "modules" / f"{name}.ko")
                                                   .read_bytes())
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_bytes(gzip.compress(cpio(files), compresslevel=6, mtime=0))
+    tmp.write_bytes(packed(files))
     tmp.rename(path)
     return path
 
@@ -164,7 +171,7 @@ def archive(files: dict[str, tuple[int, bytes]], cache: Path) -> Path:
     if not out.exists():
         cache.mkdir(parents=True, exist_ok=True)
         tmp = out.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_bytes(gzip.compress(cpio(tree), compresslevel=6, mtime=0))
+        tmp.write_bytes(packed(tree))
         tmp.rename(out)
     return out
 
@@ -190,4 +197,4 @@ def trial_initrd(base: Path, script: str | None, dest: Path,
 def script_archive(script: str) -> bytes:
     """The last part of a trial's initramfs: a gzip'd archive of /trial.sh
     (a bare-metal machine's agent appends it to the kernel's own parts)."""
-    return gzip.compress(cpio({"trial.sh": (0o100755, script.encode())}), mtime=0)
+    return packed({"trial.sh": (0o100755, script.encode())}, level=9)
