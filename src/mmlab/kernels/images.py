@@ -312,7 +312,7 @@ def _fetched(name: str, cache: Path | None) -> Kernel:
 
 
 def machine_modules(kernel: Kernel, names: tuple[str, ...],
-                 say: Callable[[str], None]) -> dict[str, bytes]:
+                    say: Callable[[str], None]) -> dict[str, bytes]:
     """The modules a bare-metal machine loads under `kernel` (`names`, its
     disk's driver mostly, and what they depend on), in load order.  The
     cache keeps a guest's modules only, so the first machine to ask has the
@@ -326,9 +326,7 @@ def machine_modules(kernel: Kernel, names: tuple[str, ...],
     inside = set(json.loads(known.read_text())) if known.exists() else set()
     have = found(where, names)
     lacking = [n for n in map(normal, names) if n not in have and n not in inside]
-    if not lacking:
-        return have
-    if not kernel.name.startswith("debian:"):
+    if not lacking or not kernel.name.startswith("debian:"):
         return have
     say(f"fetching {kernel.name}'s packages again for {', '.join(lacking)}")
     with tempfile.TemporaryDirectory(dir=kernel.dir, prefix=".modules-") as tmp:

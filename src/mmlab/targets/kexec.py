@@ -36,7 +36,7 @@ machine's comes from its machine file (realmachine.py).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -235,7 +235,7 @@ def tools_archive(wiring: Wiring, cache: Path) -> Path:
 
 
 def machine_modules_archive(kernel: images.Kernel, wiring: Wiring, cache: Path,
-                 say: Callable[[str], None]) -> Path:
+                            say: Callable[[str], None]) -> Path:
     """The modules the machine needs under `kernel`, with their load order."""
     found = images.machine_modules(kernel, wiring.modules, say)
     files = {f"lib/modules/mmlab/{name}.ko": (0o100644, data) for name, data in found.items()}
@@ -263,23 +263,38 @@ def kernel_initrd(kernel: images.Kernel, wiring: Wiring, cache: Path, dest: Path
                                    tools_archive(wiring, cache), hooks])
 
 
-def library(base: images.Kernel, append: str, kernels: Mapping[str, images.Kernel],
+def library(base: images.Kernel, append: str, kernels: Sequence[images.Kernel],
             wiring: Wiring, cache: Path, tmp: Path,
             say: Callable[[str], None]) -> dict[str, Path | bytes]:
     """A machine's library: the base kernel with the agent's initramfs and
-    the command line it boots with, each of `kernels` (by entry) with its
-    initramfs parts, and the manifest: one "entry digest kernel" line each."""
+    the command line it boots with, each of `kernels` (entries k1, k2, ...)
+    with its initramfs parts, and the manifest: one "entry digest kernel"
+    line each."""
     files: dict[str, Path | bytes] = {
         "base.vmlinuz": base.image, "base.append": append.encode(),
         "base.initrd": agent_initrd(base, wiring, cache, tmp / "base.initrd", say)}
     manifest = [f"base {digest(files, 'base')} {base.name}\n"]
-    for entry, kernel in kernels.items():
+    for entry, kernel in ((f"k{i}", k) for i, k in enumerate(kernels, 1)):
         files[f"{entry}.vmlinuz"] = kernel.image
         files[f"{entry}.initrd"] = kernel_initrd(kernel, wiring, cache, tmp / f"{entry}.initrd",
                                                  say)
         manifest.append(f"{entry} {digest(files, entry)} {kernel.name}\n")
     files["manifest"] = "".join(manifest).encode()
     return files
+
+
+def held(files: Mapping[str, Path | bytes]) -> dict[str, tuple[str, str]]:
+    """What a library holds, read from its manifest (see `read`)."""
+    text = files["manifest"]
+    assert isinstance(text, bytes)
+    return read([line.split() for line in text.decode().splitlines()])
+
+
+def read(manifest: list[list[str]]) -> dict[str, tuple[str, str]]:
+    """A manifest's lines ("entry digest kernel", split) by what they hold:
+    "base" for the base kernel, else the kernel's name -> (entry, digest)."""
+    return {"base" if entry == "base" else kernel: (entry, digest)
+            for entry, digest, kernel in (line[:3] for line in manifest if len(line) >= 3)}
 
 
 def digest(files: Mapping[str, Path | bytes], entry: str) -> str:

@@ -156,8 +156,7 @@ def base_kernel(machine: MachineFile, say: Callable[[str], None]) -> images.Kern
 def library(machine: MachineFile, kernels: Sequence[images.Kernel], tmp: Path,
             say: Callable[[str], None]) -> dict[str, Path | bytes]:
     """The library this mmlab would stage for `machine` with `kernels`."""
-    return kexec.library(base_kernel(machine, say), machine.cmdline,
-                         {f"k{i}": k for i, k in enumerate(kernels, 1)}, machine.wiring,
+    return kexec.library(base_kernel(machine, say), machine.cmdline, kernels, machine.wiring,
                          initramfs_cache(), tmp, say)
 
 
@@ -178,13 +177,6 @@ def stage(machine: MachineFile, kernels: Sequence[images.Kernel], dest: Path,
     return image
 
 
-def manifest(lines: list[list[str]]) -> dict[str, tuple[str, str]]:
-    """A library's manifest lines ("entry digest kernel") by what they hold:
-    "base" for the base kernel, else the kernel's name -> (entry, digest)."""
-    return {"base" if entry == "base" else kernel: (entry, digest)
-            for entry, digest, kernel in (line[:3] for line in lines if len(line) >= 3)}
-
-
 class RealMachine:
     """A machine file's machine, driven through its serial line and its
     power_cycle command (baremetal.Machine)."""
@@ -201,6 +193,7 @@ class RealMachine:
         self.link: Link | None = None
         self.held: IO[str] | None = None     # the machine's lock while its line is open
         self.facts: dict[str, object] = {}
+        self.wanted: dict[tuple, dict[str, tuple[str, str]]] = {}   # by kernel set
         self.log_from = 0
         self.booting = False     # power cycled: its agent answers once it has booted
 
@@ -212,16 +205,23 @@ class RealMachine:
         library; a kernel the library lacks, or holds as staged by another
         mmlab, refused in one line that says how to stage it again."""
         self.stop()
-        with tempfile.TemporaryDirectory(prefix="mmlab-library-") as tmp:
-            text = library(self.file, kernels, Path(tmp), self.say)["manifest"]
-        assert isinstance(text, bytes)
-        wanted = manifest([line.split() for line in text.decode().splitlines()])
+        wanted = self._wanted(kernels)
         self._take()
         try:
             return self._answered(kernels, wanted)
         except BaseException:
             self.stop()
             raise
+
+    def _wanted(self, kernels: Sequence[images.Kernel]) -> dict[str, tuple[str, str]]:
+        """What the library should hold for `kernels`, as this mmlab would
+        stage it: worked out once per set of kernels (building the
+        initramfs parts and hashing them), not at every start."""
+        key = tuple((k.name, k.version, k.package_version, k.config_sha256) for k in kernels)
+        if key not in self.wanted:
+            with tempfile.TemporaryDirectory(prefix="mmlab-library-") as tmp:
+                self.wanted[key] = kexec.held(library(self.file, kernels, Path(tmp), self.say))
+        return self.wanted[key]
 
     def _answered(self, kernels: Sequence[images.Kernel],
                   wanted: dict[str, tuple[str, str]]) -> tuple[Link, dict[str, str]]:
@@ -238,7 +238,7 @@ class RealMachine:
                              f"within boot_timeout_s = {self.file.boot_timeout_s:g} after a "
                              "power cycle")
         self.booting = False
-        held = manifest([list(h.args) for h in answer[1:]])
+        held = kexec.read([list(h.args) for h in answer[1:]])
         stale = [f"its base kernel {self.file.base}" if name == "base" else name
                  for name, (_, digest) in wanted.items() if held.get(name, ("", ""))[1] != digest]
         if stale:

@@ -79,9 +79,7 @@ class SimulatedMachine:
         self.tmp = tempfile.TemporaryDirectory(prefix="mmlab-machine-")
         tmpd, cache = Path(self.tmp.name), initramfs_cache()
         base = self.base()
-        entries = {k.name: f"k{i}" for i, k in enumerate(kernels, 1)}
-        files = kexec.library(base, CMDLINE, {entries[k.name]: k for k in kernels}, WIRING,
-                              cache, tmpd, self.say)
+        files = kexec.library(base, CMDLINE, kernels, WIRING, cache, tmpd, self.say)
         disk = kexec.disk(tmpd / "disk.img", files, self.name)
         initrd = files["base.initrd"]
         assert isinstance(initrd, Path)
@@ -101,7 +99,8 @@ class SimulatedMachine:
             raise TrialFailed(f"the simulated machine {self.name} did not start: {exc}; "
                               f"console: {tail(console)}") from exc
         self.started_s = time.monotonic() - t0
-        return self.link, entries
+        return self.link, {name: entry for name, (entry, _) in kexec.held(files).items()
+                           if name != "base"}
 
     def console(self) -> str:
         """What the machine's serial console has printed since it started."""
