@@ -13,6 +13,7 @@ import base64
 import json
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -99,20 +100,34 @@ def test_two_mmlab_runs_take_turns_on_one_machine(tmp_path, k612, monkeypatch):
     lock = tmp_path / "state" / "bare-metal-box1.lock"
     lock.parent.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", f"""
-import fcntl, os, sys, time
+import fcntl, os, sys
 f = open({str(lock)!r}, "a+")
 fcntl.flock(f, fcntl.LOCK_EX)
 f.write(f"{{os.getpid()}}\\n"); f.flush()
 print("held", flush=True)
-time.sleep(2)
-"""], stdout=subprocess.PIPE, text=True)
+sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
     said: list[str] = []
     machine = realmachine.RealMachine(realmachine.load(path), say=said.append)
-    t0 = time.monotonic()
-    with pytest.raises(MmlabError, match="names no power_cycle command"):
-        machine.start([k612])
-    assert time.monotonic() - t0 > 1
+    failed: list[BaseException] = []
+
+    def start() -> None:
+        try:
+            machine.start([k612])
+        except BaseException as exc:          # noqa: BLE001 (checked below)
+            failed.append(exc)
+    second = threading.Thread(target=start)
+    second.start()
+    deadline = time.monotonic() + 120            # the library is built first
+    while not said and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert second.is_alive()                     # still waiting while the first holds it
+    holder.stdin.close()                         # the first lets go
+    second.join(60)
+    assert len(failed) == 1 and isinstance(failed[0], MmlabError)
+    assert "names no power_cycle command" in str(failed[0])
     assert said == [f"box1: waiting for mmlab pid {holder.pid}, which drives it ({lock})"]
     holder.wait()
     machine.stop()
