@@ -120,6 +120,18 @@ def test_a_command_is_sampled_and_reported_at_its_peak(splitter):
 
 
 @needs_iterator
+def test_a_program_no_reading_caught_is_seen_at_its_exit(splitter, monkeypatch):
+    """However late the readings come on a busy machine, a short command is
+    seen: here no reading while it runs sees anything (each comes, as it
+    were, after the command is gone), and the census taken at its exit
+    stop finds its 301 VMAs on one anon_vma all the same."""
+    monkeypatch.setattr(command.Moments, "read", lambda self: None)
+    ran = command.survey([str(splitter), "301", "guard", "0.001"], interval_s=0.05, top=1)
+    assert ran.exit_code == 0 and len(ran.moments) == 1
+    assert ran.peak.processes[0].largest_group == 301
+
+
+@needs_iterator
 def test_cli_json_and_table(held):
     p = held(201, "guard")
     done = mmlab_census("--pid", str(p.pid), "--json")

@@ -9,13 +9,24 @@
  * the numbers in hex except the ids.  Exit 3: the kernel has no BTF; 4: not
  * permitted (needs root: CAP_BPF and CAP_PERFMON); 5: the kernel refused the
  * iterator (older than 5.12, or built without BPF syscall support).
+ *
+ * `mmcensus --hold FILE -- COMMAND...` runs COMMAND so that no census can miss
+ * it, however short it is and however busy the machine: COMMAND is traced
+ * (PTRACE_O_TRACEEXIT) and stopped on its way out, while its mm is still
+ * whole, and one census of every process is written to FILE then, after a
+ * first line "pid N" naming COMMAND's process.  mmcensus exits as COMMAND
+ * did (128 + the signal that killed it).  Exit 6: COMMAND cannot be traced
+ * (kernel.yama.ptrace_scope 3) or started.
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 
@@ -31,6 +42,7 @@ asm(".pushsection .rodata\n"
 extern const char census_obj[], census_obj_end[];
 
 static int verbose;
+static FILE *out;		/* where the records go: stdout, or --hold's FILE */
 
 static int print_libbpf(enum libbpf_print_level level, const char *fmt, va_list ap)
 {
@@ -53,7 +65,7 @@ static int refused(const char *what, int err)
 
 static void print_record(const struct census_vma *r)
 {
-	printf("%u %u %u %llx %llx %llx %llx %u %llx %llx %.16s\n", r->tgid, r->tid, r->ppid,
+	fprintf(out, "%u %u %u %llx %llx %llx %llx %u %llx %llx %.16s\n", r->tgid, r->tid, r->ppid,
 	       (unsigned long long)r->start, (unsigned long long)r->end,
 	       (unsigned long long)r->flags, (unsigned long long)r->pgoff, r->file,
 	       (unsigned long long)r->anon_vma, (unsigned long long)r->root, r->comm);
@@ -82,15 +94,9 @@ static int drain(int fd)
 	}
 }
 
-int main(int argc, char **argv)
+/* One census of every process, to `out`. */
+static int census(void)
 {
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "-v")) {
-			fprintf(stderr, "usage: mmcensus [-v]  (-v: libbpf's own messages)\n");
-			return 2;
-		}
-		verbose = 1;
-	}
 	if (access(BTF_PATH, R_OK))
 		return fail(3, "this kernel has no BTF (" BTF_PATH ", CONFIG_DEBUG_INFO_BTF): "
 			    "its VMAs' anon_vmas cannot be read", errno);
@@ -112,5 +118,99 @@ int main(int argc, char **argv)
 	close(fd);
 	bpf_link__destroy(link);
 	bpf_object__close(obj);
-	return rc ?: (fflush(stdout) ? 1 : 0);
+	return rc ?: (fflush(out) ? 1 : 0);
+}
+
+/* The child's side of --hold: be traced, stop until the tracer is ready, run. */
+static void traced_exec(char **argv)
+{
+	if (ptrace(PTRACE_TRACEME, 0, NULL, NULL)) {
+		fail(6, "cannot be traced (kernel.yama.ptrace_scope)", errno);
+		_exit(6);
+	}
+	raise(SIGSTOP);
+	execvp(argv[0], argv);
+	fprintf(stderr, "mmcensus: %s: %s\n", argv[0], strerror(errno));
+	_exit(127);
+}
+
+static int stopping(int sig)
+{
+	return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
+/* Follow the traced command until it exits, taking the census at its exit
+ * stop; other stops pass their signal on.  Returns the command's status as
+ * a shell would (its exit code, or 128 + the signal that killed it). */
+static int follow(pid_t pid)
+{
+	for (;;) {
+		int st;
+		if (waitpid(pid, &st, __WALL) < 0) {
+			if (errno == EINTR)
+				continue;
+			return fail(6, "waiting for the command", errno);
+		}
+		if (WIFEXITED(st))
+			return WEXITSTATUS(st);
+		if (WIFSIGNALED(st))
+			return 128 + WTERMSIG(st);
+		int sig = WSTOPSIG(st);
+		if (st >> 8 == (SIGTRAP | (PTRACE_EVENT_EXIT << 8))) {
+			if (census())
+				fprintf(stderr, "mmcensus: the census at the command's exit failed\n");
+			fclose(out);
+			sig = 0;
+		} else if (st >> 8 == (SIGTRAP | (PTRACE_EVENT_EXEC << 8)) || stopping(sig)) {
+			/* An exec (chroot runs the command), or a job-control stop:
+			 * a stop passed on to a tracee started with TRACEME comes
+			 * back to the tracer as another stop, so it is not. */
+			sig = 0;
+		}
+		ptrace(PTRACE_CONT, pid, NULL, (void *)(long)sig);
+	}
+}
+
+static int hold(const char *file, char **argv)
+{
+	out = fopen(file, "w");
+	if (!out)
+		return fail(6, file, errno);
+	pid_t pid = fork();
+	if (pid < 0)
+		return fail(6, "fork", errno);
+	if (pid == 0)
+		traced_exec(argv);
+	int st;
+	if (waitpid(pid, &st, __WALL) < 0 || !WIFSTOPPED(st))
+		return WIFEXITED(st) ? WEXITSTATUS(st) : fail(6, "starting the command", ECHILD);
+	/* EXITKILL: if mmcensus is killed, the command dies with it. */
+	if (ptrace(PTRACE_SETOPTIONS, pid, NULL,
+		   (void *)(long)(PTRACE_O_TRACEEXIT | PTRACE_O_TRACEEXEC | PTRACE_O_EXITKILL)))
+		return fail(6, "tracing the command", errno);
+	fprintf(out, "pid %d\n", pid);
+	fflush(out);
+	ptrace(PTRACE_CONT, pid, NULL, NULL);
+	return follow(pid);
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: mmcensus [-v]  (-v: libbpf's own messages)\n"
+		"       mmcensus [-v] --hold FILE -- COMMAND [ARG...]\n");
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	out = stdout;
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "-v"))
+			verbose = 1;
+		else if (!strcmp(argv[i], "--hold") && i + 3 < argc && !strcmp(argv[i + 2], "--"))
+			return hold(argv[i + 1], argv + i + 3);
+		else
+			return usage();
+	}
+	return census();
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -20,6 +21,7 @@ from mmlab.census import groups, iterator, take
 from mmlab.census.iterator import Vma
 from mmlab.census.records import Census, CommandCensus, Moment
 from mmlab.errors import MmlabError
+from mmlab.workloads.build import built
 
 KSM = "/sys/kernel/mm/ksm"
 
@@ -95,24 +97,54 @@ def survey(argv: list[str], interval_s: float = 0.5, top: int = 5,
            also: Iterable[int] = frozenset(),
            timeout_s: float | None = None) -> CommandCensus:
     """Start `argv`, read its tree (and the trees of `also`, a recipe's
-    services) every `interval_s` until it exits, and return the peak.  A
-    command that cannot start, fails, or exits before any moment saw it is
-    an error naming it; its process group is killed on the way out."""
-    with tempfile.TemporaryFile("w+") as log:
+    services) every `interval_s` until it exits, and return the peak.  The
+    command runs under `mmcensus --hold`, which takes one more census as it
+    exits, its mm still whole: a program shorter than the first reading (or
+    one the reading was late for, on a busy machine) is seen all the same.
+    A command that cannot start or fails is an error naming it; its process
+    group is killed on the way out."""
+    _runnable(argv[0])
+    with tempfile.TemporaryDirectory(prefix="mmlab-census-") as tmp, \
+            tempfile.TemporaryFile("w+") as log:
+        held = Path(tmp, "held")
+        child = subprocess.Popen([str(built("mmcensus")), "--hold", str(held), "--", *argv],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True)
         try:
-            child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
-        except (FileNotFoundError, PermissionError) as exc:
-            raise MmlabError(f"{argv[0]}: cannot run: {exc.strerror}") from exc
-        moments = Moments({child.pid, *also}, top)
-        try:
+            moments = Moments({_held_pid(held, child, argv, log), *also}, top)
             code = _follow(child, moments, interval_s, timeout_s, argv)
         finally:
             stop(child)
         if code:
             raise MmlabError(f"{' '.join(argv)}: exited with status {code}: {_last_words(log)}")
+        moments.add(time.monotonic() - moments.t0, _at_exit(held), time.perf_counter())
         output = _last_words(log)
     return moments.result(argv, code, time.monotonic() - moments.t0, output)
+
+
+def _runnable(program: str) -> None:
+    """A program that cannot be run is named before anything starts."""
+    found = shutil.which(program)
+    if found is None:
+        why = "no such program" if "/" not in program or not os.path.exists(program) \
+            else "not executable"
+        raise MmlabError(f"{program}: cannot run: {why}")
+
+
+def _held_pid(held: Path, child: subprocess.Popen, argv: list[str], log) -> int:
+    """The command's PID, which mmcensus writes first once it traces it."""
+    while child.poll() is None:
+        with contextlib.suppress(FileNotFoundError):
+            first, newline, _ = held.read_text().partition("\n")
+            if newline:
+                return int(first.removeprefix("pid "))
+        time.sleep(0.01)
+    raise MmlabError(f"{' '.join(argv)}: could not start: {_last_words(log)}")
+
+
+def _at_exit(held: Path) -> list[Vma]:
+    """The census mmcensus took at the command's exit (every process's)."""
+    return iterator.parse(held.read_text().split("\n", 1)[1])
 
 
 def _follow(child: subprocess.Popen, moments: Moments, interval_s: float,

@@ -17,7 +17,9 @@ machine's root, mounted read-only in the guest (HostRoot, hostroot.py),
 after its recipe's steps have run there too.
 
 The guest reads the command's tree with mmcensus every interval until it
-exits and prints each moment; the host groups them as it groups its own.
+exits, and once more as it exits (it runs under `mmcensus --hold`, as on
+the host), and prints each moment; the host groups them as it groups its
+own.
 The guest's smaps stays in the guest, so its groups have no pattern.
 """
 
@@ -78,9 +80,13 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         start = f"chroot {hostroot.MOUNTED} {start}"
     return "\n".join([
         *lines,
-        f"{start} > /tmp/cmd.out 2>&1 &",
-        "pid=$!",
-        f'echo "{MARK} pid $pid"',
+        # held: mmcensus takes one more census at the command's exit (its
+        # first line names the command's PID), so a short one is seen too
+        f"{mmcensus} --hold /tmp/held -- {start} > /tmp/cmd.out 2>&1 &",
+        "holder=$!",
+        "until [ -s /tmp/held ] || ! kill -0 $holder 2>/dev/null; do sleep 0.01; done",
+        "pid=$(sed -n '1s/^pid //p' /tmp/held)",
+        f'echo "{MARK} pid ${{pid:-0}}"',
         # until it exits: a zombie has no maps, but neither has a process
         # in the middle of its exec (the chroot's), so ask for its state
         "while grep -q '^State:[^Z]*$' /proc/$pid/status 2>/dev/null; do",
@@ -89,8 +95,11 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         f'  [ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"',
         f"  sleep {interval_s:g}",
         "done",
-        "wait $pid",
-        f'echo "{MARK} exit $?"',
+        "wait $holder",
+        "code=$?",
+        f'echo "{MARK} moment $(cut -d" " -f1 /proc/uptime)"',
+        "tail -n +2 /tmp/held",
+        f'echo "{MARK} exit $code"',
         f'echo "{MARK} words $(tail -3 /tmp/cmd.out | tr "\\n" "|" | sed "s/|$//; s/|/ | /g")"',
     ]) + "\n"
 
