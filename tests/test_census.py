@@ -107,8 +107,13 @@ def test_every_process_includes_the_split_one(held):
 
 
 @needs_iterator
-def test_the_census_of_every_process_is_under_2_s():
-    assert take.take(None).seconds < 2.0
+def test_the_census_of_every_process_sees_this_one_and_times_itself():
+    """Every process, this test's own among them, and how long the reading
+    took (its speed, under 2 s, is held by `make bench` beside cat
+    /proc/*/maps, not here: a timed test fails beside a busy neighbour)."""
+    found = take.take(None)
+    assert found.seconds > 0 and found.vmas > 0
+    assert os.getpid() in {p.pid for p in found.processes}
 
 
 @needs_iterator
