@@ -22,7 +22,7 @@ from mmlab.targets import probe, qemu
 from mmlab.targets.host import HostTarget
 from mmlab.workloads import mmwork
 
-from .conftest import THP_PAIR, mmlab
+from .conftest import THP_PAIR
 from .test_bad_input import WAITED
 
 CLOCK = THP_PAIR.replace('thp = ["hugepage", "nohugepage"]',
@@ -93,7 +93,12 @@ def test_a_crashed_runs_clock_is_put_back_by_the_next_mmlab(cpu, tmp_path, monke
     died = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True)
     assert died.returncode == 9, died.stderr
     assert governors(cpu)[:2] == ["performance"] * 2 and cpufreq.Turbo().read() == "off"
-    restored = mmlab("restore")
+    # The next mmlab reads the same fake CPU folder: only its clock files
+    # are settings a journal may put back.
+    restore = ("import pathlib\nfrom mmlab.machine import cpufreq\n"
+               f"cpufreq.CPU = pathlib.Path({str(cpu)!r})\nfrom mmlab.cli import main\nmain()\n")
+    restored = subprocess.run([sys.executable, "-c", restore, "restore"], capture_output=True,
+                              text=True)
     assert "an earlier run did not finish; restored:" in restored.stderr, restored.stderr
     assert str(cpu / "cpu1/cpufreq/scaling_governor") in restored.stderr
     assert governors(cpu) == ["powersave"] * 3 and cpufreq.Turbo().read() == "on"

@@ -12,7 +12,13 @@ import sys
 import pytest
 
 from mmlab.errors import MmlabError
-from mmlab.machine import knobs
+from mmlab.machine import journal_trust, knobs
+
+
+@pytest.fixture(autouse=True)
+def managed(tmp_path, monkeypatch):
+    """The scratch files stand for settings mmlab manages (journal_trust)."""
+    monkeypatch.setattr(journal_trust, "SETTINGS", (*journal_trust.SETTINGS, f"{tmp_path}/**"))
 
 
 @pytest.fixture
@@ -62,8 +68,8 @@ def test_a_crashed_owner_is_replayed_a_live_one_is_not(tmp_path, setting):
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     path = tmp_path / "journal.json"
-    path.write_text(json.dumps({"pid": dead.pid, "entries": [
-        {"kind": "file", "path": str(setting), "old": "never"}]}))
+    journal_trust.write(path, {"pid": dead.pid, "entries": [
+        {"kind": "file", "path": str(setting), "old": "never"}]})
     journal = knobs.Journal(path)
     assert journal.orphaned()
     assert knobs.replay_orphaned(journal) == [f"{setting} = never"]
@@ -71,7 +77,7 @@ def test_a_crashed_owner_is_replayed_a_live_one_is_not(tmp_path, setting):
 
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
-        path.write_text(json.dumps({"pid": live.pid, "entries": []}))
+        journal_trust.write(path, {"pid": live.pid, "entries": []})
         assert not knobs.Journal(path).orphaned()
     finally:
         live.kill()

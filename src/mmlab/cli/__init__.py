@@ -68,8 +68,11 @@ def _startup(version: bool = typer.Option(False, "--version", callback=_version,
     if not paths.journal_path().exists():
         return
     from mmlab.machine import knobs
+    from mmlab.machine.journal_trust import UntrustedJournal
     try:
         restored = knobs.replay_orphaned()
+    except UntrustedJournal:
+        raise                   # one mmlab did not write: no command runs beside it
     except MmlabError as exc:
         typer.echo(f"mmlab: warning: {exc}", err=True)
         return

@@ -5,13 +5,14 @@ was there before, so the old state can be restored after each trial, at
 exit, after Ctrl-C, and after a crash: the next `mmlab` start finds a
 journal whose owner process is gone and replays it.  Nothing here changes a
 setting unless the caller was allowed to (`host_changes = true` in a profile
-or `--allow-host-changes`).
+or `--allow-host-changes`).  A journal is read and written through
+journal_trust: one this mmlab did not write, or one naming anything but the
+settings it changes, is refused whole.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
 import os
 import re
 import sys
@@ -23,16 +24,18 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt
 
 from mmlab.errors import MmlabError
-from mmlab.machine import cpufreq, proc
+from mmlab.machine import cpufreq, journal_trust, proc
+from mmlab.machine.journal_trust import (
+    DAMON_KDAMONDS,
+    DAMON_MODULES,
+    KSM_DIR,
+    THP_DEFRAG,
+    THP_ENABLED,
+    TRACEFS,
+)
 from mmlab.machine.paths import journal_path, state_dir
 
-THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
-THP_DEFRAG = "/sys/kernel/mm/transparent_hugepage/defrag"
-KSM_DIR = "/sys/kernel/mm/ksm"
 SWAP_SPEC = re.compile(r"^(none|file:\d+[KMG]|zram:\d+[KMG])$")
-DAMON_KDAMONDS = "/sys/kernel/mm/damon/admin/kdamonds"
-DAMON_MODULES = "/sys/module/damon_*/parameters/enabled"
-TRACEFS = "/sys/kernel/tracing"
 TRACEFS_CANDIDATES = (TRACEFS, "/sys/kernel/debug/tracing")
 
 
@@ -82,26 +85,22 @@ class Journal:
         self.path = path or journal_path()
 
     def _load(self) -> dict:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {"pid": os.getpid(), "entries": []}
-        except json.JSONDecodeError as exc:
-            raise MmlabError(f"{self.path}: unreadable journal ({exc}); fix or remove it") from exc
+        """The journal, once journal_trust finds this mmlab wrote it."""
+        return journal_trust.read(self.path) or {"pid": os.getpid(), "entries": []}
 
     def _save(self, data: dict) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(data, f, indent=1)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        journal_trust.write(self.path, data)
 
     def entries(self) -> list[dict]:
         return self._load()["entries"]
 
     def _append(self, entry: dict) -> None:
+        """Journal `entry`, refused first if mmlab could not undo it (a
+        workload declaring a file mmlab does not manage is refused here,
+        before anything changes)."""
+        why = journal_trust.fault(entry)
+        if why:
+            raise MmlabError(f"refused before any change: {why}")
         data = self._load()
         data["pid"] = os.getpid()
         data["entries"].append(entry)
@@ -187,7 +186,7 @@ def machine_lock() -> Iterator[None]:
             _lock_depth -= 1
         return
     path = lock_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     with open(path, "a+") as f:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -214,9 +213,10 @@ def machine_lock() -> Iterator[None]:
 def _undo(e: dict) -> str:
     kind = e["kind"]
     if kind == "file":
-        if read_setting(e["path"]) == e["old"]:
+        target = journal_trust.resolved(e["path"])     # the file journal_trust accepted
+        if read_setting(target) == e["old"]:
             return ""
-        _write(e["path"], e["old"])
+        _write(target, e["old"])
         return f"{e['path']} = {e['old']}"
     if kind == "swapfile":
         if any(p == e["path"] for p, _ in active_swaps()):
@@ -347,7 +347,7 @@ class Swap:
     def _add_file(size: int, journal: Journal) -> None:
         path = state_dir() / "swapfile"
         journal.record("swapfile", path=str(path))
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         with open(path, "wb") as f:
             os.fchmod(f.fileno(), 0o600)
             # Written, not fallocated: swapon rejects files with unwritten extents

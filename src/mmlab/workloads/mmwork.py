@@ -29,6 +29,10 @@ class TrialFailed(MmlabError):
 
 @contextmanager
 def _guard_workload_settings(workload: Workload, journal: knobs.Journal) -> Iterator[None]:
+    """Journal the setting files the workload declares it changes (its
+    notes, like "(trigger)", are not files), for the block.  The journal
+    takes only settings mmlab manages: a workload declaring any other file
+    is refused here, before it runs."""
     files = [path for path in workload.host_settings if path.startswith("/") and " " not in path]
     with journal.session():
         for path in files:
