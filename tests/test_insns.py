@@ -483,6 +483,10 @@ def test_a_users_program_is_counted_whole_and_by_its_marked_window(plugin, k612)
     assert s.metrics["command_kernel_insns_per_run"] > 1e5
     assert not [m for m in s.metrics if m.startswith("protect_")]
     (two,) = counted_exec(k612, plugin, marked_program(), vcpus=2, samples=1)
+    # Another guest state (a second vCPU counts its own kernel work: its
+    # timer ticks, the IPIs an mprotect's TLB flush sends): the same order,
+    # not the same count, is what this holds; 10% is several times the
+    # one-vCPU runs' spread (2%) and far inside a count that missed a vCPU
     assert two.metrics["command_kernel_insns_per_pages"] == pytest.approx(
         float(np.median(command)), rel=0.1)
 

@@ -92,6 +92,8 @@ def test_page_fault_variant(variant, tmp_path):
     assert s.counts["fault_windows"] == threads * s.counts["rounds"]
     assert s.counts["pages"] == pages * s.counts["rounds"]
     if variant == "anon-write-nohugepage":      # one fault per 4 KiB page
+        # exactly one fault a page, but for the few a page-table page or a
+        # stray kernel thread's fault adds over a 4 MiB mapping: under 5%
         assert s.counts["faults_per_page"] == pytest.approx(1, abs=0.05)
         assert s.state["thp_backed_fraction"] == 0
     if variant == "anon-read":                  # the zero page: nothing resident
@@ -536,6 +538,8 @@ def test_each_reclaim_variant_reclaims_where_it_should_in_a_guest(variant, k612,
     assert c["memcg_pgsteal_per_page"] == pytest.approx(c["pages_reclaimed"] / c["pages"],
                                                         rel=1e-4)
     if variant.startswith("memcg"):            # the whole working set, by the task alone
+        # every page by the task itself; a page reclaimed twice (refaulted
+        # under the limit) is the only way off 1, and is under 1%
         assert c["memcg_pgsteal_direct_per_page"] == pytest.approx(1, abs=0.01)
         assert c["memcg_pgscan_kswapd_per_page"] == 0
         assert s.state["memcg_current_kb"] <= s.state["memory_room_kb"]
