@@ -139,7 +139,7 @@ def read(journal: Path) -> dict | None:
             or type(data["pid"]) is not int or not isinstance(data["entries"], list):
         raise _refuse(journal, f"not a journal of this mmlab's (version {VERSION})")
     for n, entry in enumerate(data["entries"], 1):
-        check(entry, journal, n)
+        _check(entry, journal, n)
     return data
 
 
@@ -166,7 +166,7 @@ def write(journal: Path, data: dict) -> None:
     os.replace(tmp, journal)
 
 
-def check(entry: object, journal: Path, n: int) -> None:
+def _check(entry: object, journal: Path, n: int) -> None:
     """Refuse entry `n` unless it is one mmlab writes and would undo."""
     why = fault(entry)
     if why:
