@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,8 +64,9 @@ def _host_sources(etc: Path = Path("/etc/apt")) -> list[tuple[str, list[str]]]:
 
 def mirrors(etc: Path = Path("/etc/apt")) -> tuple[str, str | None]:
     """(Debian archive URI, security archive URI or None): the ones the host's
-    apt uses, or $MMLAB_APT_MIRROR (its security archive is URI-security)."""
-    env = os.environ.get("MMLAB_APT_MIRROR")
+    apt uses, or $MMLAB_APT_MIRROR (its security archive is URI-security),
+    refused in one line unless it is a plain http(s) URL."""
+    env = environ.url("MMLAB_APT_MIRROR")
     if env:
         return env.rstrip("/"), env.rstrip("/") + "-security"
     archive = security = None
@@ -82,7 +84,12 @@ def mirrors(etc: Path = Path("/etc/apt")) -> tuple[str, str | None]:
 
 
 class Apt:
-    """mmlab's own apt: sources, lists, state and archives under `root`."""
+    """mmlab's own apt: sources, lists, state and archives under `root`.
+    A refresh reads new lists in a staging root of its own (ROOT/refresh)
+    and moves them in only when the mirror answered."""
+
+    # What a staging root's refresh replaces in the last good one.
+    PARTS = ("sources.list", "lists", "cache", "state", "status", "archives")
 
     def __init__(self, root: Path | None = None):
         self.root = root or paths.cache_root() / "apt"
@@ -126,22 +133,55 @@ class Apt:
             return {}
 
     def fresh(self) -> bool:
+        """Whether the lists on disk are the ones wanted, and young enough:
+        the state names the sources it was read with, and both the wanted
+        sources and the sources.list on disk must be that text (a list
+        written by hand, or left by an older mmlab, is read again)."""
         st = self._state()
-        return (st.get("sources") == self.sources()
+        try:
+            on_disk = (self.root / "sources.list").read_text()
+        except OSError:
+            return False
+        return (st.get("sources") == self.sources() == on_disk
                 and time.time() - st.get("updated", 0) < environ.seconds(
                     "MMLAB_APT_MAX_AGE_S", MAX_AGE_S)
-                and (self.root / "catalog.json").exists())
+                and (self.root / "catalog.json").exists() and (self.root / "lists").is_dir())
 
     def refresh(self, force: bool = False) -> None:
         """Read the package lists of every suite the mirror serves (apt-get
-        update with mmlab's config), unless they are fresh."""
+        update with mmlab's config), unless they are fresh.  One process
+        refreshes at a time; the lists are read in a staging root and take
+        the last good ones' place only when the mirror answered, so a failed
+        refresh leaves the sources, lists, catalog and state as they were."""
         if not force and self.fresh():
             return
-        text = self.sources()
+        text = self.sources()               # a bad mirror is refused before any write
+        with paths.filling(self.root):
+            if not force and self.fresh():
+                return                      # another process refreshed meanwhile
+            stage = Apt(self.root / "refresh")
+            shutil.rmtree(stage.root, ignore_errors=True)
+            try:
+                stage._prepare(text, self.root / "lists")
+                served = stage._update()
+                self._promote(stage, stage._read_catalog(), served, text)
+            finally:
+                shutil.rmtree(stage.root, ignore_errors=True)
+
+    def _prepare(self, text: str, lists: Path) -> None:
+        """An apt root with `text` as its sources and the last good lists
+        linked in (apt then asks the mirror only for what changed; it
+        replaces a list by renaming, so the last good ones stay as they are)."""
         for d in ("lists/partial", "archives/partial", "cache", "state"):
             (self.root / d).mkdir(parents=True, exist_ok=True)
         (self.root / "status").touch()
         (self.root / "sources.list").write_text(text)
+        for f in lists.glob("*") if lists.is_dir() else ():
+            if f.is_file():
+                os.link(f, self.root / "lists" / f.name)
+
+    def _update(self) -> list[str]:
+        """apt-get update: the suites the mirror served, or the reason none was."""
         out = proc.call(["apt-get", *self.options(), "update"], check=False, timeout=900,
                         what="apt-get update (mmlab's Debian catalog)")
         archive, security = mirrors()
@@ -150,13 +190,22 @@ class Apt:
         if not served:
             reasons = re.findall(r"^\s+(\S.*)$", out.stdout, re.M) or \
                 out.stderr.strip().splitlines()[-1:] or ["no answer"]
-            archive = mirrors()[0]
             raise MmlabError(f"the Debian registry at {archive} cannot be reached: "
                              f"{reasons[0].strip()}")
-        catalog = self._read_catalog()
-        (self.root / "catalog.json").write_text(json.dumps(catalog))
-        (self.root / "state.json").write_text(json.dumps(
-            {"sources": text, "updated": time.time(), "served": served}))
+        return served
+
+    def _promote(self, stage: Apt, catalog: list[dict], served: list[str], text: str) -> None:
+        """Move a refreshed stage's parts in.  The state goes first and comes
+        back last, so a crash between leaves no state: the next run refreshes."""
+        (self.root / "state.json").unlink(missing_ok=True)
+        for part in self.PARTS:
+            old = self.root / part
+            if old.exists():
+                old.rename(stage.root / f"old-{part}")
+            (stage.root / part).rename(old)
+        _write(self.root / "catalog.json", json.dumps(catalog))
+        _write(self.root / "state.json",
+               json.dumps({"sources": text, "updated": time.time(), "served": served}))
 
     def _has_release(self, uri: str, suite: str) -> bool:
         """apt names a list file after its URI: host_path_dists_SUITE_InRelease."""
@@ -197,6 +246,13 @@ class Apt:
             return json.loads((self.root / "catalog.json").read_text())
         except (OSError, ValueError):
             return None
+
+
+def _write(path: Path, text: str) -> None:
+    """`path` holds `text` whole or is left as it was (written beside, renamed)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(text)
+    tmp.rename(path)
 
 
 # linux-image-ABI-FLAVOUR[-unsigned], linux-binary-ABI-FLAVOUR, linux-source-X.Y

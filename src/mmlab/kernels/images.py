@@ -98,8 +98,8 @@ class Kernel:
 
 
 def cache_dir() -> Path:
-    env = os.environ.get("MMLAB_KERNEL_CACHE")
-    return Path(env) if env else Path.home() / ".cache/mmlab/kernels"
+    """The kernel cache ($MMLAB_KERNEL_CACHE, checked where paths reads it)."""
+    return paths.kernel_cache()
 
 
 

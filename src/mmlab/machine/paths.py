@@ -1,31 +1,87 @@
 """Where mmlab keeps what it fetches and builds on this machine (kernels, its
 own apt lists, kernel sources and builds, guest images, compiled C sources)
 and what it must find again after a crash (the settings journal, swap
-files).  Nothing here imports more than the standard library: every
-command's start asks for the journal."""
+files).  Nothing here imports more than the standard library and
+mmlab.errors: every command's start asks for the journal.
+
+A folder the environment names is checked where it is read, before anything
+is made in it: a file, a device or a folder of the kernel's own filesystems
+(/proc, /sys, /dev) is refused, naming the variable."""
 
 from __future__ import annotations
 
 import fcntl
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from mmlab.errors import MmlabError
+
+# Filesystems the kernel makes for itself: nothing of mmlab's can be kept there.
+KERNEL_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "tracefs",
+                       "debugfs", "securityfs", "bpf", "configfs", "pstore", "efivarfs",
+                       "mqueue", "fusectl", "binfmt_misc"})
+
+
+def kernel_cache() -> Path:
+    """Where fetched and built kernels are kept: ~/.cache/mmlab/kernels, or
+    MMLAB_KERNEL_CACHE (the tests give every cache a private home that way)."""
+    return env_dir("MMLAB_KERNEL_CACHE") or Path.home() / ".cache/mmlab/kernels"
+
 
 def cache_root() -> Path:
-    """~/.cache/mmlab, or the folder holding MMLAB_KERNEL_CACHE when that is
-    set (the tests give every cache a private home that way)."""
-    env = os.environ.get("MMLAB_KERNEL_CACHE")
-    return Path(env).parent if env else Path.home() / ".cache/mmlab"
+    """~/.cache/mmlab: the folder holding the kernel cache, and mmlab's apt
+    lists, sources and builds beside it."""
+    return kernel_cache().parent
 
 
 def state_dir() -> Path:
     """Where the journal and swap files live (MMLAB_STATE_DIR overrides)."""
-    env = os.environ.get("MMLAB_STATE_DIR")
+    env = env_dir("MMLAB_STATE_DIR")
     if env:
-        return Path(env)
+        return env
     return Path("/var/lib/mmlab") if os.geteuid() == 0 else Path.home() / ".local/state/mmlab"
+
+
+def env_dir(name: str) -> Path | None:
+    """$`name` as a folder mmlab may keep its files in, None when unset or
+    empty.  It must be a folder, or one that can be made: its nearest
+    existing parent a folder outside the kernel's own filesystems.  So
+    MMLAB_STATE_DIR=/proc/version or MMLAB_KERNEL_CACHE=/dev/null is refused
+    in one line before a store, a lock or a cache entry is made."""
+    text = os.environ.get(name)
+    if not text:
+        return None
+    if not text.isprintable():
+        raise MmlabError(f"{name}={text!r}: expected a directory's path (printable characters)")
+    path = Path(text)
+    there = path
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    if not there.is_dir():
+        raise MmlabError(f"{name}={text}: {there} is not a directory, so this cannot be one")
+    fstype = mount_of(there)[1]
+    if fstype in KERNEL_FS:
+        raise MmlabError(f"{name}={text}: {there} is in the kernel's own {fstype} filesystem, "
+                         "where mmlab cannot keep its files")
+    return path
+
+
+def mount_of(path: Path) -> tuple[str, str, str]:
+    """(mount point, filesystem type, source) of the mount that holds
+    `path` (symlinks resolved): the last mounted at the longest matching point."""
+    real = os.path.realpath(path)
+    found = ("/", "?", "?")
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        left, _, right = line.partition(" - ")
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), left.split()[4])
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(found[0]):
+            fstype, source = (right.split() + ["?", "?"])[:2]
+            found = (point, fstype, source)
+    return found
 
 
 @contextmanager
