@@ -236,7 +236,7 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
 
     from mmlab.cli import app
     from mmlab.cli import run as run_cmd
-    from mmlab.kernels import kbuild
+    from mmlab.kernels import images, kbuild
     from mmlab.run import driver, runner
     from mmlab.targets import TargetPool
     from mmlab.track import releases
@@ -249,6 +249,8 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
         SimpleNamespace(name="local:a", source="tree"),
         SimpleNamespace(name="local:b", source="tree + patch")))
     monkeypatch.setattr(releases, "Catalog", Local)
+    monkeypatch.setattr(images, "cached", lambda cache=None: [   # narrow orders them by version
+        images.Kernel(f"local:{x}", f"6.{i}.0", "tree", "", "") for i, x in enumerate("abc")])
     depth, calls, outside = [0], [], []
     real_driver, real_runner = driver.run_experiment, runner.run
 

@@ -162,8 +162,8 @@ def ab(profile: Path = PROFILE,
 def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
                                           help="a [matrix] profile; its kernel axis is replaced"),
            kernel_list: str = typer.Option(None, "--kernels", metavar="K1,K2,...",
-                                           help="kernels oldest to newest; a release range "
-                                                "debian:6.12..debian:7.3 is one kernel per "
+                                           help="kernels, put in order by version; a release "
+                                                "range debian:6.12..debian:7.3 is one kernel per "
                                                 "release series"),
            source: Path = typer.Option(None, "--source", metavar="TREE",
                                        help="a kernel git tree (with --commits)"),
@@ -193,7 +193,8 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
     if bool(kernel_list) == bool(source and commit_range):
         raise MmlabError("narrow takes either --kernels K1,...,Kn or --source TREE --commits A..B")
     if kernel_list:
-        names = specs.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
+        given = specs.expand([k.strip() for k in kernel_list.split(",") if k.strip()])
+        names = narrowing.ordered(given, lambda line: typer.echo(line, err=True))
         ensure = lambda name: None  # noqa: E731  (released kernels: fetched by their target)
     else:
         names, build_commit = kbuild.commit_kernels(source, commit_range, config)

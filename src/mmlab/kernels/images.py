@@ -261,9 +261,18 @@ def get(name: str, cache: Path | None = None) -> Kernel:
         if k.name == name:
             return k
     known = ", ".join(k.name for k in cached(cache)) or "none cached"
-    raise MmlabError(f"unknown kernel '{name}' ({known}); add it with "
-                     f"'mmlab kernels add {name if name.startswith('debian:') else 'PATH'}'")
+    how = (f"build it with 'mmlab kernels build SOURCE --name {name.removeprefix('build:')}'"
+           if name.startswith("build:") else
+           f"add it with 'mmlab kernels add {name if name.startswith('debian:') else 'PATH'}'")
+    raise MmlabError(f"unknown kernel '{name}' ({known}); {how}")
 
+
+
+def fetchable(name: str) -> None:
+    """Refuse a local or build kernel the cache lacks, before anything is
+    stored: nothing can fetch one, so each of its trials would fail."""
+    if not name.startswith("debian:"):
+        get(name)
 
 
 def ensure(name: str, cache: Path | None = None) -> Kernel:

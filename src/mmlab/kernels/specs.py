@@ -31,21 +31,21 @@ def resolve(spec: str, apt: Apt | None = None) -> Entry:
     return _newest(spec, (apt or Apt()).catalog())
 
 
-def check(spec: str, apt: Apt | None = None) -> None:
+def check(spec: str, apt: Apt | None = None) -> Entry:
     """Refuse a Debian kernel the catalog does not serve, in one line, before
-    a store is made or a fetch begins.  The catalog as last read answers,
-    downloading nothing; only a name it lacks, when it is out of date, is
-    looked up again in a fresh one (a fetch would read one anyway)."""
+    a store is made or a fetch begins; the entry it would fetch otherwise
+    (narrow orders kernels by its version).  The catalog as last read
+    answers, downloading nothing; only a name it lacks, when it is out of
+    date, is looked up again in a fresh one (a fetch would read one anyway)."""
     apt = apt or Apt()
     last = apt.last_catalog()
     if last is not None:
         try:
-            _newest(spec, last)
-            return
+            return _newest(spec, last)
         except MmlabError:
             if apt.fresh():
                 raise
-    resolve(spec, apt)
+    return resolve(spec, apt)
 
 
 def _newest(spec: str, catalog: list[dict]) -> Entry:

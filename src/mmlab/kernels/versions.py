@@ -80,3 +80,19 @@ def series_of(upstream_version: str) -> str:
 def series_key(series: str) -> tuple[int, int]:
     major, minor = series.split(".")
     return int(major), int(minor)
+
+
+
+RELEASE = re.compile(r"^(\d+\.\d+)(?:\.(\d+))?(?:-(rc\d+))?")
+
+
+def release_upstream(release: str) -> str | None:
+    """A kernel release as an upstream version that orders as dpkg does:
+    6.12.117+deb13-cloud-amd64 -> 6.12.117, 7.3.0-rc7 -> 7.3~rc7, 6.12.0 ->
+    6.12 (what Debian calls the first release of a series); None for a
+    release that names no version (a local image's "unknown")."""
+    m = RELEASE.match(release)
+    if not m:
+        return None
+    patch = f".{m.group(2)}" if m.group(2) and m.group(2) != "0" else ""
+    return m.group(1) + patch + (f"~{m.group(3)}" if m.group(3) else "")

@@ -16,6 +16,7 @@ any other; its evidence is kept so the answer can be audited.
 from __future__ import annotations
 
 import math
+import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -23,6 +24,8 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
+from mmlab.kernels import images, specs
+from mmlab.kernels.versions import VersionKey, compare_versions, release_upstream, upstream
 from mmlab.run import driver, runner
 from mmlab.run.events import Created, Event, Message, OnEvent, ignore
 from mmlab.store import Store
@@ -75,11 +78,60 @@ class NarrowResult:
         return f"{verdict} introduced between {kernels[i - 1]} and {kernels[i]}"
 
 
+def enough(kernels: list[str], option: str) -> None:
+    """Refuse fewer than two kernels, before anything is stored or fetched."""
+    if len(kernels) < 2:
+        raise MmlabError(f"{option}: narrow needs at least two kernels, got "
+                         f"{', '.join(kernels) or 'none'}")
+
+
+def ordered(names: list[str], say: Callable[[str], None]) -> list[str]:
+    """`--kernels` oldest to newest by version, said when that is not the
+    order given: a list given newest first would be searched backwards and
+    its answer named the wrong way round.  A kernel with no version (a
+    local image whose boot header names none), or two of one version (a
+    patched and an unpatched build), cannot be ordered and are refused:
+    commits are ordered by their tree (--commits)."""
+    enough(names, "--kernels")
+    cached = {k.name: k for k in images.cached()}
+    versions = {name: _version(name, cached.get(name)) for name in names}
+    if unknown := [n for n in names if versions[n] is None]:
+        raise MmlabError(f"--kernels: cannot order {', '.join(unknown)} oldest to newest: "
+                         "no kernel version (narrow builds commit by commit with --source "
+                         "TREE --commits OLD..NEW)")
+    by = sorted(names, key=lambda n: VersionKey(str(versions[n])))
+    for a, b in zip(by, by[1:]):
+        if compare_versions(str(versions[a]), str(versions[b])) == 0:
+            raise MmlabError(f"--kernels: cannot order {a} and {b}: both are version "
+                             f"{versions[a]} (narrow builds commit by commit with --source "
+                             "TREE --commits OLD..NEW)")
+    if by != names:
+        say("narrow: kernels ordered oldest to newest by version: "
+            + ", ".join(f"{n} ({versions[n]})" for n in by))
+    return by
+
+
+def _version(name: str, kernel: images.Kernel | None) -> str | None:
+    """A kernel's upstream version: a cached one's package version (Debian)
+    or release; a Debian one not fetched yet, the catalog entry it would
+    fetch; the running kernel's release for the host.  A local or build
+    kernel not in the cache is refused, as a run of it would be."""
+    if kernel is None and name == "host":
+        return release_upstream(platform.release())
+    if kernel is None and name.startswith("debian:"):
+        return specs.check(name.removeprefix("debian:")).upstream
+    try:
+        kernel = kernel or images.get(name)
+    except MmlabError as exc:
+        raise MmlabError(f"--kernels: {exc}") from exc
+    return upstream(kernel.package_version) if kernel.package_version \
+        else release_upstream(kernel.version)
+
+
 def bisect(kernels: list[str], compare: Callable[[str, str], Comparison]) -> NarrowResult:
     """`compare(reference, kernel)` runs and judges one pair; the reference is
     always the oldest kernel, so every verdict is against the same baseline."""
-    if len(kernels) < 2:
-        raise MmlabError("narrow needs at least two kernels, oldest first")
+    enough(kernels, "narrow")
     ref = kernels[0]
     steps: list[Step] = []
 

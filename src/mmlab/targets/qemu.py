@@ -333,15 +333,15 @@ class QemuTarget(LocalTarget):
         """A host CPU clock an arm asks for is refused as a host arm's would
         be (no cpufreq here, no consent); the rest a guest changes in its
         own disposable kernel.  The kernel is made ready now, before the
-        first trial."""
+        first trial; one nothing can fetch (local, build) is refused."""
         for arm in plan.arms:
-            clock = arm.settings.clock()
-            if arm.target == self.name and clock:
+            if arm.target == self.name and (clock := arm.settings.clock()):
                 refuse(arm, clock, consented(plan, self.allow_changes))
+        images.fetchable(self.kernel_name)
         try:
             self.kernel()
         except MmlabError as exc:
-            self.say(f"{self.name}: {exc}; its trials will fail")
+            self._once(f"{self.name}: {exc}; its trials will fail")
 
     def side_by_side(self, plan: Plan) -> int:
         """A plan that judges instruction counts alone runs as many trials at
