@@ -19,6 +19,7 @@ from mmlab import workloads
 from mmlab.attribution.guest import Instrumentation
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import parse
+from mmlab.judge import audit
 from mmlab.kernels import images, specs
 from mmlab.machine.knobs import HostSettings
 from mmlab.targets import boot, initramfs, qemu, snapshot
@@ -70,7 +71,10 @@ def test_frames_are_checked():
 
 
 def test_a_trial_runs_in_the_guest_with_its_settings(k612):
-    guest = boot.Guest(k612, vcpus=1, memory_mb=256, timeout_s=120)
+    """The arm's THP mode is in force in the guest; what the guest's kernel
+    booted with is kept beside it: a 512 MiB guest (MemTotal below 512 MiB)
+    boots with every THP flag cleared, and the audit says why in words."""
+    guest = boot.Guest(k612, vcpus=1, memory_mb=512, timeout_s=120)
     samples = qemu.sample(guest, workloads.get("pageout-refault"), {**TINY, "thp": "hugepage"},
                           samples=2, warmups=0, settings=HostSettings(thp="always"))
     assert len(samples) == 2
@@ -79,6 +83,13 @@ def test_a_trial_runs_in_the_guest_with_its_settings(k612):
         assert s.state["thp_enabled"] == "always"           # the arm's setting, in the guest
         assert s.state["accelerator"] in ("kvm", "tcg") and s.state["target"] == "qemu"
         assert s.metrics["cycle_ns_per_page"] > 0
+        assert s.state["mem_total_kb"] < 512 * 1024
+        assert (s.state["boot_thp_enabled"], s.state["boot_thp_defrag"],
+                s.state["boot_thp_use_zero_page"]) == ("never", "never", 0.0)
+        assert s.state["min_free_kbytes"] > 0
+    (note,) = audit.guest_thp_notes({"a": samples})
+    assert note.startswith("a: guest THP: never at boot (512 MiB guest, MemTotal ")
+    assert "the kernel turns THP off below 512 MiB of memory); during the trial: always" in note
 
 
 def test_a_broken_command_line_is_a_failed_trial_with_the_console(k612):

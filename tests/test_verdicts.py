@@ -368,3 +368,62 @@ def test_a_neighbours_state_calls_for_no_matched_control():
     quiet = {("B", "A"): audit.audit_pair("B", "A", [sample({}, {"thp_fault_alloc": 52})] * 3,
                                           [sample({}, {"thp_fault_alloc": 0})] * 3, set())}
     assert controls.derive(plan, quiet)
+
+
+def guest(memory_mb: int, boot_thp: bool, **state: object) -> list[Sample]:
+    """A guest's samples whose kernel booted with THP on or off (a guest
+    below 512 MiB of MemTotal: every THP flag cleared), the arm having set
+    thp_mode = always either way."""
+    flags = ({"boot_thp_enabled": "always", "boot_thp_defrag": "madvise",
+              "boot_thp_use_zero_page": 1.0, "boot_thp_khugepaged_defrag": 1.0} if boot_thp
+             else {"boot_thp_enabled": "never", "boot_thp_defrag": "never",
+                   "boot_thp_use_zero_page": 0.0, "boot_thp_khugepaged_defrag": 0.0})
+    return [sample({"target": "qemu", "guest_memory_mb": float(memory_mb),
+                    "mem_total_kb": memory_mb * 1024 * 0.94, "thp_enabled": "always",
+                    "thp_defrag": "madvise", **flags, **state}) for _ in range(3)]
+
+
+def test_a_guest_booted_with_thp_off_by_its_memory_is_not_comparable_and_says_why():
+    """512 MiB of guest memory leaves MemTotal below 512 MiB, and the kernel
+    boots with every THP flag cleared (no huge zero page, no khugepaged
+    defrag) though the arm then sets thp_mode: the same program ran 16x the
+    kernel instructions per page there.  The pair is not comparable, and
+    the compare's reason says why in words."""
+    from mmlab.experiment.plan import parse
+    from mmlab.judge import verdicts
+    from mmlab.report.terminal.experiment import reasons
+    small, large = guest(512, boot_thp=False), guest(1024, boot_thp=True)
+    found = audit.audit_pair("small", "large", small, large, {"memory_mb"})
+    assert {f.check for f in found} == {"guest THP at boot"} and len(found) == 4
+    f = found[0]
+    assert "boot_thp_enabled never in small vs always in large" in f.detail
+    assert ("small: 512 MiB guest, MemTotal 481 MiB: the kernel turns THP off below 512 MiB "
+            "of memory") in f.detail
+    assert audit.audit_pair("a", "b", guest(1024, True), large, {"memory_mb"}) == []
+    plan = parse('name = "mem"\nworkload = "pageout-refault"\nkernel = "debian:6.12"\n'
+                 'repetitions = 3\nmetrics = ["advise_ns_per_page"]\n'
+                 'baseline = { memory_mb = 1024 }\n'
+                 '[matrix]\nmemory_mb = [512, 1024]\n')
+    arms = [a.name for a in plan.arms]
+    judged = verdicts.judge(plan, {arms[0]: small, arms[1]: large})
+    (line,) = [r for r in reasons(judged.comparisons) if "not comparable" in r]
+    assert "guest THP at boot" in line and "turns THP off below 512 MiB" in line
+
+
+def test_arms_that_share_a_guest_booted_with_thp_off_are_told_so():
+    """Same state on both sides is comparable, but a guest whose kernel
+    turned THP off is named in words, with the mode in force."""
+    small = guest(512, boot_thp=False, thp_enabled="never", thp_defrag="never")
+    assert audit.audit_pair("a", "b", small, small, set()) == []
+    assert audit.guest_thp_notes({"a": small, "b": small, "c": guest(1024, True)}) == [
+        "a, b: guest THP: never at boot (512 MiB guest, MemTotal 481 MiB: the kernel turns "
+        "THP off below 512 MiB of memory); during the trial: never, defrag never"]
+
+
+def test_min_free_kbytes_differs_only_with_what_sets_it():
+    low = [sample({"min_free_kbytes": 5000.0})] * 3
+    high = [sample({"min_free_kbytes": 45056.0})] * 3
+    (f,) = audit.audit_pair("a", "b", low, high, {"swap"})
+    assert f.check == "min_free_kbytes"
+    for axis in ("memory_mb", "thp_mode", "sysctl.vm.min_free_kbytes"):
+        assert audit.audit_pair("a", "b", low, high, {axis}) == []

@@ -27,6 +27,13 @@ change page state on their own while a workload runs; only an axis that sets
 that very actor (ksm.run, sysctl.vm.compaction_proactiveness) explains a
 difference in them.
 
+A guest's memory changes kernel defaults the arm's settings may not touch:
+below 512 MiB of RAM the kernel boots with THP off (all its flags cleared:
+enabled and defrag never, no huge zero page), and min_free_kbytes scales
+with memory (and rises when khugepaged starts).  A guest's THP mode as it
+booted (before the arm's settings) is page state like the mode in force, and
+a finding or note that meets the small-system rule says so in words.
+
 Some readings are the trial's own (the smaps and pagemap of its mapping, its
 process tree's rusage); others are the whole machine's (/proc/vmstat event
 counters, the mTHP counters in sysfs, swap in use).  On a machine that runs
@@ -78,6 +85,8 @@ class Check:
     # Keys with "*" stand for every matching key the samples have.
     read: Callable[[Sample, str], object] | None = None
     machine_wide: bool = False   # the whole machine's reading, not the trial's own
+    # Why an arm's samples are in this state, in words ("" if nothing to say).
+    explain: Callable[[list[Sample]], str] | None = None
 
     def allowed(self, differing_axes: set[str]) -> bool:
         return any(axis in self.allowed_by or any(axis.startswith(p) for p in self.allowed_by
@@ -122,6 +131,49 @@ def _mthp_event(s: Sample, key: str) -> object:
     return NOT_AVAILABLE if s.state.get("mthp") == NOT_AVAILABLE else None
 
 
+# mm/huge_memory.c hugepage_init "disable transparent hugepages on smaller
+# systems": `totalram_pages() < (512 << (20 - PAGE_SHIFT))` clears every THP
+# flag at boot.  totalram_pages is what MemTotal shows, and a 512 MiB guest
+# has less (the kernel's own image and reservations): 464 MiB on debian:6.12.
+SMALL_SYSTEM_KB = 512 * 1024
+SMALL_SYSTEM_RULE = "the kernel turns THP off below 512 MiB of memory"
+# A guest's THP flags as it booted, before the arm's settings (targets/qemu.py).
+BOOT_THP = ("boot_thp_enabled", "boot_thp_defrag", "boot_thp_use_zero_page",
+            "boot_thp_khugepaged_defrag")
+
+
+def small_system(samples: list[Sample]) -> str:
+    """Why these samples' kernel booted with THP off, if its memory is why
+    ("" otherwise): "512 MiB guest, MemTotal 482 MiB: the kernel turns THP
+    off below 512 MiB of memory"."""
+    for s in samples:
+        total = s.state.get("mem_total_kb")
+        if (s.state.get("boot_thp_enabled") == "never" and isinstance(total, int | float)
+                and total < SMALL_SYSTEM_KB):
+            guest = s.state.get("guest_memory_mb")
+            size = f"{guest:g} MiB guest, " if isinstance(guest, int | float) else ""
+            return f"{size}MemTotal {total / 1024:.0f} MiB: {SMALL_SYSTEM_RULE}"
+    return ""
+
+
+def guest_thp_notes(samples: dict[str, list[Sample]]) -> list[str]:
+    """For compare and report: the arms whose guest booted with THP off, in
+    words, with the mode in force during their trials (the arm's settings
+    may have turned it on).  Arms in the same state share one line."""
+    groups: dict[str, list[str]] = {}
+    for arm, ss in samples.items():
+        boot = {str(s.state["boot_thp_enabled"]) for s in ss if "boot_thp_enabled" in s.state}
+        if boot != {"never"}:
+            continue
+        why = small_system(ss)
+        during = "/".join(sorted({f"{s.state.get('thp_enabled', '?')}, defrag "
+                                  f"{s.state.get('thp_defrag', '?')}" for s in ss}))
+        line = (f"guest THP: never at boot{f' ({why})' if why else ''}; "
+                f"during the trial: {during}")
+        groups.setdefault(line, []).append(arm)
+    return [f"{', '.join(arms)}: {line}" for line, arms in groups.items()]
+
+
 MTHP_COUNTERS = ("anon_fault_alloc", "anon_fault_fallback", "split", "swpout", "swpout_fallback")
 
 # reclaim's figures are per page it reclaimed, swapping out being part of what
@@ -143,8 +195,13 @@ CHECKS = (
     Check("THP backing of the mapping", "state",
           ("thp_backed_fraction", "after_prefault_anon_huge_kb", "anon_huge_kb",
            "file_pmd_mapped_kb", "shmem_pmd_mapped_kb"), THP_AXES, abs_tol=0.05, rel_tol=0.10),
-    Check("THP mode in force", "state", ("thp_enabled",), frozenset({"thp_mode"})),
-    Check("THP defrag mode", "state", ("thp_defrag",), frozenset({"thp_defrag"})),
+    Check("THP mode in force", "state", ("thp_enabled",), frozenset({"thp_mode"}),
+          explain=small_system),
+    Check("THP defrag mode", "state", ("thp_defrag",), frozenset({"thp_defrag"}),
+          explain=small_system),
+    # What the arm's settings leave as the kernel booted them (the huge zero
+    # page, khugepaged's defrag) differs with them; no axis sets a boot default.
+    Check("guest THP at boot", "state", BOOT_THP, frozenset(), explain=small_system),
     Check("THP faults, splits and swap-out fallbacks", "vmstat_delta",
           ("thp_fault_alloc", "thp_split_page", "thp_swpout_fallback", "thp_swpout"),
           THP_AXES | SWAP_AXES, presence=True, machine_wide=True),
@@ -189,6 +246,11 @@ CHECKS = (
           page_state=False),
     Check("guest memory", "state", ("mem_total_kb", "guest_memory_mb"),
           frozenset({"kernel", "memory_mb"}), rel_tol=0.02, page_state=False),
+    # The free-memory watermark scales with memory and rises when khugepaged
+    # starts (set_recommended_min_free_kbytes), so THP's mode moves it too.
+    Check("min_free_kbytes", "state", ("min_free_kbytes",),
+          frozenset({"kernel", "memory_mb", "numa_nodes", "thp_mode",
+                     "sysctl.vm.min_free_kbytes"}), rel_tol=0.02, page_state=False),
     # Host against guest, KVM against TCG, a guest against bare metal (or a
     # simulated machine): different clocks, never comparable.
     Check("where it ran (host, KVM or TCG guest, bare metal)", "state", ("target", "accelerator"),
@@ -284,6 +346,12 @@ def _same(check: Check, a: list, b: list) -> bool:
     return abs(ma - mb) <= max(check.abs_tol, check.rel_tol * max(abs(ma), abs(mb)))
 
 
+def _why(check: Check, arms: tuple[tuple[str, list[Sample]], ...]) -> str:
+    """The check's explanation of each arm's state, as a finding's tail."""
+    whys = [f"{arm}: {why}" for arm, ss in arms if check.explain and (why := check.explain(ss))]
+    return f" ({'; '.join(whys)})" if whys else ""
+
+
 def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
     """Samples of one arm that ran in different states."""
     found = []
@@ -332,6 +400,7 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
             continue
         cause = (f": the {' and '.join(culprits)} changed the page state"
                  if check.page_state and culprits else "")
+        cause += _why(check, ((arm, samples), (baseline, base_samples)))
         for key in _keys(check, samples, base_samples):
             a = _values(samples, check, key)
             b = _values(base_samples, check, key)

@@ -18,6 +18,7 @@ import textwrap
 from collections import defaultdict
 
 from mmlab.judge import measurements
+from mmlab.judge.audit import guest_thp_notes
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.stats import summarize
 from mmlab.report import fmt
@@ -180,6 +181,8 @@ def render(d: ReportData) -> str:
     out += results(d)
     out += details(d)
     out += ["", "Same-state audit"]
+    for note in guest_thp_notes(d.samples):
+        out += _wrap(note)
     findings = {k: v for k, v in d.judgement.findings.items() if v}
     if not findings:
         out += _wrap("every compared pair ran in the same page state where the profile did "

@@ -53,6 +53,37 @@ FAILURE_PATTERNS = (
     ("OOM kill", re.compile(r"Out of memory: Killed process.*")),
 )
 
+# Kernel defaults a guest's memory changes (judge/audit.py: below 512 MiB the
+# kernel boots with every THP flag cleared; min_free_kbytes scales with
+# memory), printed on the console by the trial's /trial.sh: the THP flags
+# before the arm's settings (state boot_<key>), min_free_kbytes after them.
+THP_DIR = "/sys/kernel/mm/transparent_hugepage"
+KERNEL_DEFAULTS = {
+    "boot": {"thp_enabled": f"{THP_DIR}/enabled", "thp_defrag": f"{THP_DIR}/defrag",
+             "thp_use_zero_page": f"{THP_DIR}/use_zero_page",
+             "thp_khugepaged_defrag": f"{THP_DIR}/khugepaged/defrag"},
+    "set": {"min_free_kbytes": "/proc/sys/vm/min_free_kbytes"}}
+DEFAULT_MARK = re.compile(r"^mmlab-guest: (boot|set) (\w+) ([^\r\n]*)", re.M)
+
+
+def default_lines(when: str) -> list[str]:
+    """Lines of /trial.sh printing the kernel defaults read `when` ("boot":
+    before the arm's settings, "set": after them) on the console, marked."""
+    return [f'echo "mmlab-guest: {when} {key} $(cat {path} 2>/dev/null || echo absent)" '
+            "> /dev/ttyS0" for key, path in KERNEL_DEFAULTS[when].items()]
+
+
+def kernel_defaults(console: str) -> dict[str, str | float]:
+    """The marked readings as sample state: a choice ("always madvise
+    [never]") as the one chosen, a number as a number."""
+    out: dict[str, str | float] = {}
+    for when, key, text in DEFAULT_MARK.findall(console):
+        chosen = re.search(r"\[([^\]]+)\]", text)
+        value = chosen.group(1) if chosen else text.strip()
+        out[f"boot_{key}" if when == "boot" else key] = \
+            float(value) if value.isdigit() else value
+    return out
+
 
 @dataclass(frozen=True)
 class Guest:

@@ -42,9 +42,11 @@ from mmlab.targets.boot import (
     Guest,
     accelerator,
     boot_retrying,
+    default_lines,
     end_guests,
     initramfs_cache,
     is_module,
+    kernel_defaults,
     needs_modules,
     qemu_version,
     retrying,
@@ -116,11 +118,11 @@ def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
                  instrument: Instrumentation | None = None,
                  kernel: images.Kernel | None = None, after: tuple[str, ...] = (),
                  before: tuple[str, ...] = ()) -> str:
-    """The guest's /trial.sh: the lines `before`, give it the arm's swap and
-    the workload's scratch disk, apply the arm's settings, say how many NUMA
-    nodes it has, then run mmwork (traced by `instrument`), then the lines
-    `after`."""
-    lines = ["set -e", *before]
+    """The guest's /trial.sh: the lines `before`, the kernel's THP defaults,
+    the arm's swap and the workload's scratch disk, the arm's settings, its
+    NUMA nodes and min_free_kbytes, then mmwork (traced by `instrument`),
+    then the lines `after`."""
+    lines = ["set -e", *before, *default_lines("boot")]
     if settings.swap not in (None, "none"):
         if kernel is None:
             raise MmlabError(f"swap = {settings.swap}: a guest's swap needs its kernel")
@@ -133,8 +135,8 @@ def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
         lines.append(f"echo {shlex.quote(value)} > {shlex.quote(knob.path)}")
     if settings.damon == "off":
         lines += DamonActors.shell_off()
-    lines.append('echo "mmlab-guest: numa nodes $(ls -d /sys/devices/system/node/node* '
-                 '2>/dev/null | wc -l)" > /dev/ttyS0')
+    lines += ['echo "mmlab-guest: numa nodes $(ls -d /sys/devices/system/node/node* '
+              '2>/dev/null | wc -l)" > /dev/ttyS0', *default_lines("set")]
     command = shlex.join(mmwork.argv(workload, params, samples, warmups, binary="/bin/mmwork"))
     if not instrument and not after:
         lines.append("exec " + command)
@@ -186,7 +188,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
                         "guest_memory_mb": float(guest.memory_mb),
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry),
-                        "guest_start": boot.start})
+                        "guest_start": boot.start, **kernel_defaults(boot.console)})
     return got
 
 

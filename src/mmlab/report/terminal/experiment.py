@@ -13,6 +13,7 @@ from rich.table import Table
 
 from mmlab.attribution.guest import figures, skipped
 from mmlab.experiment.plan import Plan, baseline_for
+from mmlab.judge.audit import guest_thp_notes
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.measurements import BARE_METAL, SIMULATED_BARE_METAL
 from mmlab.judge.stats import summarize
@@ -261,6 +262,8 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
     out.print(arm_summary_table(plan.workload, samples, plan.profile.metrics))
     for line in accelerator_notes(samples):
         out.print(line)
+    for line in guest_thp_notes(samples):
+        out.print(escape(line))
     out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
     for line in reasons(judged.comparisons, judged.matched):
         out.print(escape(line))
