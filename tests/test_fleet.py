@@ -86,7 +86,7 @@ thp = ["hugepage", "nohugepage"]
 
 @pytest.fixture(scope="module")
 def servers():
-    with services.Postgres() as pg, services.Redis() as redis:
+    with services.PostgresCluster() as pg, services.Redis() as redis:
         yield pg, redis
 
 
@@ -396,13 +396,13 @@ def test_track_run_spreads_its_cells_over_two_real_workers(servers, tmp_path, wo
 
 # ---------------------------------------------------------------- bare-metal machines
 
-def registered_machine(name: str, bare_metal: str | None = None) -> registry.Machine:
+def registered_machine(name: str, bare_metal: str | None = None) -> registry.Registration:
     """A machine as its worker registered it, driving `bare_metal` if named."""
     probe = {"cpus": 2, "cpu_model": "a CPU", "memory": "8 GiB", "numa_nodes": 1,
              "kernel": "6.12", "accelerator": "tcg",
              **(registry.bare_metal(bare_metal, measurements.SIMULATED_BARE_METAL)
                 if bare_metal else {})}
-    return registry.Machine(name, f"{name}@here", "redis://broker", probe, 0.0)
+    return registry.Registration(name, f"{name}@here", "redis://broker", probe, 0.0)
 
 
 @pytest.mark.parametrize("here", [None, "ipmi:elsewhere"])

@@ -134,7 +134,7 @@ def test_the_verdicts_meet_the_published_goals_at_the_defaults(operating_charact
     "no change" >= 90 %, +3 % (inside the 5 % tolerance) called a change
     <= 5 %, +10 % found >= 95 %, within 25 rounds; never the wrong way."""
     cells = operating_characteristics
-    assert selftest.Goals().missed(list(cells.values()), Criteria()) == []
+    assert selftest.VerdictGoals().missed(list(cells.values()), Criteria()) == []
     for c in cells.values():
         assert c.rounds <= 25
         if c.effect != 1:

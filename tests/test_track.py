@@ -360,7 +360,7 @@ def test_change_points_meet_their_goals_in_simulation():
     """20-release series, a fixed seed: false candidates and changes in A/A
     series, a 10% step in time at 5% noise, a 2% step in counts."""
     rates = simulate.simulate_all(series=300, seed=1)
-    assert simulate.Goals().missed(rates) == []
+    assert simulate.ChangePointGoals().missed(rates) == []
     by = {r.case.name: r for r in rates}
     assert by["A/A, times, 5% noise"].any_candidate <= 0.05
     assert by["A/A, times, 5% noise"].false_confirmed <= 0.01
@@ -683,8 +683,10 @@ def test_a_trend_shows_small_steps_beside_a_large_one_and_labels_apart():
                [Point(Release(f"debian:{k}", "1", k), r and measured(r), 1)
                 for k, r in levels.items()])
     pairs = [("6.12", "6.16"), ("6.18", "6.19"), ("7.0", "7.1"), ("7.1", "7.2"), ("7.2", "7.3")]
-    changes = [changepoints.Change(f"{i:010d}", s.profile, s.metric, "across", b, a, 0.9,
-                                   measured(0.9), "improvement") for i, (b, a) in enumerate(pairs)]
+    step = {k: levels[a] / (levels[b] or 1) for k, (b, a) in enumerate(pairs)}   # as the cells
+    changes = [changepoints.Change(f"{i:010d}", s.profile, s.metric, "across", b, a, step[i],
+                                   measured(step[i]), "improvement")
+               for i, (b, a) in enumerate(pairs)]
     fig = plots.trend_figure(s, "debian:6.12", plots.marked(s, changes))
     top, steps = fig.axes
     assert top.get_yscale() == "log"

@@ -40,7 +40,7 @@ SAME = 0.03            # ratios within 3% of 1 point nowhere
 
 
 @dataclass(frozen=True)
-class Pair:
+class TimeAndCount:
     """One pair of settings on one workload: a time metric and its count."""
     label: str
     time: str
@@ -52,7 +52,7 @@ class Case:
     """One workload's experiment: its profile keys (both arms) and its pairs."""
     name: str
     keys: dict
-    pairs: tuple[Pair, ...]
+    pairs: tuple[TimeAndCount, ...]
 
 
 CASES = (
@@ -60,31 +60,31 @@ CASES = (
         "workload": "pageout-refault", "warmups": 1, "params": {"mapping-kb": 16384,
                                                                "min-ms": 200},
         "matrix": {"thp": ["nohugepage", "hugepage"]}, "baseline": {"thp": "nohugepage"}},
-        (Pair("THP / 4 KiB: MADV_PAGEOUT", "advise_ns_per_page",
+        (TimeAndCount("THP / 4 KiB: MADV_PAGEOUT", "advise_ns_per_page",
               "advise_kernel_insns_per_page"),
-         Pair("THP / 4 KiB: refault", "post_touch_ns_per_page",
+         TimeAndCount("THP / 4 KiB: refault", "post_touch_ns_per_page",
               "post_touch_kernel_insns_per_page"),
-         Pair("THP / 4 KiB: first touch", "prefault_ns_per_page",
+         TimeAndCount("THP / 4 KiB: first touch", "prefault_ns_per_page",
               "prefault_kernel_insns_per_page"))),
     Case("ksm-rmap", {
         "workload": "ksm-rmap", "host_changes": True, "params": {"pattern": "guard"},
         "matrix": {"vmas": [500, 2000]}, "baseline": {"vmas": 500}},
-        (Pair("rmap walk: 2,000 / 500 VMAs", "ms_per_migrated_page",
+        (TimeAndCount("rmap walk: 2,000 / 500 VMAs", "ms_per_migrated_page",
               "walk_kernel_insns_per_migrated_page"),)),
     Case("unmap-young", {
         "workload": "unmap-young", "warmups": 1,
         "params": {"backing": "shmem", "size-kb": 16384, "page-state": "cold"},
         "matrix": {"sequential": [False, True]}, "baseline": {"sequential": False}},
-        (Pair("unmap: old (VM_SEQ_READ) / young", "unmap_ns_per_page",
+        (TimeAndCount("unmap: old (VM_SEQ_READ) / young", "unmap_ns_per_page",
               "unmap_kernel_insns_per_page"),
-         Pair("touch: old / young (same work)", "touch_ns_per_page",
+         TimeAndCount("touch: old / young (same work)", "touch_ns_per_page",
               "touch_kernel_insns_per_page"))),
     Case("populate-unmap", {
         "workload": "populate-unmap", "params": {"workers": 1, "seconds": 0.5},
         "matrix": {"bytes": [4096, 65536]}, "baseline": {"bytes": 4096}},
-        (Pair("populate: 64 KiB / 4 KiB mappings", "populate_ns_per_page",
+        (TimeAndCount("populate: 64 KiB / 4 KiB mappings", "populate_ns_per_page",
               "populate_kernel_insns_per_page"),
-         Pair("unmap: 64 KiB / 4 KiB mappings", "unmap_ns_per_page",
+         TimeAndCount("unmap: 64 KiB / 4 KiB mappings", "unmap_ns_per_page",
               "unmap_kernel_insns_per_page"))),
     Case("exec", {
         "workload": "exec", "source": str(REPO_ROOT / "experiments/repro/mprotect_repro.c"),
@@ -92,7 +92,7 @@ CASES = (
         "exec_metrics": {"ns_per_page": "lower"},
         "windows": {"protect": {"id": 1, "per": "pages"}},
         "matrix": {"pages": [512, 4096]}, "baseline": {"pages": 512}},
-        (Pair("exec mprotect: 4,096 / 512 pages", "ns_per_page",
+        (TimeAndCount("exec mprotect: 4,096 / 512 pages", "ns_per_page",
               "protect_kernel_insns_per_pages"),)),
 )
 
@@ -120,7 +120,7 @@ def profile(case: Case, kernel: str, rounds: int, counted: bool) -> Plan:
 class Row:
     """One pair's ratios: the host's time, the guest's time and count (None
     where that side has no figure: a metric no trial gave, no counter)."""
-    pair: Pair
+    pair: TimeAndCount
     host: float | None
     tcg: float | None
     counted: float | None

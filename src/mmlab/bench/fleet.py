@@ -202,8 +202,8 @@ def run_bench(machines: int, trials: int, ms: float, keep_logs: Path | None) -> 
     out = console()
     names = [f"m{i:02d}" for i in range(machines)]
     rounds = max(3, trials // machines // 2)
-    with services.Postgres(max_connections=3 * machines + 20) as pg, services.Redis() as redis, \
-            tempfile.TemporaryDirectory() as tmp:
+    with services.PostgresCluster(max_connections=3 * machines + 20) as pg, \
+            services.Redis() as redis, tempfile.TemporaryDirectory() as tmp:
         logs = keep_logs or Path(tmp)
         logs.mkdir(parents=True, exist_ok=True)
         url = pg.url("bench")

@@ -39,7 +39,7 @@ def pg_bin() -> Path:
     return found[-1]
 
 
-class Postgres:
+class PostgresCluster:
     """A throw-away cluster; `url(db)` for a database in it (made on first use)."""
 
     def __init__(self, max_connections: int = 200):
@@ -51,7 +51,7 @@ class Postgres:
     def _tool(self, name: str, *args: str) -> None:
         proc.call([*self.as_user, str(pg_bin() / name), *args], what=name, timeout=120)
 
-    def __enter__(self) -> Postgres:
+    def __enter__(self) -> PostgresCluster:
         if self.as_user:
             shutil.chown(self.dir, "postgres", "postgres")
         data = self.dir / "data"

@@ -141,7 +141,7 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     from mmlab.track import simulate
     rates = simulate.simulate_all(series, seed)
     terminal.console().print(selftest_report.changepoint_table(rates))
-    missed = simulate.Goals().missed(rates)
+    missed = simulate.ChangePointGoals().missed(rates)
     typer.echo("goals: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
     if missed:
         raise typer.Exit(1)

@@ -53,7 +53,7 @@ def create(store: Store, plan: Plan, machines: list[str], allow_host_changes: bo
             for m in machines]
 
 
-def registered(store: Store, machines: list[str]) -> dict[str, registry.Machine]:
+def registered(store: Store, machines: list[str]) -> dict[str, registry.Registration]:
     """The machines, once the store is a fleet's shared one and each
     machine's worker registered in it: refused before anything is stored."""
     if store.dir is not None:
@@ -72,7 +72,7 @@ def members(store: Store, exp_id: int) -> list[int]:
             if json.loads(r["plan"]).get("fleet") == label]
 
 
-def check(plan: Plan, allow_host_changes: bool, machine: registry.Machine) -> None:
+def check(plan: Plan, allow_host_changes: bool, machine: registry.Registration) -> None:
     """What can be refused here, before anything is queued for `machine`:
     host changes not consented to (its host arms change its own settings);
     bare-metal arms for a machine whose worker drives no bare-metal machine,
@@ -144,7 +144,7 @@ class MachineTarget:
     """A fleet machine as a Target: a look's trials are queued for its
     worker, followed in the store, and re-queued when the worker is gone."""
     celery: Any
-    machine: registry.Machine
+    machine: registry.Registration
     allow_host_changes: bool
     roll_call: RollCall
     stop: threading.Event

@@ -23,7 +23,10 @@ CREATE TABLE IF NOT EXISTS machines (
 
 
 @dataclass(frozen=True)
-class Machine:
+class Registration:
+    """A machine as its worker registered it: where the worker listens and
+    what its probe found (not the machine itself: a bare-metal machine is
+    targets.baremetal.Machine)."""
     name: str
     node: str
     broker: str
@@ -62,15 +65,15 @@ def register(store: Store, name: str, node: str, broker: str, probe: dict) -> No
                          (name, node, broker, json.dumps(probe), time.time()))
 
 
-def machines(store: Store) -> dict[str, Machine]:
+def machines(store: Store) -> dict[str, Registration]:
     """Every registered machine by name."""
     store.db.create(SCHEMA)
-    return {r["name"]: Machine(r["name"], r["node"], r["broker"], json.loads(r["probe"]),
+    return {r["name"]: Registration(r["name"], r["node"], r["broker"], json.loads(r["probe"]),
                                r["registered"])
             for r in store.db.execute("SELECT * FROM machines ORDER BY name")}
 
 
-def lookup(store: Store, names: list[str]) -> dict[str, Machine]:
+def lookup(store: Store, names: list[str]) -> dict[str, Registration]:
     """The named machines, each registered by its worker, all on one broker."""
     known = machines(store)
     missing = [n for n in names if n not in known]

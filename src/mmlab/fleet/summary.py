@@ -78,7 +78,7 @@ def _environment_class(environments: list[dict]) -> str:
 
 @dataclass(frozen=True)
 class MachineStatus:
-    machine: registry.Machine
+    machine: registry.Registration
     answering: bool
     queued: int | None                     # messages in its queue (None: broker unknown)
     running: list[tuple[int, Any]]         # (experiment id, Trial) running on it

@@ -204,7 +204,7 @@ def simulate_all(shape: Shape = DEFAULTS, experiments: int = 2000, seed: int = 1
 
 
 @dataclass(frozen=True)
-class Goals:
+class VerdictGoals:
     """The published goals: false alarms over a profile's family, "no
     change" in A/A runs, a change inside the tolerance rarely called one and
     twice the tolerance found, within 25 rounds; the noise models they are
@@ -269,7 +269,7 @@ CVS = (0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10, 0.15, 
 
 
 def reach(shape: Shape, experiments: int = 400, seed: int = 1,
-          goals: Goals = Goals()) -> float | None:
+          goals: VerdictGoals = VerdictGoals()) -> float | None:
     """The largest lognormal CV (of `CVS`) up to which the shape reaches its
     decisions: A/A "no change" and twice the tolerance found at the goal
     rates; None when not even the smallest.  The rates fall as noise grows,

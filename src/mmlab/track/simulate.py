@@ -37,7 +37,8 @@ CONFIRMATION = {cls: Criteria(min_rounds=low, max_rounds=high, correction="none"
 
 
 @dataclass(frozen=True)
-class Case:
+class SeriesModel:
+    """A release series to simulate: its metric's noise and where it steps."""
     name: str
     metric: str           # a count metric or a time metric, by name
     cv: float             # trial-to-trial noise
@@ -53,7 +54,7 @@ class Case:
 
 @dataclass(frozen=True)
 class Rates:
-    case: Case
+    case: SeriesModel
     series: int
     any_candidate: float      # series with a candidate where there is no step
     candidates: float         # candidates per series
@@ -64,16 +65,16 @@ class Rates:
 
 
 CASES = (
-    Case("A/A, times, 5% noise", "x_ns_per_page", 0.05, ()),
-    Case("A/A, counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ()),
-    Case("A/A, times, 2% noise and 5% of trials +30%", "x_ns_per_page", 0.02, (),
+    SeriesModel("A/A, times, 5% noise", "x_ns_per_page", 0.05, ()),
+    SeriesModel("A/A, counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ()),
+    SeriesModel("A/A, times, 2% noise and 5% of trials +30%", "x_ns_per_page", 0.02, (),
          outliers=0.05),
-    Case("10% step in time, 5% noise", "x_ns_per_page", 0.05, ((10, 1.10),), 0.90),
-    Case("2% step in counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ((10, 1.02),),
+    SeriesModel("10% step in time, 5% noise", "x_ns_per_page", 0.05, ((10, 1.10),), 0.90),
+    SeriesModel("2% step in counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ((10, 1.02),),
          0.99),
-    Case("two steps in time (+10% at 6, -10% at 14)", "x_ns_per_page", 0.05,
+    SeriesModel("two steps in time (+10% at 6, -10% at 14)", "x_ns_per_page", 0.05,
          ((6, 1.10), (14, 1 / 1.10))),
-    Case("10% step in time in the newest release", "x_ns_per_page", 0.05, ((19, 1.10),)),
+    SeriesModel("10% step in time in the newest release", "x_ns_per_page", 0.05, ((19, 1.10),)),
 )
 
 
@@ -82,7 +83,7 @@ def _sd(cv: float) -> float:
     return math.sqrt(math.log1p(cv * cv))
 
 
-def _truth(case: Case, releases: int) -> np.ndarray:
+def _truth(case: SeriesModel, releases: int) -> np.ndarray:
     """The true log ratio to the reference at every release."""
     level = np.zeros(releases)
     for at, ratio in case.steps:
@@ -90,7 +91,7 @@ def _truth(case: Case, releases: int) -> np.ndarray:
     return level
 
 
-def confirmation(case: Case, log_step: float, rng: np.random.Generator) -> Comparison:
+def confirmation(case: SeriesModel, log_step: float, rng: np.random.Generator) -> Comparison:
     """One re-measured pair, judged look by look until decided, as the
     runner and verdicts.judge judge a confirmation of the case's class of
     metric (its rounds: session.ROUNDS)."""
@@ -110,7 +111,7 @@ def confirmation(case: Case, log_step: float, rng: np.random.Generator) -> Compa
     return c
 
 
-def one_series(case: Case, releases: int, rng: np.random.Generator,
+def one_series(case: SeriesModel, releases: int, rng: np.random.Generator,
                t: Thresholds = Thresholds()) -> tuple[list[changepoints.Change], int, float]:
     """(changes after the family's correction, confirmations, their mean rounds)."""
     truth = _truth(case, releases)
@@ -137,7 +138,7 @@ def one_series(case: Case, releases: int, rng: np.random.Generator,
             float(np.mean(rounds)) if rounds else 0.0)
 
 
-def simulate(case: Case, series: int = 1000, releases: int = 20, seed: int = 1,
+def simulate(case: SeriesModel, series: int = 1000, releases: int = 20, seed: int = 1,
              t: Thresholds = Thresholds()) -> Rates:
     rng = np.random.default_rng(seed)
     steps = {at for at, _ in case.steps}
@@ -159,7 +160,7 @@ def simulate(case: Case, series: int = 1000, releases: int = 20, seed: int = 1,
 
 
 @dataclass(frozen=True)
-class Goals:
+class ChangePointGoals:
     """The published goals at the defaults (issue 20): A/A series with a
     candidate and with a false change; each stepped case's own goal."""
     any_candidate: float = 0.05

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from mmlab.judge import selftest
 from mmlab.judge.noises import NOISES, lognormal, noise
-from mmlab.judge.selftest import DEFAULTS, Goals, NoiseRates, Shape
+from mmlab.judge.selftest import DEFAULTS, NoiseRates, Shape, VerdictGoals
 from mmlab.report.fmt import DASH, pct
 from mmlab.report.terminal import console
 
@@ -34,7 +34,7 @@ def models() -> str:
     return "noise models: " + "; ".join(f"{n.name} {n.description}" for n in NOISES)
 
 
-def noise_lines(shape: Shape, experiments: int, seed: int, goals: Goals) -> list[str]:
+def noise_lines(shape: Shape, experiments: int, seed: int, goals: VerdictGoals) -> list[str]:
     """The false alarms by noise level, the noise up to which the stated
     figure holds (against max_cv, the noisy flag), and up to which the
     profile reaches its decisions."""
@@ -71,7 +71,7 @@ def print_report(experiments: int = 2000, seed: int = 1, shape: Shape = DEFAULTS
     out = console()
     out.print(table(cells, shape, experiments, seed))
     out.print(models())
-    t = Goals()
+    t = VerdictGoals()
     for line in noise_lines(shape, experiments, seed, t) + [order_line(shape, experiments, seed)]:
         out.print(line)
     missed = t.missed(cells, shape.criteria)
@@ -89,7 +89,7 @@ def decisions(plan, experiments: int = 400) -> tuple[str, list[str]]:
     shape and schedule: up to which noise per trial its rounds reach their
     decisions, and a warning when that is below its tolerance (at noise equal
     to the tolerance it then cannot decide)."""
-    shape, t = Shape.of(plan), Goals()
+    shape, t = Shape.of(plan), VerdictGoals()
     tol = shape.criteria.tolerance
     reach = selftest.reach(shape, experiments, 1, t)
     what = (f"A/A 'no change' >= {t.aa_no_change:.0%} and a {2 * tol:+.0%} change found >= "
