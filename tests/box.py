@@ -1,11 +1,12 @@
 """A QEMU guest wired as a real machine is, for testing the real machine's
 link (realmachine.py) through the same three things a lab gives it: the
-agent's serial line is a tty (QEMU's -serial pty, linked at DIR/tty), the
-library is a disk (the staged library.img, on an AHCI or virtio
-controller), and power control is a command (DIR/power: the QEMU killed
-and started again, booting the staged base files as a boot loader would;
-a reboot inside the guest boots them again too).  Nothing of mmlab
-starts or reads it but through those."""
+agent's serial line is a tty (QEMU's -serial pty, linked at DIR/tty; while
+the box is off, a pty no one answers, as a USB adapter on the driving host
+is there with no agent on it), the library is a disk (the staged
+library.img, on an AHCI or virtio controller), and power control is a
+command (DIR/power: the QEMU killed and started again, booting the staged
+base files as a boot loader would; a reboot inside the guest boots them
+again too).  Nothing of mmlab starts or reads it but through those."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ if [ -f qemu.pid ]; then
     pid=$(cat qemu.pid)
     kill "$pid" 2>/dev/null
     for i in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    rm -f qemu.pid tty
+    rm -f qemu.pid
+    ln -sfn /dev/ptmx tty
 fi
 [ "$1" = off ] && exit 0
 out=$({qemu} 2>&1) || {{ echo "$out" >&2; exit 1; }}
@@ -53,6 +55,7 @@ def wire(where: Path, disk: str = "virtio", base: str = "debian:6.12",
     line = " ".join(map(shlex.quote, qemu)) + ' -append "$(cat base.append)"'
     (where / "power").write_text(POWER.format(dir=shlex.quote(str(where)), qemu=line))
     (where / "power").chmod(0o755)
+    (where / "tty").symlink_to("/dev/ptmx")         # off: a line, and no agent on it
     machine = where / "box.toml"
     machine.write_text(f"""name = "box"
 base = "{base}"

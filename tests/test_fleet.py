@@ -484,7 +484,7 @@ def test_a_bare_metal_worker_keeps_its_machine_up_while_trials_wait(tmp_path, mo
                      "for the machine"),
     ("{tmp}/box.toml", "{tmp}/box.toml: unknown key 'colour' (a machine file knows name, base, "
                        "serial, baud, channel, console, disk, modules, power_cycle, "
-                       "console_log, back, boot_timeout_s)"),
+                       "console_log, back, boot_timeout_s, power_timeout_s)"),
 ])
 def test_a_worker_refuses_a_bad_bare_metal_machine_before_it_registers(tmp_path, machine,
                                                                         said):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import re
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -34,6 +37,26 @@ def toml(values: dict) -> str:
     return "".join(f"{k} = {json.dumps(v)}\n" for k, v in values.items())
 
 
+@pytest.fixture
+def silent_line(tmp_path):
+    """A serial line that opens and on which no agent answers: a pty no
+    one reads, linked at a fixed path as a USB adapter's would be."""
+    master, slave = os.openpty()
+    line = tmp_path / "tty"
+    line.symlink_to(os.ttyname(slave))
+    yield str(line)
+    os.close(master)
+    os.close(slave)
+
+
+def power_script(tmp_path, body: str) -> str:
+    """A power_cycle command that records that it ran (tmp_path/powered)."""
+    script = tmp_path / "power"
+    script.write_text(f"#!/bin/sh\ntouch {tmp_path / 'powered'}\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
 @pytest.mark.parametrize("change, wanted", [
     ({"colour": "red"}, "unknown key 'colour' (a machine file knows name, base, serial"),
     ({"serial": None}, "serial is missing (a machine file needs name, base, serial"),
@@ -43,6 +66,7 @@ def toml(values: dict) -> str:
     ({"back": "pxe"}, "back = 'pxe': expected kexec or reboot"),
     ({"name": "box 1"}, "name = 'box 1': expected letters, digits"),
     ({"boot_timeout_s": 0}, "boot_timeout_s = 0: expected seconds, more than 0"),
+    ({"power_timeout_s": -1}, "power_timeout_s = -1: expected seconds, more than 0"),
     ({"modules": "ahci"}, "modules = 'ahci': expected list"),
     ({"modules": ["ahci; reboot"]}, "modules = ['ahci; reboot']: expected module names"),
     ({"channel": "ttyS1"}, "channel = 'ttyS1': expected a device under /dev"),
@@ -58,10 +82,48 @@ def test_a_bad_machine_file_is_refused_in_one_line_naming_the_key(tmp_path, chan
     assert "\n" not in str(err.value)
 
 
-def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path):
+def test_a_binary_machine_file_is_refused_in_one_line_naming_it(tmp_path):
+    """Staging it, or running on the machine it would name: one line, no
+    traceback, nothing stored."""
+    path = tmp_path / "bin.toml"
+    path.write_bytes(b"\x7fELF\x02\x01\x01\x00\xff\xfe\x80")
+    wanted = f"{path}: not a text file (a machine file is TOML)"
+    with pytest.raises(MmlabError, match="^" + re.escape(wanted) + "$"):
+        realmachine.load(path)
+    results = tmp_path / "r"
+    for command in (("bare-metal", "stage", str(path), "--kernels", "debian:6.12",
+                     "--output", str(tmp_path / "out")),
+                    ("run", "pageout-refault", "--kernel", "debian:6.12", "--bare-metal",
+                     "--samples", "1", "--results", str(results))):
+        done = mmlab(*command, timeout=300, env={baremetal.ENV: str(path)})
+        assert (done.returncode, done.stderr) == (2, f"mmlab: {wanted}\n"), done.stdout
+    assert not (tmp_path / "out").exists() and not results.exists()
+
+
+def test_staging_for_a_base_kernel_that_cannot_be_had_creates_nothing(tmp_path, k612):
+    """Everything checked first (the output, the base kernel, the kernels),
+    then --output made: a refused stage leaves no directory behind."""
     path = tmp_path / "box1.toml"
-    path.write_text(toml({**GOOD, "modules": ["ahci", "sd_mod"], "back": "reboot",
-                          "console": "ttyS1,57600"}))
+    path.write_text(toml({**GOOD, "base": "local:nonexistent"}))
+    out = tmp_path / "deep" / "out"
+    done = mmlab("bare-metal", "stage", str(path), "--kernels", "debian:6.12",
+                 "--output", str(out), timeout=600)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.startswith(f"mmlab: {path}: base = 'local:nonexistent': ")
+    assert done.stderr.count("\n") == 1
+    assert not (tmp_path / "deep").exists()
+    (tmp_path / "file").write_text("")
+    path.write_text(toml(GOOD))
+    done = mmlab("bare-metal", "stage", str(path), "--kernels", "debian:6.12",
+                 "--output", str(tmp_path / "file"), timeout=600)
+    assert (done.returncode, done.stderr) == (2, f"mmlab: --output {tmp_path / 'file'}: "
+                                                 "not a directory\n")
+
+
+def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path, silent_line):
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({**GOOD, "serial": silent_line, "modules": ["ahci", "sd_mod"],
+                          "back": "reboot", "console": "ttyS1,57600"}))
     machine = realmachine.load(path)
     assert machine.wiring == realmachine.kexec.Wiring(
         channel="/dev/ttyS1", disk="/dev/sd*", modules=("ahci", "sd_mod"), baud=115200,
@@ -77,12 +139,11 @@ def test_a_machine_file_names_its_wiring_and_its_command_line(tmp_path):
 ])
 def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path, k612,
                                                                          monkeypatch, power,
-                                                                         wanted):
+                                                                         wanted, silent_line):
     monkeypatch.setenv("MMLAB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
     path = tmp_path / "box1.toml"
-    path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"),
-                          "modules": [], "power_cycle": power}))
+    path.write_text(toml({**GOOD, "serial": silent_line, "modules": [], "power_cycle": power}))
     machine = realmachine.RealMachine(realmachine.load(path), say=lambda line: None)
     with pytest.raises(MmlabError) as err:
         machine.start([k612])
@@ -90,13 +151,100 @@ def test_a_machine_that_does_not_answer_is_power_cycled_or_said_why_not(tmp_path
     assert machine.held is None                     # the machine let go of
 
 
-def test_two_mmlab_runs_take_turns_on_one_machine(tmp_path, k612, monkeypatch):
+def test_a_serial_line_that_cannot_be_opened_is_refused_and_nothing_power_cycled(tmp_path,
+                                                                              k612,
+                                                                              monkeypatch):
+    """A device that is not there is refused as the machine is named,
+    before any kernel is fetched or library built; one that is there but no
+    serial line is refused as the line is opened: each in one line naming
+    the device and the file, and the power command never runs."""
+    monkeypatch.setenv("MMLAB_STATE_DIR", str(tmp_path / "state"))
+    monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
+    path = tmp_path / "box1.toml"
+    power = power_script(tmp_path, "exit 0")
+    path.write_text(toml({**GOOD, "serial": "/dev/ttyDOESNOTEXIST", "modules": [],
+                          "power_cycle": power, "boot_timeout_s": 1}))
+    with pytest.raises(MmlabError) as err:
+        realmachine.RealMachine(realmachine.load(path), say=lambda line: None).start([k612])
+    assert str(err.value) == (f"{path}: serial = '/dev/ttyDOESNOTEXIST': cannot open the line "
+                              "(No such file or directory); check the device's name and its "
+                              "cabling")
+    path.write_text(toml({**GOOD, "serial": "/dev/null", "modules": [], "power_cycle": power,
+                          "boot_timeout_s": 1}))
+    machine = realmachine.RealMachine(realmachine.load(path), say=lambda line: None)
+    with pytest.raises(MmlabError) as err:
+        machine.start([k612])
+    assert str(err.value) == (f"{path}: serial = '/dev/null': cannot open the line (not a "
+                              "serial line (Inappropriate ioctl for device)); check the "
+                              "device's name and its cabling")
+    assert machine.held is None
+    assert not (tmp_path / "powered").exists()
+
+
+@pytest.mark.parametrize("command", [
+    ("bare-metal", "check", "{path}", "--kernels", "debian:6.12"),
+    ("run", "pageout-refault", "--kernel", "debian:6.12", "--bare-metal", "--samples", "1",
+     "--results", "{results}"),
+])
+def test_a_machine_file_naming_no_device_is_refused_before_anything(tmp_path, k612, command):
+    """`bare-metal check` and a run on the machine refuse a serial device
+    that is not there in one line, and nothing is stored or power cycled."""
+    path = tmp_path / "box1.toml"
+    path.write_text(toml({**GOOD, "serial": "/dev/ttyDOESNOTEXIST", "boot_timeout_s": 1,
+                          "power_cycle": power_script(tmp_path, "exit 0")}))
+    results = tmp_path / "r"
+    done = mmlab(*(a.format(path=path, results=results) for a in command), timeout=300,
+                 env={baremetal.ENV: str(path), "MMLAB_STATE_DIR": str(tmp_path / "state")})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == (f"mmlab: {path}: serial = '/dev/ttyDOESNOTEXIST': cannot open the "
+                           "line (No such file or directory); check the device's name and its "
+                           "cabling\n")
+    assert not (tmp_path / "powered").exists() and not results.exists()
+
+
+def test_a_power_command_that_hangs_is_killed_with_every_process_it_started(tmp_path,
+                                                                           silent_line):
+    """power_cycle is bounded by power_timeout_s; at the bound its whole
+    process group is killed (a child it waits for too), said in one line."""
+    path = tmp_path / "box1.toml"
+    power = power_script(tmp_path, f"cut -d' ' -f5 /proc/$$/stat > {tmp_path / 'group'}\n"
+                                   "sleep 1000\necho never")
+    path.write_text(toml({**GOOD, "serial": silent_line, "power_cycle": power,
+                          "power_timeout_s": 1}))
+    machine = realmachine.RealMachine(realmachine.load(path), say=lambda line: None)
+    t0 = time.monotonic()
+    with pytest.raises(MmlabError) as err:
+        machine.power_cycle("a test")
+    assert time.monotonic() - t0 < 10           # one second, and the kill; not 120 s
+    assert str(err.value) == ("box1: power_cycle did not end within power_timeout_s = 1 s; "
+                              "it and every process it started were killed")
+    group = (tmp_path / "group").read_text().strip()
+    deadline = time.monotonic() + 5             # killed at once; reaped by whoever adopts them
+    while (alive := group_members(group)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive
+
+
+def group_members(group: str) -> list[str]:
+    """The live (not zombie) processes of process group `group`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            state, _, pgrp = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[:3]
+        except OSError:
+            continue                             # ended while we looked
+        if pgrp == group and state != "Z":
+            found.append(pid)
+    return found
+
+
+def test_two_mmlab_runs_take_turns_on_one_machine(tmp_path, k612, monkeypatch, silent_line):
     """A second mmlab driving the machine waits for the first to let go of
     it, saying for whom, before it says anything on the line."""
     monkeypatch.setenv("MMLAB_STATE_DIR", str(tmp_path / "state"))
     monkeypatch.setattr(realmachine, "HELLO_S", 0.2)
     path = tmp_path / "box1.toml"
-    path.write_text(toml({**GOOD, "serial": str(tmp_path / "no-such-tty"), "modules": []}))
+    path.write_text(toml({**GOOD, "serial": silent_line, "modules": []}))
     lock = tmp_path / "state" / "bare-metal-box1.lock"
     lock.parent.mkdir()
     holder = subprocess.Popen([sys.executable, "-c", f"""

@@ -48,6 +48,9 @@ def stage(machine_file: Path = MACHINE_FILE, kernels: str = KERNELS,
     Example: mmlab bare-metal stage box1.toml --kernels debian:6.12,debian:7.3 --output box1"""
     from mmlab.targets import realmachine
     machine = realmachine.load(machine_file)
+    if output.exists() and not output.is_dir():
+        raise MmlabError(f"--output {output}: not a directory")
+    realmachine.base_kernel(machine, typer.echo)     # refused before a kernel is fetched
     found = _kernels(kernels)
     image = realmachine.stage(machine, found, output, typer.echo)
     size_mib = -(-image.stat().st_size // (1 << 20))

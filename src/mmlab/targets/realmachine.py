@@ -26,14 +26,22 @@ A machine file:
     console_log = "/var/log/conserver/box1.log"   # optional: its console, logged
     back = "kexec"                    # or "reboot": back through the boot loader
     boot_timeout_s = 300              # a power cycle until the agent answers
+    power_timeout_s = 120             # the power_cycle command, until it is killed
+
+A serial line that cannot be opened is a typo or the cabling, refused in
+one line naming it; only a line that opens with no agent answering on it
+is a reason to power cycle the machine.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import re
 import shutil
+import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -58,7 +66,6 @@ from mmlab.targets.boot import KERNEL_ARGS, failure, initramfs_cache, read_text
 
 HELLO_S = 10            # an agent that waits answers a hello at once
 HELLO_EVERY_S = 5       # a hello said again while a machine boots (a line drops what no one reads)
-POWER_TIMEOUT_S = 120
 # What goes into the machine's shell scripts as it is: device paths, with a
 # pattern's wildcards, and nothing a shell would read more into.
 DEVICE = re.compile(r"/dev/[\w./*?\[\]-]+")
@@ -78,6 +85,7 @@ class MachineFile:
     power_cycle: str = ""
     console_log: str = ""
     boot_timeout_s: float = 300.0
+    power_timeout_s: float = 120.0
 
     @property
     def cmdline(self) -> str:
@@ -88,7 +96,8 @@ class MachineFile:
 KEYS: dict[str, tuple[type, ...]] = {
     "name": (str,), "base": (str,), "serial": (str,), "baud": (int,), "channel": (str,),
     "console": (str,), "disk": (str,), "modules": (list,), "power_cycle": (str,),
-    "console_log": (str,), "back": (str,), "boot_timeout_s": (int, float)}
+    "console_log": (str,), "back": (str,), "boot_timeout_s": (int, float),
+    "power_timeout_s": (int, float)}
 REQUIRED = ("name", "base", "serial", "channel", "disk")
 
 
@@ -104,6 +113,8 @@ def load(path: Path) -> MachineFile:
         raw = tomllib.loads(path.read_text())
     except OSError as exc:
         raise MmlabError(f"{path}: cannot read the machine file ({exc.strerror})") from exc
+    except UnicodeDecodeError as exc:
+        raise MmlabError(f"{path}: not a text file (a machine file is TOML)") from exc
     except tomllib.TOMLDecodeError as exc:
         raise MmlabError(f"{path}: not TOML ({exc})") from exc
     for key, value in raw.items():
@@ -124,6 +135,7 @@ def load(path: Path) -> MachineFile:
         ("baud", raw.get("baud", 115200) in SPEEDS, "a serial line's speed (115200, say)"),
         ("back", raw.get("back", "kexec") in kexec.BACK, " or ".join(kexec.BACK)),
         ("boot_timeout_s", raw.get("boot_timeout_s", 300) > 0, "seconds, more than 0"),
+        ("power_timeout_s", raw.get("power_timeout_s", 120) > 0, "seconds, more than 0"),
         ("modules", all(re.fullmatch(r"[\w-]+", m) for m in raw.get("modules", [])),
          "module names"),
         ("channel", bool(DEVICE.fullmatch(raw["channel"])), "a device under /dev"),
@@ -142,7 +154,8 @@ def load(path: Path) -> MachineFile:
                        wiring=wiring, console=raw.get("console", "ttyS0,115200n8"),
                        power_cycle=raw.get("power_cycle", ""),
                        console_log=raw.get("console_log", ""),
-                       boot_timeout_s=float(raw.get("boot_timeout_s", 300)))
+                       boot_timeout_s=float(raw.get("boot_timeout_s", 300)),
+                       power_timeout_s=float(raw.get("power_timeout_s", 120)))
 
 
 def base_kernel(machine: MachineFile, say: Callable[[str], None]) -> images.Kernel:
@@ -163,10 +176,12 @@ def library(machine: MachineFile, kernels: Sequence[images.Kernel], tmp: Path,
 def stage(machine: MachineFile, kernels: Sequence[images.Kernel], dest: Path,
           say: Callable[[str], None]) -> Path:
     """Write `dest`/library.img (for the machine's library disk) and the base
-    kernel, its initramfs and its command line (for its boot loader)."""
-    dest.mkdir(parents=True, exist_ok=True)
+    kernel, its initramfs and its command line (for its boot loader);
+    `dest` made only once the library is (a base kernel that cannot be
+    had leaves nothing)."""
     with tempfile.TemporaryDirectory(prefix="mmlab-stage-") as tmp:
         files = library(machine, kernels, Path(tmp), say)
+        dest.mkdir(parents=True, exist_ok=True)
         image = kexec.disk(dest / "library.img", files, machine.name)
         for name in ("base.vmlinuz", "base.initrd", "base.append"):
             content = files[name]
@@ -196,6 +211,7 @@ class RealMachine:
         self.wanted: dict[tuple, dict[str, tuple[str, str]]] = {}   # by kernel set
         self.log_from = 0
         self.booting = False     # power cycled: its agent answers once it has booted
+        self._line_there()
 
     def base(self) -> images.Kernel:
         return base_kernel(self.file, self.say)
@@ -205,6 +221,8 @@ class RealMachine:
         library; a kernel the library lacks, or holds as staged by another
         mmlab, refused in one line that says how to stage it again."""
         self.stop()
+        if not self.booting:
+            self._line_there()
         wanted = self._wanted(kernels)
         self._take()
         try:
@@ -222,6 +240,21 @@ class RealMachine:
             with tempfile.TemporaryDirectory(prefix="mmlab-library-") as tmp:
                 self.wanted[key] = kexec.held(library(self.file, kernels, Path(tmp), self.say))
         return self.wanted[key]
+
+    def _line_there(self) -> None:
+        """The serial device there, a character device, checked before
+        anything is built, stored or power cycled: one that is not is a typo
+        or the cabling, which no power cycle mends."""
+        try:
+            there = stat.S_ISCHR(os.stat(self.file.serial).st_mode)
+        except OSError as exc:
+            raise self._no_line(exc.strerror or str(exc)) from exc
+        if not there:
+            raise self._no_line("not a character device")
+
+    def _no_line(self, why: str) -> MmlabError:
+        return MmlabError(f"{self.file.path}: serial = {self.file.serial!r}: cannot open the "
+                          f"line ({why}); check the device's name and its cabling")
 
     def _answered(self, kernels: Sequence[images.Kernel],
                   wanted: dict[str, tuple[str, str]]) -> tuple[Link, dict[str, str]]:
@@ -256,7 +289,8 @@ class RealMachine:
         MMLAB-ENTRY per kernel of its library), said again every few seconds
         while no answer comes; None at the deadline, the line closed.  A
         line that cannot be opened yet (a USB adapter coming back after the
-        power cycle) is tried again each second."""
+        power cycle mmlab ran) is tried again each second; before one, it is
+        refused in one line naming it, and no power cycle follows."""
         while (link := self._open()) is None:
             if time.monotonic() + 1 >= deadline:
                 return None
@@ -304,10 +338,14 @@ class RealMachine:
         self.held.flush()
 
     def _open(self) -> Link | None:
+        """The line opened; None while a power cycled machine's line is not
+        back yet (a USB adapter re-enumerating)."""
         try:
             return Link(open_serial(self.file.serial, self.file.wiring.baud))
-        except OSError:
-            return None
+        except OSError as exc:
+            if self.booting:
+                return None
+            raise self._no_line(exc.strerror or str(exc)) from exc
 
     def _facts(self, heard: Heard) -> None:
         """What the agent said the machine is, named as a host's environment
@@ -323,14 +361,20 @@ class RealMachine:
             raise MmlabError(f"{self.name}: {why}, and {self.file.path} names no power_cycle "
                              "command: reset it by hand")
         self.say(f"{self.name}: power cycling it ({why})")
-        try:
-            done = subprocess.run(self.file.power_cycle, shell=True, capture_output=True,
-                                  text=True, timeout=POWER_TIMEOUT_S)
-        except subprocess.TimeoutExpired as exc:
-            raise MmlabError(f"{self.name}: power_cycle did not end within "
-                             f"{POWER_TIMEOUT_S} s") from exc
+        limit = self.file.power_timeout_s
+        with subprocess.Popen(self.file.power_cycle, shell=True, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as done:
+            try:
+                _, err = done.communicate(timeout=limit)
+            except subprocess.TimeoutExpired as exc:
+                raise MmlabError(f"{self.name}: power_cycle did not end within "
+                                 f"power_timeout_s = {limit:g} s; it and every process it "
+                                 "started were killed") from exc
+            finally:
+                end_group(done.pid)
         if done.returncode != 0:
-            last = (done.stderr.strip().splitlines() or ["no message"])[-1]
+            last = (err.strip().splitlines() or ["no message"])[-1]
             raise MmlabError(f"{self.name}: power_cycle exited {done.returncode}: {last}")
         self.booting = True
 
@@ -376,6 +420,13 @@ class RealMachine:
                 "base_kernel_version": base.version, **self.facts}
 
 
+def end_group(leader: int) -> None:
+    """Every process left in the process group `leader` started (a power
+    command's children): killed, so none outlives the command."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(leader, signal.SIGKILL)
+
+
 def open_serial(path: str, baud: int | None) -> Stream:
     """The coordinator's end of the line: raw, at `baud`, no modem control."""
     fd = os.open(path, os.O_RDWR | os.O_NOCTTY)
@@ -389,5 +440,5 @@ def open_serial(path: str, baud: int | None) -> Stream:
         termios.tcflush(fd, termios.TCIFLUSH)
     except termios.error as exc:
         os.close(fd)
-        raise OSError(f"{path}: not a serial line ({exc})") from exc
+        raise OSError(exc.args[0], f"not a serial line ({exc.args[-1]})") from exc
     return os.fdopen(fd, "r+b", buffering=0)
