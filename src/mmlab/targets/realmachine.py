@@ -356,7 +356,10 @@ class RealMachine:
                       "memory_kb": int(memory_kb) if memory_kb.isdigit() else memory_kb}
 
     def power_cycle(self, why: str) -> None:
-        """The machine power cycled by the machine file's command."""
+        """The machine power cycled by the machine file's command, run in a
+        process group of its own so that a command that hangs (a BMC that
+        never answers) is killed whole at power_timeout_s, and nothing it
+        started outlives it."""
         if not self.file.power_cycle:
             raise MmlabError(f"{self.name}: {why}, and {self.file.path} names no power_cycle "
                              "command: reset it by hand")
