@@ -9,6 +9,7 @@ sees half a trial.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -102,11 +103,20 @@ def status_counts(trials: list[Trial]) -> dict[str, int]:
             for st in ("done", "failed", "planned", "running")}
 
 
+# The tables a current store has (an older one is migrated as it is opened).
+TABLES = re.findall(r"CREATE TABLE IF NOT EXISTS (\w+)", SCHEMA)
+
+
 class Store:
-    def __init__(self, results_dir: str | Path, create: bool = True):
+    def __init__(self, results_dir: str | Path, create: bool = True, read_only: bool = False):
         """`results_dir`: a results directory, or a postgresql:// URL; with
-        `create` False (read-only commands) it must hold a store already."""
-        self.db = backend.connect(results_dir, SCHEMA, create)
+        `create` False it must hold a store already; with `read_only` (the
+        commands that only read) it is opened for reading, so a store in a
+        read-only directory is read, unless it is an older one to migrate."""
+        self.db = backend.connect(results_dir, SCHEMA, create, read_only)
+        if self.db.read_only and not self._current():
+            self.db.close()             # migrating writes: opened as a writing command does
+            self.db = backend.connect(results_dir, SCHEMA, create=False)
         self.dir = self.db.dir          # the lab directory; None for PostgreSQL
         self.where = self.db.where      # for messages (a URL without its password)
         if "plan" not in self.db.columns("experiments"):
@@ -114,6 +124,10 @@ class Store:
                              "store plans; use a new --results directory")
         if "slot" not in self.db.columns("trials"):
             self._add_slots()
+
+    def _current(self) -> bool:
+        """Whether the store has every table and column a migration adds."""
+        return all(self.db.columns(t) for t in TABLES) and "slot" in self.db.columns("trials")
 
     def _add_slots(self) -> None:
         """Migrate a store written before trials kept their position within

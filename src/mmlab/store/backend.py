@@ -10,6 +10,7 @@ beyond the standard library; psycopg is imported only for a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sqlite3
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mmlab.errors import MmlabError
+from mmlab.machine import paths
 
 URL_SCHEMES = ("postgresql://", "postgres://")
 SQLITE_FILE = "mmlab.sqlite"
@@ -33,11 +35,13 @@ def is_url(results: str | Path) -> bool:
     return str(results).startswith(URL_SCHEMES)
 
 
-def connect(results: str | Path, schema: str, create: bool = True) -> SQLite | Postgres:
+def connect(results: str | Path, schema: str, create: bool = True,
+            read_only: bool = False) -> SQLite | Postgres:
     """The store at `results`: a results directory or a postgresql:// URL.
     Any other URL, and an empty path, are refused rather than taken for a
     directory name; with `create` False a directory with no store is
-    refused too (read-only commands never create one)."""
+    refused too (read-only commands never create one), and with `read_only`
+    an existing store is opened for reading only."""
     where = str(results)
     if is_url(where):
         return Postgres(where, schema)
@@ -48,21 +52,21 @@ def connect(results: str | Path, schema: str, create: bool = True) -> SQLite | P
                          "URLs name a shared store")
     if Path(where).exists() and not Path(where).is_dir():
         raise MmlabError(f"--results {where}: not a directory")
-    if not create and not (Path(where) / SQLITE_FILE).is_file():
+    if (read_only or not create) and not (Path(where) / SQLITE_FILE).is_file():
         raise MmlabError(f"--results {where}: no mmlab store there (run an experiment first, "
                          "or name the directory it wrote)")
-    return SQLite(Path(where), schema)
+    return SQLite(Path(where), schema, read_only)
 
 
 def _writable(path: Path) -> None:
-    """A store is written by every command that opens it (WAL mode keeps
-    its journal beside it, readers included), so a read-only directory or
-    file is refused by name rather than as a database that cannot open."""
+    """A command that writes (WAL mode keeps its journal beside the store)
+    is refused a read-only directory or file by name, rather than meeting a
+    database that cannot open; the commands that only read open it read-only."""
     for where in (path.parent, path):
         if where.exists() and not os.access(where, os.W_OK):
             kind = "directory" if where.is_dir() else "file"
             raise MmlabError(f"{where}: read-only {kind}: mmlab cannot write its store "
-                             "there (reading one writes its journal beside it too)")
+                             "there (the commands that only read it still can)")
 
 
 def _ours(path: Path) -> None:
@@ -71,14 +75,60 @@ def _ours(path: Path) -> None:
     another program's database is never given mmlab's tables."""
     if not path.exists() or path.stat().st_size == 0:
         return
-    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    conn = _reader(path)
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        _mine(path, conn, empty_ok=True)
     finally:
         conn.close()
+
+
+def _mine(path: Path, conn: sqlite3.Connection, empty_ok: bool) -> None:
+    """Refuse another program's database (tables, but not mmlab's), and,
+    unless `empty_ok`, one with no tables at all."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
     if tables and "experiments" not in tables:
         raise MmlabError(f"{path}: not an mmlab store (another program's database: its tables "
                          f"are {', '.join(sorted(tables)[:5])})")
+    if not tables and not empty_ok:
+        raise MmlabError(f"{path}: an empty mmlab store (no experiment was ever stored in it)")
+
+
+def _reader(path: Path) -> sqlite3.Connection:
+    """`path` opened read-only.  A WAL store's reader keeps an index in a
+    file beside it, which a read-only directory cannot take: there the
+    store is read as immutable when no write-ahead log holds changes the
+    file lacks (its last writer closed it), and refused in one line when one
+    does."""
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+        return conn
+    except sqlite3.OperationalError:
+        conn.close()
+    wal = path.with_name(path.name + "-wal")
+    if wal.exists() and wal.stat().st_size:
+        raise MmlabError(f"{path}: cannot be read in a read-only directory while its "
+                         f"write-ahead log ({wal.name}) holds changes: open it once where it "
+                         "can be written")
+    return sqlite3.connect(f"{uri}?immutable=1", uri=True)
+
+
+def _missing(directory: Path) -> list[Path]:
+    """The folders, innermost first, that making `directory` would make."""
+    made = []
+    while not directory.exists() and directory != directory.parent:
+        made.append(directory)
+        directory = directory.parent
+    return made
+
+
+def disk_full(path: Path) -> MmlabError:
+    """SQLite's "database or disk is full", said as what it is: which disk."""
+    point, fstype, source = paths.mount_of(path.parent)
+    return MmlabError(f"{path}: the disk holding the store is full ({source}, {fstype}, "
+                      f"mounted at {point}); the trials completed before it filled are kept: "
+                      "free some space there and resume the experiment")
 
 
 def redacted(url: str) -> str:
@@ -88,40 +138,96 @@ def redacted(url: str) -> str:
 
 class SQLite:
     """One SQLite file per lab directory, WAL mode, FULL sync: a committed
-    trial survives a crash of the process or the machine."""
+    trial survives a crash of the process or the machine.  A store that
+    cannot be made whole (a full disk) is not left half made."""
 
-    def __init__(self, directory: Path, schema: str):
-        directory.mkdir(parents=True, exist_ok=True)
+    def __init__(self, directory: Path, schema: str, read_only: bool = False):
         self.dir: Path | None = directory
         self.where = str(directory)
-        path = directory / SQLITE_FILE
+        self.read_only = read_only
+        self.path = directory / SQLITE_FILE
+        if read_only:
+            self._read()
+            return
+        made, new = _missing(directory), not self.path.exists()
         try:
-            _writable(path)
-            _ours(path)
-            self.conn = sqlite3.connect(path, isolation_level=None, timeout=30)
+            directory.mkdir(parents=True, exist_ok=True)
+            self._open(schema)
+        except BaseException as exc:
+            if new:
+                self._unmake(made)
+            if isinstance(exc, OSError):
+                raise MmlabError(f"{directory}: cannot make the store there "
+                                 f"({exc.strerror})") from exc
+            raise
+
+    def _read(self) -> None:
+        try:
+            self.conn = _reader(self.path)
             self.conn.row_factory = sqlite3.Row
-            self.conn.execute("PRAGMA journal_mode=WAL")
-            self.conn.execute("PRAGMA synchronous=FULL")
-            self.conn.execute("PRAGMA foreign_keys=ON")
-            self.create(schema)
+            _mine(self.path, self.conn, empty_ok=False)
         except sqlite3.DatabaseError as exc:
-            raise MmlabError(f"{path}: not an mmlab store ({exc})") from exc
+            raise MmlabError(f"{self.path}: not an mmlab store ({exc})") from exc
+
+    def _open(self, schema: str) -> None:
+        try:
+            _writable(self.path)
+            _ours(self.path)
+            with self._full():
+                self.conn = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+                self.conn.row_factory = sqlite3.Row
+                self.conn.execute("PRAGMA journal_mode=WAL")
+                self.conn.execute("PRAGMA synchronous=FULL")
+                self.conn.execute("PRAGMA foreign_keys=ON")
+                self.create(schema)
+        except sqlite3.DatabaseError as exc:
+            raise MmlabError(f"{self.path}: not an mmlab store ({exc})") from exc
+
+    def _unmake(self, made: list[Path]) -> None:
+        """Remove a store this process began and could not finish, and the
+        folders it made for it."""
+        with contextlib.suppress(AttributeError, sqlite3.Error):
+            self.conn.close()
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            self.path.with_name(self.path.name + suffix).unlink(missing_ok=True)
+        for d in made:
+            try:
+                d.rmdir()
+            except OSError:
+                break
+
+    @contextmanager
+    def _full(self) -> Iterator[None]:
+        """A write that found the disk full: rolled back, and said in one
+        line naming the disk (the trials committed before stay)."""
+        try:
+            yield
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_FULL:
+                raise
+            conn = getattr(self, "conn", None)      # None: the store is being made
+            if conn is not None and conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.rollback()
+            raise disk_full(self.path) from exc
 
     def create(self, schema: str) -> None:
         """Tables and indexes that are not there yet."""
         self.conn.executescript(schema)
 
     def execute(self, sql: str, args: Sequence[Any] = ()) -> sqlite3.Cursor:
-        return self.conn.execute(sql, args)
+        with self._full():
+            return self.conn.execute(sql, args)
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> None:
-        self.conn.executemany(sql, rows)
+        with self._full():
+            self.conn.executemany(sql, rows)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
         """One write transaction, taking the write lock at its start so that
         two writers never deadlock upgrading a read lock."""
-        with self.conn:
+        with self._full(), self.conn:
             self.conn.execute("BEGIN IMMEDIATE")
             yield
 
@@ -155,6 +261,7 @@ class Postgres:
                              "(pip install -e '.[fleet]', or make setup)") from exc
         self.dir = None
         self.where = redacted(url)
+        self.read_only = False          # the database's own grants say who writes
         self._errors = psycopg.Error
         try:
             self.conn = psycopg.connect(url, autocommit=True, row_factory=dict_row,
