@@ -16,6 +16,7 @@ import pytest
 from mmlab import environ
 from mmlab.errors import MmlabError
 from mmlab.kernels import catalog
+from mmlab.machine import paths
 
 from .conftest import mmlab
 from .test_bad_input import one_line
@@ -127,3 +128,18 @@ def test_a_kernel_cache_that_is_a_file_lists_nothing_and_says_why(tmp_path):
     empty = mmlab("kernels", "list", "--json",
                   env={"MMLAB_KERNEL_CACHE": str(tmp_path / "new" / "kernels")})
     assert empty.returncode == 0 and json.loads(empty.stdout) == [], empty.stderr
+
+
+@pytest.mark.parametrize("value, wanted", [
+    ("/proc/version", "proc filesystem"), ("/dev/null", "not a regular file"),
+    ("/sys/kernel/mmlab.lock", "sysfs filesystem"), ("/proc/version/lock", "not a directory"),
+])
+def test_a_lock_file_that_cannot_be_one_is_refused(monkeypatch, value, wanted):
+    monkeypatch.setenv("MMLAB_LOCK", value)
+    with pytest.raises(MmlabError, match=f"MMLAB_LOCK={value}: .*{wanted}"):
+        paths.env_file("MMLAB_LOCK")
+
+
+def test_a_lock_file_in_a_new_directory_is_taken(tmp_path, monkeypatch):
+    monkeypatch.setenv("MMLAB_LOCK", str(tmp_path / "new" / "machine.lock"))
+    assert paths.env_file("MMLAB_LOCK") == tmp_path / "new" / "machine.lock"

@@ -54,9 +54,29 @@ def env_dir(name: str) -> Path | None:
     text = os.environ.get(name)
     if not text:
         return None
-    if not text.isprintable():
-        raise MmlabError(f"{name}={text!r}: expected a directory's path (printable characters)")
+    _may_hold(name, text, Path(text))
+    return Path(text)
+
+
+def env_file(name: str) -> Path | None:
+    """$`name` as a file mmlab makes and locks (MMLAB_LOCK), None when unset
+    or empty: a regular file, or one that can be made, in a folder
+    `env_dir` would take (so not /proc/version, nor /dev/null)."""
+    text = os.environ.get(name)
+    if not text:
+        return None
     path = Path(text)
+    if path.exists() and not path.is_file():
+        raise MmlabError(f"{name}={text}: not a regular file")
+    _may_hold(name, text, path.parent)
+    return path
+
+
+def _may_hold(name: str, text: str, path: Path) -> None:
+    """Refuse `path` (from $`name` = `text`) unless it is, or can become, a
+    folder outside the kernel's own filesystems."""
+    if not text.isprintable():
+        raise MmlabError(f"{name}={text!r}: expected a path of printable characters")
     there = path
     while not there.exists() and there != there.parent:
         there = there.parent
@@ -66,7 +86,6 @@ def env_dir(name: str) -> Path | None:
     if fstype in KERNEL_FS:
         raise MmlabError(f"{name}={text}: {there} is in the kernel's own {fstype} filesystem, "
                          "where mmlab cannot keep its files")
-    return path
 
 
 def mount_of(path: Path) -> tuple[str, str, str]:
