@@ -19,7 +19,7 @@ import pytest
 
 from mmlab.errors import MmlabError
 from mmlab.store import Store
-from mmlab.workloads import output
+from mmlab.workloads import insns, output
 
 from .conftest import MMLAB, THP_PAIR, mmlab
 
@@ -301,3 +301,111 @@ def test_a_sample_whose_every_call_failed_fails_its_trial(tmp_path):
                            str(tmp_path / "r")], capture_output=True, text=True,
                           preexec_fn=small_address_space)
     one_line(proc, "the trial failed", "mmap ENOMEM x ")
+
+
+GUEST = PROFILE.replace("[params]", 'kernel = "debian:6.12"\n[params]')
+
+
+@pytest.mark.parametrize("cmdline, shown", [
+    (r"quiet\n$(reboot)", r"'\n' is not allowed"),
+    ("quiet $(reboot)", "'$' is not allowed"),
+    ("quiet `reboot`", "'`' is not allowed"),
+    ("a=1;reboot", "';' is not allowed"),
+    (r"dyndbg=\"file mm +p\"", "'\"' is not allowed"),
+    (r"quiet\u202e", r"'\u202e' is not allowed"),
+])
+def test_a_kernel_command_line_is_one_line_no_shell_reads_more_into(tmp_path, cmdline, shown):
+    """`cmdline` goes to QEMU's -append and, on a bare-metal machine, as one
+    line into its agent's shell script (kexec --append): a newline or a
+    character a shell acts on is refused, naming the key, the value escaped."""
+    path = profile(tmp_path, f'cmdline = "{cmdline}"\n' + GUEST)
+    for command in (("plan", path), ("run", path, "--results", str(tmp_path / "r"))):
+        line = one_line(mmlab("experiment", *command), "p.toml:1: cmdline: ", shown)
+        assert line.isprintable(), line
+    assert not (tmp_path / "r").exists()
+    fine = profile(tmp_path, 'cmdline = "console=ttyS0,115200 isolcpus=1-3 crashkernel=256M@16M '
+                             'damon_stat.enabled=N"\n' + PROFILE, "fine.toml")
+    assert mmlab("experiment", "plan", fine).returncode == 0
+
+
+@pytest.mark.parametrize("old, new, key, shown", [
+    ('name = "thp-pair"', r'name = "thp-pair\u202e"', "name", r"'thp-pair\u202e'"),
+    ('thp = ["hugepage", "nohugepage"]', r'thp = ["hugepage", "nohugepage"]' '\n'
+     r'"ax\u001b[31m" = [1]', r"matrix.ax\x1b[31m", r"'ax\x1b[31m'"),
+    ('thp = ["hugepage", "nohugepage"]', r'thp = ["hugepage\u0007", "nohugepage"]',
+     "matrix.thp", r"'hugepage\x07'"),
+    ('metrics = ["advise_ns_per_page"]', r'metrics = ["advise_ns_per_page\u0000"]', "metrics",
+     r"'advise_ns_per_page\x00'"),
+])
+def test_names_with_control_characters_are_refused_escaped(tmp_path, old, new, key, shown):
+    """A name a terminal would not show as itself (RLO reverses what follows,
+    ESC restyles, BEL rings, NUL) becomes arm names, table rows and file
+    names: refused when read, in one line naming the key, the value escaped."""
+    path = profile(tmp_path, PROFILE.replace(old, new))
+    line = one_line(mmlab("experiment", "run", path, "--results", str(tmp_path / "r")),
+                    "p.toml:", f": {key}: {shown} holds U+", "control or format character")
+    assert line.isprintable(), line
+    assert not (tmp_path / "r").exists()
+
+
+def test_arm_and_metric_names_with_control_characters_are_refused_escaped(tmp_path):
+    """An arm's name in a profile, a metric's name on the command line."""
+    arms = profile(tmp_path, EXEC.replace("command = \"echo 'x\"", 'command = "true"')
+                   .replace('name = "A"', r'name = "A\u202e"'), "arms.toml")
+    one_line(mmlab("experiment", "plan", arms), "arms.toml:", r"arms.name: 'A\u202e'")
+    one_line(mmlab("run", "exec", "--metric", "x\x07:lower", "--metrics-from", "key=value",
+                   "--results", str(tmp_path / "r"), "--", "echo", "x=1"),
+             r"exec_metrics.x\x07: 'x\x07' holds U+0007")
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_guest_larger_than_this_machine_is_refused(tmp_path):
+    """Every trial of a guest given more memory than the host has fails in QEMU."""
+    huge = profile(tmp_path, "memory_mb = 99999999999\n" + GUEST)
+    for command in (("plan", huge), ("run", huge, "--results", str(tmp_path / "r"))):
+        one_line(mmlab("experiment", *command),
+                 "p.toml:1: memory_mb: 99999999999 MiB is more than this machine's", "MemTotal")
+    axis = profile(tmp_path, GUEST.replace('thp = ["hugepage", "nohugepage"]',
+                                           'thp = ["hugepage", "nohugepage"]\n'
+                                           'memory_mb = [1024, 99999999]'), "axis.toml")
+    one_line(mmlab("experiment", "plan", axis), "axis.toml:", "matrix.memory_mb: 99999999 MiB")
+    one_line(mmlab("run", "pageout-refault", "--kernel", "debian:6.12", "--memory-mb",
+                   "99999999", "--results", str(tmp_path / "r")), "--memory-mb 99999999",
+             "MemTotal")
+    assert not (tmp_path / "r").exists()
+
+
+def test_host_arms_get_the_cpus_this_machine_has_and_guests_their_own_vcpus(tmp_path):
+    """`experiment plan` refuses a host arm pinned to more CPUs than this
+    process may use; a guest's vCPUs are its own, more than the host's
+    cores sharing them, so a guest arm with as many is planned."""
+    more = len(os.sched_getaffinity(0)) + 1
+    cpus = PROFILE.replace('thp = ["hugepage", "nohugepage"]',
+                           f'thp = ["hugepage", "nohugepage"]\ncpus = [1, {more}]')
+    one_line(mmlab("experiment", "plan", profile(tmp_path, cpus)), "p.toml:",
+             f"matrix.cpus: cpus = {more}: only {more - 1} CPUs are available")
+    guest = cpus.replace("[params]", 'kernel = "local:any"\n[params]')
+    planned = mmlab("experiment", "plan", profile(tmp_path, guest, "guest.toml"))
+    assert planned.returncode == 0, planned.stderr
+
+
+def test_instruction_metrics_on_a_host_without_a_counter_are_refused_at_plan(tmp_path):
+    """A host arm counts with the CPU's counter (perf_event_open); on a host
+    without one every counting trial would fail: refused before anything is
+    stored, saying why and where it can be counted.  Where the host counts,
+    the same profile is planned."""
+    counts = profile(tmp_path, PROFILE.replace('"advise_ns_per_page"',
+                                               '"advise_ns_per_page", '
+                                               '"advise_kernel_insns_per_page"'))
+    commands = (("experiment", "plan", counts),
+                ("experiment", "run", counts, "--results", str(tmp_path / "r")),
+                ("run", "pageout-refault", "--insns", "--results", str(tmp_path / "r")))
+    ok, why = insns.perf_status()
+    if ok:
+        assert mmlab(*commands[0]).returncode == 0
+        return
+    one_line(mmlab(*commands[0]), "p.toml:", "metrics: advise_kernel_insns_per_page on the host",
+             why, 'a guest kernel counts it (kernel = "debian:6.12"')
+    one_line(mmlab(*commands[1]), why)
+    one_line(mmlab(*commands[2]), "--insns: ", why, "--kernel debian:6.12")
+    assert not (tmp_path / "r").exists()

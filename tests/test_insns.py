@@ -129,12 +129,19 @@ def test_the_counting_pass_joins_the_timing_samples_by_index():
 
 def test_a_host_trial_counts_where_perf_does():
     """A profile naming an instruction metric gets a counting pass on the
-    host: perf's counts where the CPU has them, else the reason, no metric."""
+    host: perf's counts where the CPU has them, else the reason, no metric.
+    (A host without a counter refuses such a profile at plan; its plan,
+    made where one counts, can still reach it: a resumed or a fleet's.)"""
     text = (PROFILE.replace('kernel = ["debian:6.12", "debian:6.19"]', 'kernel = ["host"]')
             .replace('baseline = { kernel = "debian:6.12" }', 'baseline = { kernel = "host" }')
-            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\nmin-ms = 0"))
-    plan = parse(text.replace(f'metrics = ["{ADVISE}"]',
-                              f'metrics = ["{ADVISE}", "advise_ns_per_page"]'))
+            .replace("mapping-kb = 1024", "mapping-kb = 1024\nrounds = 2\nmin-ms = 0")
+            .replace(f'metrics = ["{ADVISE}"]', 'metrics = ["advise_ns_per_page"]'))
+
+    def measuring(*metrics: str):
+        timed = parse(text)
+        return timed.model_copy(update={"profile": timed.profile.model_copy(
+            update={"metrics": list(metrics)})})
+    plan = measuring(ADVISE, "advise_ns_per_page")
     (s,) = HostTarget().run_trial(plan.arms[0], plan).samples
     ok, why = insns.perf_status()
     if ok:
@@ -143,7 +150,7 @@ def test_a_host_trial_counts_where_perf_does():
     else:
         assert ADVISE not in s.metrics and s.state["insns_source"] == f"none ({why})"
     assert s.metrics["advise_ns_per_page"] > 0 and s.params["insns"] is False  # timed plain
-    counts_only = parse(text)           # counts and nothing else: the counting pass alone
+    counts_only = measuring(ADVISE)     # counts and nothing else: the counting pass alone
     if ok:
         (c,) = HostTarget().run_trial(counts_only.arms[0], counts_only).samples
         assert c.params["insns"] is True and set(c.metrics) <= pageout().window_metrics()

@@ -22,12 +22,12 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mmlab import workloads
 from mmlab.errors import MmlabError
 from mmlab.experiment import source
-from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, where
+from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, refuse_hidden, where
 from mmlab.experiment.schedule import schedule
 from mmlab.kernels import images, specs
 from mmlab.machine import knobs
 from mmlab.names import axis_text
-from mmlab.workloads import execwork
+from mmlab.workloads import execwork, insns, mmwork
 
 
 class Arm(BaseModel):
@@ -119,6 +119,7 @@ def parse(text: str, path: str = "<profile>") -> Plan:
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MmlabError(f"{path}: {exc}") from exc
+    refuse_hidden(raw, path, text)
     try:
         profile = Profile.model_validate(raw)
     except ValidationError as exc:
@@ -178,6 +179,7 @@ def build(profile: Profile, text: str, path: str) -> Plan:
         raise fail(("repetitions",), f"{profile.repetitions}: arms are compared from "
                    f"{MIN_ROUNDS} rounds on")
     _check_baseline(profile, arms, fail)
+    _counted_here(profile, wl, arms, fail)
     return Plan(profile=profile, text=text, path=path, workload=wl, arms=arms,
                 order=schedule([a.name for a in arms], profile.repetitions, profile.seed))
 
@@ -242,7 +244,17 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
                    "snapshot or a boot")
     if profile.bare_metal:
         _bare_metal(profile, axes, kernel, loc, fail)
+    elif kernel == "host" and cpus is not None:
+        try:
+            mmwork.parse_cpus(cpus)
+        except MmlabError as exc:
+            raise fail(loc + ("cpus",), f"{exc} (a host arm runs on this machine's CPUs; a "
+                       "guest's vCPU count may exceed them, sharing them)") from exc
     memory_mb = axes.memory_mb or profile.memory_mb
+    if kernel != "host" and not profile.bare_metal and memory_mb > (have := host_memory_mb()):
+        raise fail(loc + ("memory_mb",) if axes.memory_mb else ("memory_mb",),
+                   f"{memory_mb} MiB is more than this machine's {have} MiB "
+                   "(MemTotal): a guest's memory is taken from the host's")
     nodes = axes.numa_nodes or 1
     if memory_mb < nodes * MIN_NODE_MB:
         raise fail(loc + ("numa_nodes",), f"{nodes} NUMA nodes in {memory_mb} MiB: a guest "
@@ -254,6 +266,31 @@ def _arm(name: str, values: dict[str, Scalar], base: dict[str, Scalar],
     return Arm(name=name, values=values, params=params, settings=settings, cpus=cpus,
                kernel=kernel, memory_mb=memory_mb, numa_nodes=nodes,
                guest_start=axes.guest_start or "snapshot", bare_metal=profile.bare_metal)
+
+
+def host_memory_mb() -> int:
+    """This machine's memory (MemTotal, MiB): the most a guest can be given.
+    QEMU reserves a guest's memory lazily, so a larger one may start, and
+    then fail or swap the host as its kernel touches its memory."""
+    with open("/proc/meminfo") as meminfo:
+        kb = next(int(line.split()[1]) for line in meminfo if line.startswith("MemTotal:"))
+    return kb // 1024
+
+
+def _counted_here(profile: Profile, wl: workloads.Workload, arms: list[Arm], fail) -> None:
+    """A host arm's instruction metrics come from the CPU's own counter
+    (insns.perf_status).  Where this machine has none, every trial counting
+    alone fails, and a count beside a time is judged on nothing: refused
+    here, before anything is stored, with why."""
+    counted = [i for i, m in enumerate(profile.metrics) if wl.metric(m).unit == insns.UNIT]
+    host = next((a for a in arms if a.target == "host"), None)
+    if not counted or host is None:
+        return
+    ok, why = insns.perf_status()
+    if not ok:
+        raise fail(("metrics", counted[0]), f"{profile.metrics[counted[0]]} on the host "
+                   f"(arm {host.name}): {why}; a guest kernel counts it (kernel = "
+                   "\"debian:6.12\", say)")
 
 
 def _bare_metal(profile: Profile, axes: SettingAxes, kernel: str, loc: tuple, fail) -> None:

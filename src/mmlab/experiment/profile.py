@@ -20,8 +20,10 @@ from pydantic import (
     field_validator,
 )
 
+from mmlab.errors import MmlabError
 from mmlab.experiment.limits import MAX_ROUNDS, MAX_SAMPLES, MAX_WARMUPS
 from mmlab.machine import cpufreq, knobs
+from mmlab.names import hidden_character, shown
 from mmlab.workloads import execwork, output
 
 KERNEL_NAME = re.compile(r"^(host|debian:\d+\.\d+(\.\d+)?(-generic)?"
@@ -49,6 +51,35 @@ def _cpu_spec(value: object) -> str:
             or isinstance(value, str) and CPU_LIST.match(value):
         return str(value)
     raise ValueError('expected a CPU count like 2 or, on the host, a CPU list like "0-1,3"')
+
+
+# What a profile's `cmdline` may hold.  It is appended to a guest kernel's
+# command line (QEMU -append) and, on a bare-metal machine, sent to the
+# machine's agent as one line that its shell script reads and passes to
+# `kexec --append="$append ..."`: a newline would end that line early (the
+# rest read as the trial's archive), and a character a shell or the
+# kernel's own parser gives a meaning ($ ` ; | & < > ( ) quotes, backslash)
+# could run a command wherever the line is pasted into a script, or
+# regroup the kernel's parameters.  Kernel parameters need none of them
+# (console=ttyS0,115200 isolcpus=1-3 damon_stat.enabled=N crashkernel=256M@16M).
+CMDLINE_SHELL = set("$`;|&<>()'\"\\")
+# x86's COMMAND_LINE_SIZE is 2048, shared with mmlab's own parameters and a
+# machine's; the kernel cuts a longer line without a word.
+CMDLINE_MAX = 1024
+
+
+def _cmdline(value: str) -> str:
+    """One line of printable ASCII without shell metacharacters (CMDLINE_SHELL)."""
+    bad = next((c for c in value if not " " <= c <= "~" or c in CMDLINE_SHELL), None)
+    if bad is not None:
+        raise ValueError(f"{value!r}: {bad!r} is not allowed; a kernel command line here is "
+                         "one line of printable ASCII without $ ` ; | & < > ( ) quotes or "
+                         "backslashes (it is pasted into a shell script on a bare-metal "
+                         "machine)")
+    if len(value) > CMDLINE_MAX:
+        raise ValueError(f"{len(value)} characters: at most {CMDLINE_MAX} (the kernel cuts a "
+                         "longer command line)")
+    return value
 
 
 KernelName = Annotated[str, AfterValidator(_kernel_name)]
@@ -81,7 +112,7 @@ class Profile(BaseModel):
     kernel: KernelName = "host"   # or debian:6.12, local:NAME: a guest in QEMU
     memory_mb: int = Field(default=1024, ge=128)
     timeout_s: float = Field(default=600, gt=0, description="per guest trial; per exec command")
-    cmdline: str = ""             # added to a guest kernel's command line
+    cmdline: Annotated[str, AfterValidator(_cmdline)] = ""   # added to a kernel's command line
     attribute: bool = False       # attribution trials after the timing trials
     # which attribution runs (default: every kind the target makes): a guest's
     # guest_trace (mm path calls and call times) and functions (instructions
@@ -201,7 +232,9 @@ def key_lines(text: str) -> dict[str, int]:
 
 
 def where(path: str, text: str, loc: tuple) -> str:
-    parts = [str(p) for p in loc if not isinstance(p, int)]
+    """'p.toml:12: matrix.thp': the file, line and key an error is about
+    (a key shown escaped, names.shown, so the error stays one line)."""
+    parts = [shown(str(p)) for p in loc if not isinstance(p, int)]
     lines = key_lines(text)
     for n in range(len(parts), 0, -1):
         key = ".".join(parts[:n])
@@ -215,3 +248,36 @@ def message(exc: ValidationError) -> str:
     err = exc.errors()[0]
     return "unknown key" if err["type"] == "extra_forbidden" else \
         err["msg"].removeprefix("Value error, ")
+
+
+
+def refuse_hidden(raw: dict, path: str, text: str = "") -> None:
+    """Refuse the first key or text `hidden` finds, at its file:line:key."""
+    found = hidden(raw)
+    if found:
+        loc, value, char = found
+        raise MmlabError(f"{where(path, text, loc)}: {value!r} holds {char}, a control or "
+                         "format character, which a terminal would not show as it is")
+
+
+def hidden(raw: object, loc: tuple = ()) -> tuple[tuple, str, str] | None:
+    """The first key or text of a profile's TOML holding a character a
+    terminal does not show as itself (names.hidden_character): (its key's
+    loc, the text, the character).  Keys and values become arm names, table
+    rows, file names and one-line errors, where a BEL, an ESC sequence or an
+    RLO would ring, restyle or reverse what is printed; escaped TOML
+    ("\\u202e") reaches them as the character.  `description` may hold
+    newlines and tabs: it is free text; `cmdline` has a stricter rule of its
+    own (_cmdline)."""
+    if isinstance(raw, dict):
+        for key, value in raw.items():
+            found = hidden(key, (*loc, key)) or hidden(value, (*loc, key))
+            if found:
+                return found
+    elif isinstance(raw, list):
+        return next(filter(None, (hidden(v, (*loc, i)) for i, v in enumerate(raw))), None)
+    elif isinstance(raw, str) and loc != ("cmdline",):
+        text = raw.replace("\n", "").replace("\t", "") if loc == ("description",) else raw
+        char = hidden_character(text)
+        return (loc, raw, char) if char else None
+    return None

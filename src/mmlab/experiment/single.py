@@ -17,7 +17,8 @@ import tomli_w
 
 from mmlab import workloads
 from mmlab.errors import MmlabError
-from mmlab.experiment.plan import Plan, parse
+from mmlab.experiment.plan import Plan, host_memory_mb, parse
+from mmlab.experiment.profile import refuse_hidden
 from mmlab.workloads import execwork, insns
 
 ARM = "run"
@@ -49,10 +50,14 @@ class Request:
 
 def check(req: Request) -> None:
     """Options that only a guest can honour are refused on the host or on
-    bare metal, naming the option, rather than silently ignored."""
+    bare metal, naming the option, rather than silently ignored; a guest
+    larger than this machine is refused naming --memory-mb."""
     if req.bare_metal and req.kernel == "host":
         raise MmlabError("--bare-metal needs the kernel to kexec into (--kernel debian:7.3, say)")
     if req.kernel != "host" and not req.bare_metal:
+        if req.memory_mb and req.memory_mb > (have := host_memory_mb()):
+            raise MmlabError(f"--memory-mb {req.memory_mb}: more than this machine's {have} "
+                             "MiB (MemTotal), which a guest's memory is taken from")
         return
     why = ("is for a guest: a bare-metal machine has the CPUs, memory and NUMA nodes it has, "
            "and no attribution runs there yet") if req.bare_metal else (
@@ -88,12 +93,19 @@ def profile_text(req: Request, metrics: list[str]) -> str:
 
 def plan(req: Request) -> Plan:
     """The one-arm plan: every metric of the workload, its instruction
-    metrics only with --insns (they cost a counting pass)."""
+    metrics only with --insns (they cost a counting pass), refused on a
+    host with no counter to count them (its trial would print none)."""
     check(req)
+    refuse_hidden(req.exec_keys, "mmlab run")   # names an exec workload is built with
     wl = workload(req)
     for option, asked in (("--insns", req.count_insns), ("--functions", req.functions)):
         if asked and not wl.windows:
             raise MmlabError(f"{option}: {wl.name} has no timed windows to count")
+    if req.count_insns and req.kernel == "host":
+        ok, why = insns.perf_status()
+        if not ok:
+            raise MmlabError(f"--insns: {why} on this host; a guest counts its instructions "
+                             "(--kernel debian:6.12, say)")
     metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
     return parse(profile_text(req, metrics), "mmlab run")
 
