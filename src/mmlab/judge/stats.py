@@ -230,9 +230,13 @@ class Outlier:
     factor: float              # its value / its arm's median
 
     def __str__(self) -> str:
+        """'round 4 B (trial 8) x1.80 its arm's median'; a metric with a tiny
+        spread has outliers close to their median, so the factor gets the
+        digits that tell it from 1 (x1.004, never x1.00)."""
         where = f"round {self.round} " if self.round is not None else ""
         pos = f" (trial {self.position})" if self.position is not None else ""
-        return f"{where}{self.arm}{pos} x{self.factor:.2f} its arm's median"
+        digits = next((n for n in range(2, 7) if round(self.factor, n) != 1), 6)
+        return f"{where}{self.arm}{pos} x{self.factor:.{digits}f} its arm's median"
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,34 @@ report and the bundle cannot disagree (one dash for a missing value, never
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
-from typing import TypeGuard
+from typing import TYPE_CHECKING, TypeGuard
 
 from mmlab.experiment.plan import Plan
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
-from mmlab.names import axis_text
+from mmlab.names import axis_text, shown
 from mmlab.workloads import Metric
+from mmlab.workloads.execwork import PLACEHOLDER, RESERVED
+
+if TYPE_CHECKING:
+    from mmlab.track.changepoints import Change
 
 DASH = "-"
+
+
+def printable(text: object, keep: str = "") -> str:
+    """A user-given name (a profile's, an arm's, an axis value) or a text
+    holding them, as every report prints it: a character a terminal does
+    not show as itself (control and format characters: BEL, ESC, NUL, the
+    bidi override RLO) written as an escape (\\x07, \\u202e; names.shown), so
+    a name stored by an older mmlab can neither ring, restyle nor reorder
+    the terminal, nor hide text in a page.  `keep`: the characters a whole
+    text keeps (a report's line breaks)."""
+    if not keep:
+        return shown(str(text))
+    return re.sub(f"[^{re.escape(keep)}]+", lambda m: shown(m.group()), str(text))
 
 
 def finite(x: float | None) -> TypeGuard[float]:
@@ -56,6 +74,15 @@ def spread(rcv: float) -> str:
 def change(ratio: float | None) -> str:
     """A ratio as the signed change it means: 1.3 -> +30.0%."""
     return f"{ratio - 1:+.1%}" if finite(ratio) else DASH
+
+
+def step(ch: Change) -> float:
+    """A tracked change's after / before ratio, as every report states it
+    (the dashboard's tables and the trend plot's step, the text summary):
+    its confirmation's, the two releases measured side by side, where it
+    has one; else the series' cells'."""
+    c = ch.confirmation
+    return c.ratio if c is not None and finite(c.ratio) else ch.candidate_ratio
 
 
 def ratio(x: float | None, suffix: str = "") -> str:
@@ -110,6 +137,35 @@ def statistic(metric: Metric) -> str:
     if "maximum" in h:
         return "maximum"
     return "as printed" if "as the command prints it" in h else "whole sample"
+
+
+def summary(plan: Plan) -> str:
+    """What the workload runs, as its arms ran it.  An exec workload's
+    summary is its command as written ("prog --loops {loops}"): a value
+    every arm shares is filled in, and one the arms differ in is written
+    <loops> and followed by the arms' values, so no report prints a
+    template."""
+    wl = plan.workload
+    if wl.kind != "exec":
+        return wl.summary
+    notes: dict[str, str] = {}
+
+    def fill(m: re.Match) -> str:
+        name, flag = m.group(1), m.group(2)
+        if name in RESERVED:
+            return m.group(0)
+        values = list(dict.fromkeys(a.params.get(name) for a in plan.arms))
+        if len(values) > 1:
+            listed = ", ".join(DASH if v is None else axis_text(v) for v in values)
+            notes[name] = f"[{flag}] where {name} is true" if flag is not None else \
+                f"<{name}>: {listed} by arm"
+            return f"[{flag}]" if flag is not None else f"<{name}>"
+        value = values[0] if values else None
+        if flag is not None:
+            return flag if value is True else ""
+        return DASH if value is None else axis_text(value)
+    words = [PLACEHOLDER.sub(fill, w) for w in wl.summary.split(" ")]
+    return " ".join(w for w in words if w) + "".join(f"; {n}" for n in notes.values())
 
 
 def arrow(metric: Metric) -> str:
@@ -177,7 +233,9 @@ def contrast(plan: Plan, arm: str, baseline: str) -> Contrast:
     a, b = plan.arm(arm).values, plan.arm(baseline).values
     differ = [k for k in a if axis_text(a[k]) != axis_text(b.get(k))]
     if not differ or a.keys() != b.keys():
-        return Contrast((("arm", baseline, arm),), by_name=True)
-    return Contrast(tuple((k, axis_text(b[k]), axis_text(a[k])) for k in differ),
-                    tuple((k, axis_text(a[k])) for k in a if k not in differ))
+        return Contrast((("arm", printable(baseline), printable(arm)),), by_name=True)
+    return Contrast(tuple((printable(k), printable(axis_text(b[k])), printable(axis_text(a[k])))
+                          for k in differ),
+                    tuple((printable(k), printable(axis_text(a[k]))) for k in a
+                          if k not in differ))
 

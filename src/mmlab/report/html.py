@@ -27,15 +27,25 @@ from mmlab.track.evidence import Evidence
 from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
 
+
+def shown(value: object) -> object:
+    """Every value a page shows, as `fmt.printable` writes it (line breaks
+    and tabs kept, for the blocks of text: the report, the profile); markup
+    of mmlab's own (plots, flame graphs) as it is."""
+    return value if isinstance(value, Markup) or not isinstance(value, str) else \
+        fmt.printable(value, keep="\n\t")
+
+
 TEMPLATES = jinja2.Environment(
-    loader=jinja2.PackageLoader("mmlab.report", "templates"),
+    loader=jinja2.PackageLoader("mmlab.report", "templates"), finalize=shown,
     autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters.update(num=fmt.num, pct=fmt.pct, change=fmt.change, ratio=fmt.ratio, ci=fmt.ci,
                          p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class,
                          verdict_label=fmt.verdict_label)
 # The dashboard's templates test for values a change may lack, so undefined is no error.
 DASHBOARD = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.report", "templates"),
-                               autoescape=True, trim_blocks=True, lstrip_blocks=True)
+                               finalize=shown, autoescape=True, trim_blocks=True,
+                               lstrip_blocks=True)
 
 
 def outcome_class(outcome: str) -> str:
@@ -59,7 +69,7 @@ def reason(e: Evidence) -> str:
 
 
 DASHBOARD.filters.update(num=fmt.num, value=fmt.value, signed=fmt.signed, change=fmt.change,
-                         ci=fmt.ci, spread=fmt.spread, outcome_class=outcome_class,
+                         step=fmt.step, ci=fmt.ci, spread=fmt.spread, outcome_class=outcome_class,
                          reason=reason, safe_name=safe_name)
 
 
@@ -70,7 +80,7 @@ def data_uri(png: bytes) -> str:
 def render(d: ReportData) -> str:
     found = d.explanation
     return TEMPLATES.get_template("report.html.j2").render(
-        d=d, profile=d.plan.profile, workload=d.workload,
+        d=d, profile=d.plan.profile, workload=d.workload, summary=fmt.summary(d.plan),
         labels={(c.arm, c.baseline): fmt.contrast(d.plan, c.arm, c.baseline).label
                 for c in d.judgement.comparisons},
         verdict_colors={fmt.verdict_class(v): fmt.VERDICT_COLOR[v] for v in Verdict},

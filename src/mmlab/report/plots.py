@@ -26,7 +26,7 @@ import numpy as np
 from matplotlib import ticker
 
 from mmlab.report.data import ReportData
-from mmlab.report.fmt import VERDICT_COLOR, change, contrast
+from mmlab.report.fmt import VERDICT_COLOR, change, contrast, printable, step
 from mmlab.track.cells import Series
 from mmlab.track.changepoints import EMULATED, Change
 from mmlab.track.dashboard import SHOWN
@@ -52,7 +52,7 @@ def distributions(d: ReportData, metric: str) -> bytes:
         rng = np.random.default_rng(0)
         for i, v in enumerate(values, 1):
             ax.scatter(v, i + rng.uniform(-0.12, 0.12, len(v)), s=10, alpha=0.7, color="C1")
-    ax.set_yticks(range(1, len(arms) + 1), arms, fontsize=8)
+    ax.set_yticks(range(1, len(arms) + 1), [printable(a) for a in arms], fontsize=8)
     ax.set_xlabel(metric)
     ax.set_title(f"{metric}: samples per arm")
     return _png(fig)
@@ -98,7 +98,8 @@ def scaling(d: ReportData, metric: str, axis: str) -> bytes:
                 if (x := s.metrics.get(metric)) is not None]
         if not vals:
             continue
-        others = ",".join(f"{k}={v}" for k, v in arm.values.items() if k != axis) or metric
+        others = printable(",".join(f"{k}={v}" for k, v in arm.values.items() if k != axis)
+                           or metric)
         lines[others].append((float(arm.values[axis]), float(np.median(vals))))
     fig, ax = plt.subplots(figsize=(7, 4))
     for label, pts in lines.items():
@@ -160,7 +161,7 @@ def trend_figure(s: Series, reference: str, marks: list[Change]):
     fig, (top, below) = plt.subplots(2, 1, figsize=(7.5, 3.6), dpi=96, sharex=True,
                                      height_ratios=(2.2, 1))
     _ratios(top, s, reference)
-    _steps(below, s)
+    _steps(below, s, marks)
     labels = [p.release.label for p in s.points]
     for n, ch in enumerate(marks, 1):
         at = labels.index(ch.after) - 0.5
@@ -205,21 +206,25 @@ def _ratios(ax, s: Series, reference: str) -> None:
     ax.tick_params(axis="y", labelsize=7)
 
 
-def _steps(ax, s: Series) -> None:
+def _steps(ax, s: Series, marks: list[Change]) -> None:
     """Each release's ratio over the previous release's, as a change, at the
-    boundary between them; the axis ends a quarter past the second-largest
+    boundary between them (a marked change's as the tables state it,
+    fmt.step: its confirmation's where it has one); the axis ends a quarter past the second-largest
     step (the largest where it is not twice that), at least at 5% (the
     verdicts' usual tolerance, so noise does not fill it), and a bar beyond
     is cut there and labelled with its value."""
-    steps = np.array([b.ratio / a.ratio - 1 for a, b in zip(s.points, s.points[1:])])
+    marked = {(ch.before, ch.after): ch for ch in marks}
+    steps = np.array([step(marked[pair]) - 1 if pair in marked else b.ratio / a.ratio - 1
+                      for a, b in zip(s.points, s.points[1:])
+                      for pair in [(a.release.label, b.release.label)]])
     sizes = sorted(np.abs(steps[np.isfinite(steps)]), reverse=True) or [0.0]
     edge = sizes[1] if len(sizes) > 1 and sizes[0] > 2 * sizes[1] else sizes[0]
     edge = max(1.25 * edge, 0.05)
     at = np.arange(len(steps)) + 0.5
     ax.bar(at, np.clip(steps, -edge, edge), width=0.6, color="#7f8c9d")
-    for x, step in zip(at, steps):
-        if abs(step) > edge:
-            ax.text(x + 0.35, np.sign(step) * edge * 0.6, f"{change(1 + step)} (cut)",
+    for x, size in zip(at, steps):
+        if abs(size) > edge:
+            ax.text(x + 0.35, np.sign(size) * edge * 0.6, f"{change(1 + size)} (cut)",
                     fontsize=7, ha="left", va="center", color="#333")
     ax.axhline(0, color="#888", linewidth=0.8)
     ax.set_ylim(-edge, edge)

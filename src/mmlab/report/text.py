@@ -130,9 +130,9 @@ def render(d: ReportData) -> str:
     p = d.plan.profile
     c = d.counts()
     env = d.environments[0] if d.environments else {}
-    out = _wrap(f"[mmlab] {p.name}: {p.description or d.workload.summary}", "") + [""]
+    out = _wrap(f"[mmlab] {p.name}: {p.description or fmt.summary(d.plan)}", "") + [""]
     out += ["What was run"]
-    out += _wrap(f"workload {d.workload.name}: {d.workload.summary}"
+    out += _wrap(f"workload {d.workload.name}: {fmt.summary(d.plan)}"
                  + (f" (reproduces seed {d.workload.seed})" if d.workload.seed else ""))
     out += _wrap(f"arms ({len(d.plan.arms)}): " + "; ".join(a.name for a in d.plan.arms))
     budget = f", within {p.budget_s:g} s" if p.budget_s else ""
@@ -205,7 +205,7 @@ def render(d: ReportData) -> str:
     tags = regzbot_lines(d)
     if tags:
         out += [""] + tags
-    return "\n".join(out) + "\n"
+    return fmt.printable("\n".join(out) + "\n", keep="\n")
 
 
 def reproduce(d: ReportData, env: dict) -> list[str]:
@@ -334,12 +334,14 @@ def release_note(suite: Suite, release: str, areas: dict[str, list[Evidence]]) -
                 lines += _wrap(f"functions ({wf.window}, kernel instructions per {wf.unit}): "
                                f"{rows or 'no change'}", "    ")
         lines.append("")
-    return "\n".join(lines).rstrip() + "\n"
+    return fmt.printable("\n".join(lines).rstrip() + "\n", keep="\n")
 
 
 def _pct(e: Evidence) -> str:
-    m = next((m for m in e.metrics if m.metric == e.change.metric), None)
-    return fmt.change(m.ratio) if m else f"{fmt.change(e.change.candidate_ratio)} (cells)"
+    """A change's size as the dashboard and its trend plot give it (fmt.step)."""
+    c = e.change.confirmation
+    said = fmt.change(fmt.step(e.change))
+    return said if c is not None and fmt.finite(c.ratio) else f"{said} (cells)"
 
 
 def _emulated(ch: Change) -> str:
@@ -396,4 +398,4 @@ def track_summary(suite: Suite, result: TrackResult, evidence: list[Evidence],
             ch = e.change
             lines.append(f"candidate {ch.id} {ch.profile} {ch.metric} ({ch.kind}) "
                          f"{ch.before}..{ch.after}: {ch.outcome}{_emulated(ch)}")
-    return "\n".join(lines).rstrip() + "\n"
+    return fmt.printable("\n".join(lines).rstrip() + "\n", keep="\n")

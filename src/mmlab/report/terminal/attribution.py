@@ -17,13 +17,13 @@ from mmlab.attribution.explain import (
     WindowFunctions,
 )
 from mmlab.experiment.plan import Plan
-from mmlab.report.fmt import contrast, num, pct, ratio, signed
+from mmlab.report.fmt import contrast, num, pct, printable, ratio, signed
 from mmlab.report.terminal.fit import Fitted
 
 
 def arm_explanation(a: ArmExplanation) -> Fitted:
-    table = Table(title=f"{escape(a.arm)}: CPU time {num(a.cpu_ns_per_unit)} ns per {a.unit} "
-                        "(perf cpu-clock)")
+    table = Table(title=f"{escape(printable(a.arm))}: CPU time {num(a.cpu_ns_per_unit)} ns "
+                        f"per {a.unit} (perf cpu-clock)")
     table.add_column("function")
     table.add_column("inclusive", justify="right")
     table.add_column("self", justify="right")
@@ -43,8 +43,12 @@ def arm_explanation(a: ArmExplanation) -> Fitted:
     return Fitted(table)
 
 
-def pair_explanation(plan: Plan, p: PairExplanation) -> Fitted:
+def pair_explanation(plan: Plan, p: PairExplanation) -> Fitted | str:
+    """Where a pair's CPU time differs, and the vmstat counters and events
+    that differ; a line, not an empty table, where nothing does."""
     label = contrast(plan, p.arm, p.baseline).label
+    if not (p.deltas or p.vmstat or p.events):
+        return escape(f"{label}: no perf stacks, and no vmstat counter or event differs")
     title = (f"{label}: CPU time per {p.unit} {num(p.cpu_ns_per_unit_baseline)} -> "
              f"{num(p.cpu_ns_per_unit)} ns ({signed(p.cpu_change)} ns); where the difference is"
              if p.deltas else f"{label}: vmstat counters that differ (no perf stacks)")
@@ -72,7 +76,7 @@ def overhead_table(arms: list[ArmExplanation]) -> Fitted | str:
         table.add_column(col, justify="right" if col == "ratio" else "left")
     for a in arms:
         for o in a.overhead:
-            table.add_row(escape(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
+            table.add_row(escape(printable(a.arm)), o.collection, o.metric, ratio(o.ratio, "x"))
     return Fitted(table)
 
 
@@ -81,17 +85,18 @@ def functions_table(w: WindowFunctions) -> Fitted:
     largest, or against its baseline, the largest changes."""
     per = f"/{w.unit}"
     if w.baseline is None:
-        table = Table(title=f"{escape(w.arm)}: kernel instructions in '{w.window}' by function "
-                            f"({num(w.kernel)} {per}, unresolved {num(w.unresolved)})")
+        table = Table(title=f"{escape(printable(w.arm))}: kernel instructions in '{w.window}' "
+                            f"by function ({num(w.kernel)} {per}, unresolved "
+                            f"{num(w.unresolved)})")
         table.add_column("function")
         table.add_column(f"instructions {per}", justify="right")
         table.add_column("share", justify="right")
         for r in w.rows:
             table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
         return Fitted(table)
-    table = Table(title=f"{escape(w.arm)} vs {escape(w.baseline)}: kernel instructions in "
-                        f"'{w.window}' {num(w.kernel_baseline)} -> {num(w.kernel)} {per} "
-                        f"({signed(w.change)})")
+    table = Table(title=f"{escape(printable(w.arm))} vs {escape(printable(w.baseline))}: "
+                        f"kernel instructions in '{w.window}' {num(w.kernel_baseline)} -> "
+                        f"{num(w.kernel)} {per} ({signed(w.change)})")
     for col in ("function", "baseline", "arm", "change"):
         table.add_column(f"{col} {per}" if col != "function" else col,
                          justify="left" if col == "function" else "right")
@@ -107,10 +112,10 @@ def guest_trace_table(guests: list[GuestExplanation]) -> Fitted:
         table.add_column(col, justify="right" if col in ("value", "per unit of work") else "left")
     for g in guests:
         for f in g.figures:
-            table.add_row(escape(g.arm), f.figure, f.function, num(f.value),
+            table.add_row(escape(printable(g.arm)), f.figure, f.function, num(f.value),
                           f"{num(f.per_unit)} /{g.unit}")
         if g.skipped:
-            table.add_row(escape(g.arm), "skipped", ", ".join(g.skipped), "", "")
+            table.add_row(escape(printable(g.arm)), "skipped", ", ".join(g.skipped), "", "")
         table.add_section()
     return Fitted(table)
 

@@ -29,6 +29,7 @@ from mmlab.report.fmt import (
     num,
     p_value,
     pct,
+    printable,
     ratio,
     value,
     verdict_label,
@@ -50,8 +51,8 @@ def experiments_table(rows) -> Fitted:
         table.add_column(col)
     for r in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
-        table.add_row(str(r["id"]), r["name"], r["workload"], created, str(r["trials"]),
-                      str(r["done"]), str(r["failed"]))
+        table.add_row(str(r["id"]), escape(printable(r["name"])), escape(printable(r["workload"])),
+                      created, str(r["trials"]), str(r["done"]), str(r["failed"]))
     return Fitted(table)
 
 
@@ -60,9 +61,10 @@ def print_experiment(out: Console, store: Store, exp_id: int) -> None:
     environment, the order, and the per-arm figures, all as stored."""
     from mmlab.store import status_counts
     row, plan, trials = store.experiment(exp_id), store.plan(exp_id), store.trials(exp_id)
-    out.print(f"[bold]experiment {exp_id}[/bold]: {escape(row['name'])} ({row['workload']}), "
-              f"profile {escape(row['profile_path'])} sha256 {row['profile_hash'][:12]}, "
-              f"seed {row['seed']}")
+    out.print(f"[bold]experiment {exp_id}[/bold]: {escape(printable(row['name']))} "
+              f"({escape(printable(row['workload']))}), "
+              f"profile {escape(printable(row['profile_path']))} "
+              f"sha256 {row['profile_hash'][:12]}, seed {row['seed']}")
     out.print("trials: " + ", ".join(f"{v} {k}" for k, v in status_counts(trials).items() if v))
     envs = store.environments(exp_id)
     if envs:
@@ -70,7 +72,7 @@ def print_experiment(out: Console, store: Store, exp_id: int) -> None:
         out.print(escape(f"environment: kernel {e['kernel']}, {e['cpus']} x {e['cpu_model']}, "
                          f"mmlab {e['mmlab_version']} ({e['git_commit']})"))
     order = " ".join(f"{t.position}:{t.arm}" for t in trials[:30])
-    out.print(escape(f"order: {order}{' ...' if len(trials) > 30 else ''}"))
+    out.print(escape(printable(f"order: {order}{' ...' if len(trials) > 30 else ''}")))
     out.print(arm_summary_table(plan.workload, store.samples_by_arm(exp_id),
                                 plan.profile.metrics))
 
@@ -81,17 +83,18 @@ def plan_table(plan: Plan) -> Fitted:
     p = plan.profile
     rounds = f"{p.repetitions}" + (f" to {p.rounds_at_most}" if p.rounds_at_most > p.repetitions
                                    else "")
-    table = Table(title=f"{p.name}: {len(plan.arms)} arms x {rounds} rounds, "
+    table = Table(title=f"{escape(printable(p.name))}: {len(plan.arms)} arms x {rounds} rounds, "
                         f"{len(plan.order)} trials planned, seed {p.seed}")
     for col in ("arm", "target", "settings", "parameters", "baseline"):
         table.add_column(col)
     for arm in plan.arms:
         settings = arm.settings.model_dump(exclude_defaults=True)
         base = baseline_for(plan, arm)
-        table.add_row(escape(arm.name), arm.target + (f" ({arm.cpus} cpus)" if arm.cpus else ""),
+        table.add_row(escape(printable(arm.name)),
+                      escape(printable(arm.target)) + (f" ({arm.cpus} cpus)" if arm.cpus else ""),
                       escape(", ".join(f"{k}={v}" for k, v in settings.items()) or DASH),
-                      escape(" ".join(f"--{k} {v}" for k, v in arm.params.items())),
-                      escape(base.name) if base else "(baseline)")
+                      escape(printable(" ".join(f"--{k} {v}" for k, v in arm.params.items()))),
+                      escape(printable(base.name)) if base else "(baseline)")
     return Fitted(table)
 
 
@@ -127,7 +130,10 @@ def state_table(samples: list[Sample]) -> Fitted:
     return Fitted(table)
 
 
-def vmstat_table(samples: list[Sample]) -> Fitted:
+def vmstat_table(samples: list[Sample]) -> Fitted | str:
+    """The counters' median deltas and the errors; where the samples hold
+    neither (a workload that reads no counter this kernel has), a line
+    that says so rather than an empty table."""
     table = Table(title="/proc/vmstat deltas per sample (median) and errors")
     table.add_column("counter")
     table.add_column("median", justify="right")
@@ -139,7 +145,7 @@ def vmstat_table(samples: list[Sample]) -> Fitted:
             errors[k] = errors.get(k, 0) + v
     for k, v in errors.items():
         table.add_row(f"[red]error {k}[/red]", num(v))
-    return Fitted(table)
+    return Fitted(table) if table.rows else "/proc/vmstat: no counter recorded, and no errors"
 
 
 def trace_table(traced: dict[str, float]) -> Fitted:
@@ -180,7 +186,7 @@ def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
         for m in metrics:
             s = summarize([x.metrics.get(m) for x in ss])
             cells.append(f"{num(s.median)} ({pct(s.cv)})")
-        table.add_row(escape(arm), str(len(ss)), *cells)
+        table.add_row(escape(printable(arm)), str(len(ss)), *cells)
     return Fitted(table)
 
 
@@ -211,7 +217,7 @@ def compare_table(plan: Plan, title: str, judged: Judgement) -> Fitted:
     CI (at the level of the look that decided), p raw and corrected for the
     family, and the rounds the verdict rests on; a noisy pair and emulated
     time (a TCG guest's clock) are marked."""
-    table = Table(title=title)
+    table = Table(title=escape(printable(title)))
     table.add_column("metric")
     table.add_column("arm vs baseline")
     for col in ("baseline", "arm", "change", "ratio", "CI", "p", "p adj.", "rounds"):
@@ -266,18 +272,18 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
         out.print(escape(line))
     out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
     for line in reasons(judged.comparisons, judged.matched):
-        out.print(escape(line))
+        out.print(escape(printable(line)))
 
 
 def run_line(result: RunResult, prefix: str = "") -> str:
     """What a run did, in one line: trials run now, already done and failed,
     the rounds (and how many were added) and why rounds stopped."""
-    return escape(f"{prefix}trials: {result.done} run now, {result.skipped} already done, "
-                  f"{result.failed} failed; {result.rounds} rounds ({result.added} added): "
-                  f"{result.stopped}")
+    return escape(printable(f"{prefix}trials: {result.done} run now, {result.skipped} already "
+                            f"done, {result.failed} failed; {result.rounds} rounds "
+                            f"({result.added} added): {result.stopped}"))
 
 
 def failed_lines(trials: list[Trial], most: int = 5) -> list[str]:
     """The first failed trials with their errors, one line each."""
-    return [f"[red]failed[/red] trial {t.position} ({escape(t.arm)}): {escape(t.error or '')}"
-            for t in trials[:most]]
+    return [f"[red]failed[/red] trial {t.position} ({escape(printable(t.arm))}): "
+            f"{escape(printable(t.error or ''))}" for t in trials[:most]]
