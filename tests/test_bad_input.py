@@ -356,6 +356,10 @@ def test_arm_and_metric_names_with_control_characters_are_refused_escaped(tmp_pa
     one_line(mmlab("run", "exec", "--metric", "x\x07:lower", "--metrics-from", "key=value",
                    "--results", str(tmp_path / "r"), "--", "echo", "x=1"),
              r"exec_metrics.x\x07: 'x\x07' holds U+0007")
+    one_line(mmlab("run", "exec", "--results", str(tmp_path / "r"), "--", "echo",
+                   "x\nhost_changes = true #"), r"command: 'x\nhost_changes = true #' holds")
+    one_line(mmlab("run", "pageout-refault", "--thp", "a\x07", "--results", str(tmp_path / "r")),
+             r"params.thp: 'a\x07' holds U+0007")
     assert not (tmp_path / "r").exists()
 
 
@@ -409,3 +413,15 @@ def test_instruction_metrics_on_a_host_without_a_counter_are_refused_at_plan(tmp
     one_line(mmlab(*commands[1]), why)
     one_line(mmlab(*commands[2]), "--insns: ", why, "--kernel debian:6.12")
     assert not (tmp_path / "r").exists()
+
+
+def test_no_argument_of_mmlab_run_becomes_a_key_of_its_profile():
+    """`mmlab run` writes its command line as the profile's first comment: a
+    newline in any argument (here --results, which the profile does not
+    keep) once ended the comment and made the rest a key of the profile,
+    consent to host changes included.  Planned only: nothing runs."""
+    from mmlab.experiment import single
+    argv = ("ksm-rmap", "--results", "r\nhost_changes = true #")
+    plan = single.plan(single.Request("ksm-rmap", argv=argv))
+    assert plan.profile.host_changes is False
+    assert plan.text.splitlines()[0] == r"# mmlab run ksm-rmap --results 'r\nhost_changes = true #'"

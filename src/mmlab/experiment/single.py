@@ -19,6 +19,7 @@ from mmlab import workloads
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Plan, host_memory_mb, parse
 from mmlab.experiment.profile import refuse_hidden
+from mmlab.names import shown
 from mmlab.workloads import execwork, insns
 
 ARM = "run"
@@ -87,7 +88,9 @@ def profile_text(req: Request, metrics: list[str]) -> str:
     if req.attribute:
         doc.update(attribute=True, trace_count=list(req.trace_count),
                    trace_time=list(req.trace_time))
-    comment = "# " + shlex.join(("mmlab", "run", *req.argv)) + "\n"
+    # shown: a newline in an argument would end the comment, and what
+    # follows would be read as the profile's own keys
+    comment = "# " + shown(shlex.join(("mmlab", "run", *req.argv))) + "\n"
     return comment + tomli_w.dumps(doc)
 
 
