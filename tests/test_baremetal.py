@@ -357,6 +357,7 @@ def sample_lines(kernel: str, n: int = 1) -> str:
 
 def run_played(tmp_path, monkeypatch, answer, timeout: float = 60):
     monkeypatch.setattr(images, "ready", lambda name, say: KERNELS[name])
+    monkeypatch.setattr(images, "fetchable", lambda name: KERNELS[name])
     machine = PlayedMachine(answer)
     target = baremetal.BareMetalTarget(machine, say=lambda line: None)
     outcome = driver.run_experiment(str(tmp_path / "r"), parse(TWO_KERNELS.format(

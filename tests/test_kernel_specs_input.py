@@ -138,6 +138,15 @@ def test_a_run_on_a_kernel_nothing_can_fetch_makes_no_store(tmp_path, kernel):
     assert f"unknown kernel '{kernel}'" in err and "warning" not in err
 
 
+def test_a_bare_metal_run_on_a_kernel_nothing_can_fetch_makes_no_store(tmp_path, monkeypatch):
+    """Nothing kexecs a kernel no cache holds: refused before the machine's
+    base kernel is fetched or a store made."""
+    monkeypatch.setenv("MMLAB_BARE_METAL", "simulated:debian:6.12")
+    err = refused(tmp_path, "run", "pageout-refault", "--bare-metal", "--kernel",
+                  "local:nonexistent", "--samples", "1")
+    assert "unknown kernel 'local:nonexistent'" in err
+
+
 def test_a_profile_on_a_kernel_nothing_can_fetch_makes_no_store(tmp_path):
     (tmp_path / "p.toml").write_text(PROFILE.replace('"host"', '"local:nonexistent"'))
     err = refused(tmp_path, "experiment", "run", str(tmp_path / "p.toml"))

@@ -104,9 +104,13 @@ class BareMetalTarget(LocalTarget):
 
     def check(self, plan: Plan) -> None:
         """Refuse what bare metal cannot run yet; have the machine's base
-        kernel and every arm's kernel ready (an arm whose kernel cannot be
-        had fails its trials, as a guest's does)."""
+        kernel and every arm's kernel ready (an arm whose Debian kernel
+        cannot be fetched fails its trials, as a guest's does; a local or
+        build kernel the cache lacks is refused, since nothing can fetch it)."""
         refuse(plan)
+        for arm in plan.arms:
+            if arm.bare_metal:
+                images.fetchable(arm.kernel)
         self.machine.base()
         for arm in plan.arms:
             if arm.bare_metal and isinstance(self._kernel(arm.kernel), MmlabError):
