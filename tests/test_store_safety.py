@@ -69,7 +69,18 @@ def fill(disk: Path) -> Path:
     return filler
 
 
-def test_a_disk_that_fills_during_a_run_says_which_and_keeps_the_finished_trials(tmp_path):
+class TwoAtOnce(FakeTarget):
+    """Trials two at a time, on worker threads, committed as they end."""
+
+    def side_by_side(self, plan):
+        return 2
+
+
+@pytest.mark.parametrize("target", [FakeTarget, TwoAtOnce])
+def test_a_disk_that_fills_during_a_run_says_which_and_keeps_the_finished_trials(tmp_path,
+                                                                                 target):
+    """The commit that finds the disk full ends the run (it is no failed
+    trial: the next would find the disk as full)."""
     plan = parse(PROFILE, "store-safety.toml")
     with small_disk(tmp_path / "disk", 1024) as disk:
         store = Store(disk / "lab")
@@ -77,7 +88,7 @@ def test_a_disk_that_fills_during_a_run_says_which_and_keeps_the_finished_trials
         filler = fill(disk)
         os.truncate(filler, filler.stat().st_size - 96 * 1024)   # room for a few trials
         with pytest.raises(MmlabError) as raised:
-            runner.run(store, exp_id, plan, fake_pool(FakeTarget()))
+            runner.run(store, exp_id, plan, fake_pool(target()))
         said = str(raised.value)
         assert "the disk holding the store is full" in said and SOURCE in said, said
         assert str(disk) in said and "\n" not in said
@@ -86,7 +97,7 @@ def test_a_disk_that_fills_during_a_run_says_which_and_keeps_the_finished_trials
         again = Store(disk / "lab")
         trials = again.trials(exp_id)
         done = [t for t in trials if t.status == "done"]
-        assert 0 < len(done) < len(trials)
+        assert 0 < len(done) < len(trials) and all(t.status != "failed" for t in trials)
         kept = again.samples_by_arm(exp_id)
         assert sum(len(s) for s in kept.values()) == len(done) * plan.profile.samples_per_trial
         again.close()

@@ -195,13 +195,16 @@ class _Beside:
 
     def settle(self, how: str) -> None:
         """Commit the trials that ended: the first to end (FIRST_COMPLETED)
-        or all of them (ALL_COMPLETED)."""
+        or all of them (ALL_COMPLETED).  A trial that failed is stored as
+        failed; a commit that fails (a full disk) ends the run, never a trial."""
         for fut in wait(self.running, return_when=how).done:
             trial, claim = self.running.pop(fut)
             try:
-                self.outcomes.append(_done(self.store, trial, fut.result(), claim))
+                result = fut.result()
             except MmlabError as exc:
                 self.outcomes.append(_failed(self.store, trial, exc, claim))
+            else:
+                self.outcomes.append(_done(self.store, trial, result, claim))
             del self.claimed[trial.id]
 
     @contextmanager
