@@ -442,6 +442,7 @@ def test_a_bare_metal_worker_keeps_its_machine_up_while_trials_wait(tmp_path, mo
     kernels = {**KERNELS, "local:third": images.Kernel("local:third", "3.0", "local:third",
                                                        "0" * 64, "/nonexistent")}
     monkeypatch.setattr(images, "ready", lambda name, say: kernels[name])
+    monkeypatch.setattr(images, "fetchable", lambda name: kernels[name])
     monkeypatch.delenv(baremetal.ENV, raising=False)
     machine = PlayedMachine(lambda kernel: framed(sample_lines(kernel).encode()))
     machine.accelerator = measurements.SIMULATED_BARE_METAL
