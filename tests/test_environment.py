@@ -140,6 +140,13 @@ def test_a_lock_file_that_cannot_be_one_is_refused(monkeypatch, value, wanted):
         paths.env_file("MMLAB_LOCK")
 
 
+def test_a_bad_lock_file_is_refused_before_a_run_makes_its_store(tmp_path):
+    proc = mmlab("run", "pageout-refault", "--samples", "1", "--results", str(tmp_path / "r"),
+                 env={"MMLAB_LOCK": "/proc/version"})
+    one_line(proc, "MMLAB_LOCK=/proc/version", "proc filesystem")
+    assert not (tmp_path / "r").exists()
+
+
 def test_a_lock_file_in_a_new_directory_is_taken(tmp_path, monkeypatch):
     monkeypatch.setenv("MMLAB_LOCK", str(tmp_path / "new" / "machine.lock"))
     assert paths.env_file("MMLAB_LOCK") == tmp_path / "new" / "machine.lock"

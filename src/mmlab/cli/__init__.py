@@ -64,7 +64,10 @@ def _version(value: bool) -> None:
 def _startup(version: bool = typer.Option(False, "--version", callback=_version,
                                           is_eager=True, help="print mmlab's version")) -> None:
     """Before any command: undo what a crashed mmlab left changed (the
-    settings code loads only when a journal is there to replay)."""
+    settings code loads only when a journal is there to replay).  The
+    state folder and the lock's path are checked first, so that a bad one
+    is refused before any command makes a store or a cache."""
+    paths.env_file("MMLAB_LOCK")
     if not paths.journal_path().exists():
         return
     from mmlab.machine import knobs

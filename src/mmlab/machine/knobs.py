@@ -33,7 +33,7 @@ from mmlab.machine.journal_trust import (
     THP_ENABLED,
     TRACEFS,
 )
-from mmlab.machine.paths import journal_path, state_dir
+from mmlab.machine.paths import env_file, journal_path, state_dir
 
 SWAP_SPEC = re.compile(r"^(none|file:\d+[KMG]|zram:\d+[KMG])$")
 TRACEFS_CANDIDATES = (TRACEFS, "/sys/kernel/debug/tracing")
@@ -163,9 +163,9 @@ class Journal:
 def lock_path() -> Path:
     """The machine-wide lock file (MMLAB_LOCK overrides): one per machine,
     not per state dir, because THP, KSM and swap are one per machine."""
-    env = os.environ.get("MMLAB_LOCK")
+    env = env_file("MMLAB_LOCK")
     if env:
-        return Path(env)
+        return env
     return Path("/run/lock/mmlab.lock") if os.geteuid() == 0 else state_dir() / "machine.lock"
 
 
