@@ -63,19 +63,18 @@ def test_a_trial_runs_in_a_group_of_its_own_that_is_gone_after_it():
     assert not path.exists()
 
 
-def test_a_group_a_straggler_keeps_is_left_for_the_sweep_not_raised():
-    """A process still in the group when the trial ends: the group stays
-    (the trial is not lost over it) and goes once it is empty."""
+def test_a_straggler_is_ended_with_its_trial_and_its_groups_removed():
+    """A process still in the groups when the trial ends is killed (it is
+    the trial's) and the groups go with it."""
     with memcg.trial_group() as group:
         assert group.path is not None
         proc = subprocess.Popen(["sleep", "30"], preexec_fn=group.enter)
     try:
-        assert group.path.exists()
+        assert proc.wait(timeout=10) == -9
+        assert not any(path.exists() for path in group.dirs())
     finally:
         proc.kill()
         proc.wait()
-    memcg.remove(group.path)
-    assert not group.path.exists()
 
 
 def test_mmwork_reads_its_own_group_and_the_host_target_gives_it_one():

@@ -14,7 +14,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 
 from mmlab.errors import MmlabError
 from mmlab.machine import knobs, memcg
@@ -81,40 +81,63 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
     `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `group`
     starts it in the trial's own memory cgroup, which it then reads around
     each sample; `prefix` wraps it (e.g. `perf record ... --`) for
-    attribution runs."""
+    attribution runs.  Whatever it started is ended when it exits (`_run`)."""
     journal = journal or knobs.Journal()
     own = group is not None and group.path is not None
     command = [*(prefix or []), *argv(workload, params, samples, warmups, own_memcg=own)]
-    got: list[Sample] = []
-    with _guard_workload_settings(workload, journal):
-        cpuset = parse_cpus(cpus) if cpus else None
-
-        def start() -> None:
-            """In the child, before mmwork: its group, then its CPUs."""
-            if group:
-                group.enter()       # nothing where no group could be made
-            if cpuset:
-                os.sched_setaffinity(0, cpuset)
-
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=start if own or cpuset else None)
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                sample = workload.measured(parse_line(line))
-                got.append(sample)
-                if on_sample:
-                    on_sample(sample)
-            stderr = proc.stderr.read() if proc.stderr else ""
-            rc = proc.wait()
-        except BaseException:
-            # Ctrl-C or an error of ours: let mmwork restore its settings first.
-            proc.send_signal(signal.SIGTERM)
-            proc.wait()
-            raise
+    cpuset = parse_cpus(cpus) if cpus else None
+    with ExitStack() as stack:
+        trial = group or stack.enter_context(memcg.trial_group(count=False))
+        with _guard_workload_settings(workload, journal):
+            got, stderr, rc = _run(command, workload, trial, cpuset, on_sample)
     if rc:
         tail = stderr.strip().splitlines()[-1] if stderr.strip() else f"exit status {rc}"
         raise TrialFailed(tail if rc == 2 else f"{workload.name} failed: {tail}")
     if len(got) != samples:
         raise TrialFailed(f"{workload.name}: expected {samples} samples, got {len(got)}")
     return got
+
+
+def _run(command: list[str], workload: Workload, group: memcg.Group, cpuset: set[int] | None,
+         on_sample: Callable[[Sample], None] | None) -> tuple[list[Sample], str, int]:
+    """mmwork run in `group` and in a process group of its own, its samples
+    read as it prints them; (samples, stderr, exit status).  However it
+    ends (done, failed, Ctrl-C), what it started is ended after it: the
+    cgroup whole (a `setsid` daemon included), and its process group, killed
+    while mmwork's exit keeps that group's id from being reused."""
+    def start() -> None:
+        """In the child, before mmwork: its groups, then its CPUs."""
+        group.enter()       # nothing where no group could be made
+        if cpuset:
+            os.sched_setaffinity(0, cpuset)
+
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=start, process_group=0)
+    got: list[Sample] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            sample = workload.measured(parse_line(line))
+            got.append(sample)
+            if on_sample:
+                on_sample(sample)
+        stderr = proc.stderr.read() if proc.stderr else ""
+        _exited(proc)
+    except BaseException:
+        # Ctrl-C or an error of ours: let mmwork restore its settings first.
+        proc.send_signal(signal.SIGTERM)
+        _exited(proc)
+        raise
+    finally:
+        if proc.returncode is None:
+            with suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        group.end()
+        proc.wait()
+    return got, stderr, proc.returncode
+
+
+def _exited(proc: subprocess.Popen) -> None:
+    """Wait for mmwork to exit without reaping it (its pid stays its own)."""
+    if proc.returncode is None:
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
