@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from mmlab.machine import memcg
+from mmlab.errors import MmlabError
+from mmlab.machine import memcg, proc
 
 from .conftest import MMLAB
 
@@ -135,3 +136,13 @@ def test_each_machine_shape_gets_a_group_to_end_its_trials_by(tmp_path):
     assert v2.kill is not None and v2.kill.parent == tmp_path / "unified/job"
     none = memcg.groups("22 1 0:21 / /proc rw - proc proc rw\n", "0::/\n")
     assert none.kill is None and none.dirs() == [] and "no memory cgroup" in none.why
+
+
+def test_a_tool_that_times_out_is_killed_with_what_it_started():
+    """proc.call's tools (a stress-ng peer, make, perf): one that does not
+    answer in time is killed with its whole process group, its background
+    children too, not only its first process."""
+    mark = marker()
+    with pytest.raises(MmlabError, match="no answer after 0.5 s"):
+        proc.call(["sh", "-c", f"sleep {mark} & sleep {mark}"], timeout=0.5)
+    assert gone_after(mark) == []
