@@ -143,7 +143,14 @@ def test_exec_runs_stress_ng_and_reads_its_yaml(stress_ng):
 
 
 @pytest.mark.parametrize("command, message", [
-    (["sh", "-c", "echo oops >&2; exit 3"], "'sh' exited with status 3: oops"),
+    (["sh", "-c", "echo oops >&2; exit 3"],
+     "'sh' exited with status 3: stderr: oops; stdout: (nothing)"),
+    # a program that says why on stdout (its own check failed), in a few
+    # lines of each output, the last ones, with a terminal's escape shown as ?
+    (["sh", "-c", "echo start; echo moved=0; printf 'check \\033[1mfailed\\n'; exit 1"],
+     "'sh' exited with status 1: stderr: (nothing); stdout: start | moved=0 | check ?[1mfailed"),
+    (["sh", "-c", "for i in 1 2 3 4; do echo out$i; echo err$i >&2; done; exit 1"],
+     "stderr: err2 | err3 | err4; stdout: out2 | out3 | out4"),
     (["sleep", "5"], "'sleep' did not finish within 0.3 s"),
     (["sh", "-c", "kill -9 $$"], "'sh' was killed by signal 9"),
 ])

@@ -136,21 +136,49 @@ static char *file_tail(int fd, long max, size_t *len, long *total)
 	return buf;
 }
 
-/* The last non-empty line the command wrote to stderr, for an error. */
-static void last_line(int fd, char *out, size_t outlen)
+/*
+ * The last TAIL_LINES non-empty lines the command wrote to `fd`, joined by
+ * " | " and each cut at TAIL_WIDTH bytes, control characters shown as '?'
+ * (they reach a terminal), or "(nothing)": a failed command's reason may be
+ * on either of its outputs, so an error shows both.
+ */
+#define TAIL_LINES 3
+#define TAIL_WIDTH 160
+static void tail_lines(int fd, char *out, size_t outlen)
 {
-	size_t len;
+	size_t len, off = 0;
 	long total;
-	char *buf = file_tail(fd, 4096, &len, &total), *end;
-	snprintf(out, outlen, "(nothing on stderr)");
+	char *buf = file_tail(fd, 4096, &len, &total), *end, *starts[TAIL_LINES];
+	int n = 0;
+	snprintf(out, outlen, "(nothing)");
 	if (!buf)
 		return;
-	while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' '))
-		buf[--len] = '\0';
-	end = strrchr(buf, '\n');
-	if (len)
-		snprintf(out, outlen, "%s", end ? end + 1 : buf);
+	for (end = buf + len; n < TAIL_LINES; end = starts[n++]) {
+		while (end > buf && (unsigned char)end[-1] <= ' ')
+			*--end = '\0';
+		if (end == buf)
+			break;
+		starts[n] = end;
+		while (starts[n] > buf && starts[n][-1] != '\n')
+			starts[n]--;
+	}
+	for (int i = n - 1; i >= 0 && off < outlen; i--) {
+		for (char *p = starts[i]; *p; p++)
+			if ((unsigned char)*p < ' ' || *p == 0x7f)
+				*p = '?';
+		off += (size_t)snprintf(out + off, outlen - off, "%s%.*s", i == n - 1 ? "" : " | ",
+					TAIL_WIDTH, starts[i]);
+	}
 	free(buf);
+}
+
+/* Why the command failed, in words: the tails of its stderr and stdout. */
+static void last_words(int out_fd, int err_fd, char *why, size_t len)
+{
+	char out[TAIL_LINES * (TAIL_WIDTH + 3) + 1], err[sizeof(out)];
+	tail_lines(out_fd, out, sizeof(out));
+	tail_lines(err_fd, err, sizeof(err));
+	snprintf(why, len, "stderr: %s; stdout: %s", err, out);
 }
 
 /* The command's instructions, counted with --insns (see the top). */
@@ -373,9 +401,9 @@ static int exec_sample(struct mm_ctx *c)
 	if (n)
 		counting_finish(c, n);
 
-	char why[512];
+	char why[4 * TAIL_LINES * (TAIL_WIDTH + 3)];
 	const char *name = strrchr(argv[0], '/') ? strrchr(argv[0], '/') + 1 : argv[0];
-	last_line(fileno(err), why, sizeof(why));
+	last_words(fileno(out), fileno(err), why, sizeof(why));
 	if (to_file && !(WIFEXITED(status) && WEXITSTATUS(status) == 0))
 		unlink(path);
 	if (killed)
