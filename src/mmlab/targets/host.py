@@ -63,7 +63,8 @@ class HostTarget(LocalTarget):
 
     def run_trial(self, arm: Arm, plan: Plan) -> TrialResult:
         """The arm's settings applied, its mmwork run in a memory cgroup of
-        the trial's own (memcg.py), the settings restored."""
+        the trial's own (memcg.py), every process it started ended with the
+        group, the settings restored."""
         env = None
         with self.journal.session(), memcg.trial_group() as group:
             try:
