@@ -46,7 +46,7 @@ END_TRIES = 100           # a killed process leaves its group as it exits: 5 s a
 
 
 @dataclass(frozen=True)
-class Group:
+class TrialCgroups:
     """The trial's memory group (`path`, or None and `why` there is none)
     and the group that ends its processes (`kill`: cgroup v2, `path` itself
     on a v2 machine; None where none could be made)."""
@@ -141,7 +141,7 @@ def make(where: Path) -> tuple[Path | None, str]:
     return path, ""
 
 
-def groups(mountinfo: str, cgroup: str, count: bool = True) -> Group:
+def groups(mountinfo: str, cgroup: str, count: bool = True) -> TrialCgroups:
     """The trial's groups, made: a memory group under the runner's when
     `count` (v1, or v2 where the parent gives its children the memory
     controller) and a v2 group to end it by.  On v2 one group is both."""
@@ -152,14 +152,14 @@ def groups(mountinfo: str, cgroup: str, count: bool = True) -> Group:
     kill, kill_why = make(v2) if v2 else (None, "no cgroup2 mount")
     if where is not None and where == v2:
         if kill and (kill / "memory.stat").exists():
-            return Group(kill, "", kill)
-        return Group(None, kill_why or f"{where} does not enable the memory controller for "
+            return TrialCgroups(kill, "", kill)
+        return TrialCgroups(None, kill_why or f"{where} does not enable the memory controller for "
                      "its children (cgroup v2: a group holding processes cannot)", kill)
     path, why = make(where) if where else (None, why)
     if path and not (path / "memory.stat").exists():
         remove(path)
         path, why = None, f"{where}: no memory.stat in a group made there"
-    return Group(path, why, kill)
+    return TrialCgroups(path, why, kill)
 
 
 def end(path: Path) -> None:
@@ -197,7 +197,7 @@ def remove(path: Path) -> None:
 
 
 @contextlib.contextmanager
-def trial_group(count: bool = True) -> Iterator[Group]:
+def trial_group(count: bool = True) -> Iterator[TrialCgroups]:
     """Groups of its own for one trial (a memory group only when `count`),
     whose processes are ended and which are removed after it, after Ctrl-C
     too; those of a killed run are ended and removed by the next."""
@@ -205,7 +205,7 @@ def trial_group(count: bool = True) -> Iterator[Group]:
         group = groups(Path("/proc/self/mountinfo").read_text(),
                        Path("/proc/self/cgroup").read_text(), count)
     except OSError as exc:
-        group = Group(None, f"reading /proc/self: {exc.strerror}")
+        group = TrialCgroups(None, f"reading /proc/self: {exc.strerror}")
     try:
         yield group
     finally:

@@ -84,7 +84,7 @@ class HostTarget(LocalTarget):
                 raise TrialError(str(exc), env) from exc
         return TrialResult(samples, env)
 
-    def _counting_pass(self, arm: Arm, plan: Plan, group: memcg.Group) -> list[Sample]:
+    def _counting_pass(self, arm: Arm, plan: Plan, group: memcg.TrialCgroups) -> list[Sample]:
         """The trial again in an mmwork of its own that reads the CPU's
         instruction counters around each window (insns.py), settings as set."""
         ok, why = insns.perf_status()

@@ -75,7 +75,7 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
            journal: knobs.Journal | None = None, cpus: str | None = None,
            on_sample: Callable[[Sample], None] | None = None,
            prefix: list[str] | None = None,
-           group: memcg.Group | None = None) -> list[Sample]:
+           group: memcg.TrialCgroups | None = None) -> list[Sample]:
     """Run `samples` measured samples in one mmwork process here and return them.
 
     `cpus` ("0-1,3") pins mmwork and its workers to those CPUs; `group`
@@ -98,7 +98,7 @@ def sample(workload: Workload, params: Mapping[str, object], samples: int,
     return got
 
 
-def _run(command: list[str], workload: Workload, group: memcg.Group, cpuset: set[int] | None,
+def _run(command: list[str], workload: Workload, group: memcg.TrialCgroups, cpuset: set[int] | None,
          on_sample: Callable[[Sample], None] | None) -> tuple[list[Sample], str, int]:
     """mmwork run in `group` and in a process group of its own, its samples
     read as it prints them; (samples, stderr, exit status).  However it
