@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import numpy as np
 import pytest
 from scipy import stats as sps
 
-from mmlab.judge import audit, comparison, criteria, stats
+from mmlab.experiment.plan import Plan, parse
+from mmlab.judge import audit, comparison, criteria, stats, verdicts
 from mmlab.judge.measurements import Observations
+from mmlab.run import runner
+from mmlab.store import Store
 from mmlab.workloads.samples import Sample
+
+from .fake_target import FakeTarget, fake_pool
 
 
 def draws(center: float, cv: float, n: int, seed: int) -> list[float]:
@@ -427,3 +433,47 @@ def test_min_free_kbytes_differs_only_with_what_sets_it():
     assert f.check == "min_free_kbytes"
     for axis in ("memory_mb", "thp_mode", "sysctl.vm.min_free_kbytes"):
         assert audit.audit_pair("a", "b", low, high, {axis}) == []
+
+
+COUNTED = """\
+name = "counted"
+workload = "pageout-refault"
+repetitions = {rounds}
+metrics = ["advise_kernel_insns_per_page", "post_touch_kernel_insns_per_page"]
+baseline = {{ kernel = "debian:6.1" }}
+[params]
+mapping-kb = 1024
+[matrix]
+kernel = ["debian:6.1", "debian:6.12"]
+"""
+
+
+def counted(rounds: int) -> Plan:
+    return parse(COUNTED.format(rounds=rounds), "counted.toml")
+
+
+def counted_verdicts(tmp_path, rounds: int) -> set[tuple[str, criteria.Verdict]]:
+    """(method, verdict) of both metrics when 6.12 counts 2.22x the
+    instructions of 6.1 with 0.1% spread, judged at `rounds` rounds."""
+    plan = counted(rounds)
+    store = Store(tmp_path / f"r{rounds}")
+    exp = store.create_experiment(plan)
+    runner.run(store, exp, plan, fake_pool(FakeTarget({"kernel=debian:6.12": 2.22}, cv=0.001)))
+    judged = verdicts.judge(store.plan(exp), store.measurements(exp))
+    return {(c.method, c.verdict) for c in judged.comparisons}
+
+
+def test_the_rounds_a_plan_is_told_to_use_can_decide_a_huge_counted_change(tmp_path):
+    """Six paired rounds cannot give p below 2 / 2^6 = 0.031, and Holm over two
+    metrics needs 0.025: a 2.22x counted change with 0.1% spread stays
+    unreliable.  The plan warns of it, and the rounds it advises (the same at
+    3, 4 and 6 rounds, where 4 cannot decide either) decide the change."""
+    assert counted_verdicts(tmp_path, 6) == {("paired-wilcoxon", criteria.Verdict.UNRELIABLE)}
+    advice = set()
+    for rounds in (3, 4, 6):
+        warned = counted(rounds).warnings()
+        assert len(warned) == 1 and "never a significant regression" in warned[0]
+        advice.add(int(re.findall(r"use (\d+) or more", warned[0])[0]))
+    assert advice == {7}
+    assert counted(7).warnings() == []
+    assert counted_verdicts(tmp_path, 7) == {("paired-wilcoxon", criteria.Verdict.REGRESSION)}

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from mmlab import workloads
 from mmlab.errors import MmlabError
 from mmlab.experiment import source
+from mmlab.experiment.limits import MAX_ROUNDS, MIN_PAIRS
 from mmlab.experiment.profile import Profile, Scalar, SettingAxes, message, refuse_hidden, where
 from mmlab.experiment.schedule import schedule
 from mmlab.kernels import images, specs
@@ -77,13 +78,26 @@ class Plan(BaseModel):
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
 
-    def smallest_p(self) -> float:
-        """The smallest two-sided p the most rounds this profile may run can
-        give: each trial is one observation, so with n rounds it is the smaller
-        of Wilcoxon signed-rank's 2 / 2^n (paired) and Mann-Whitney's
-        2 / C(2n, n) (unpaired): 0.1 for n = 3."""
-        n = self.profile.rounds_at_most
-        return min(1.0, 2 / 2 ** n, 2 / math.comb(2 * n, n))
+    def smallest_p(self, n: int | None = None) -> float:
+        """The smallest two-sided p that n rounds (the most this profile may
+        run) can give, by the test the judge uses at n: each trial is one
+        observation, so it is Mann-Whitney's 2 / C(2n, n) below MIN_PAIRS
+        rounds (unpaired) and Wilcoxon signed-rank's 2 / 2^n from there on
+        (paired): 0.1 for n = 3, 0.0079 for 5, 0.031 for 6."""
+        n = n or self.profile.rounds_at_most
+        return min(1.0, 2 / 2 ** n if n >= MIN_PAIRS else 2 / math.comb(2 * n, n))
+
+    def rounds_that_decide(self) -> int:
+        """The fewest rounds from which every number of rounds can reach a
+        verdict of change: its smallest p below alpha, or below alpha / tests
+        under Holm (whose smallest adjusted p is p x tests).  Not merely the
+        first that can: with two tests 5 rounds can (unpaired) and 6 cannot
+        (paired, 0.031 > 0.025), so the advice is 7."""
+        level = self.profile.alpha / (self.tests() if self.profile.correction == "holm" else 1)
+        n = MAX_ROUNDS
+        while n > MIN_ROUNDS and self.smallest_p(n - 1) < level:
+            n -= 1
+        return n
 
     def tests(self) -> int:
         """The family each look corrects over: pairs x metrics (a profile of
@@ -95,14 +109,15 @@ class Plan(BaseModel):
         p, n, alpha = self.smallest_p(), self.profile.rounds_at_most, self.profile.alpha
         never = ("this profile can show 'no change' but never a significant regression or "
                  "improvement")
+        use = f"use {self.rounds_that_decide()} or more"
         if p >= alpha:
             return [f"{self.path}: with at most {n} rounds the smallest possible p is "
-                    f"{p:.3g} >= alpha {alpha}: {never} (use 4 or more)"]
+                    f"{p:.3g} >= alpha {alpha}: {never} ({use})"]
         m = self.tests()
         if self.profile.correction == "holm" and p * m >= alpha:
             return [f"{self.path}: with at most {n} rounds the smallest possible p is {p:.3g}, "
                     f"and Holm over its {m} tests needs one below {alpha / m:.3g}: {never} "
-                    "(use more rounds, or fewer arms or metrics)"]
+                    f"({use}, or fewer arms or metrics)"]
         return []
 
 

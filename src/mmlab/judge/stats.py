@@ -28,11 +28,11 @@ from functools import cache
 import numpy as np
 from scipy import stats
 
+from mmlab.experiment.limits import MIN_PAIRS  # complete rounds for the paired analysis
 from mmlab.judge.criteria import Criteria
 from mmlab.judge.measurements import Observations
 
 MIN_SAMPLES = 3       # trials per arm below which nothing is judged
-MIN_PAIRS = 6         # complete rounds for the paired analysis: 5 pairs cannot give p < 0.05
 SIGN_TEST_OUTLIERS = 2    # outlier rounds from which median and sign test replace HL/Wilcoxon
 
 
