@@ -9,7 +9,7 @@ Explanation, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 from pydantic import BaseModel
@@ -81,7 +81,10 @@ class GuestExplanation:
 class WindowFunctions:
     """Kernel instructions per unit by function in one timed window of a
     guest arm (exact counts from the TCG plugin), against the baseline's
-    when the baseline has them too."""
+    when the baseline has them too.  Its totals are one attribution boot's
+    (a boot of its own, counting by block); `counted` is the same window's
+    kernel metric as the experiment's trials counted it, the median that
+    `compare` judges, so a reader sees both and why they may differ."""
     arm: str
     baseline: str | None
     window: str
@@ -90,10 +93,21 @@ class WindowFunctions:
     kernel_baseline: float | None
     unresolved: float               # per unit in no function System.map knows
     rows: list[FunctionChange]      # largest by count (alone) or by change (pair)
+    metric: str = ""                # the window's kernel metric (<window>_kernel_insns_per_<unit>)
+    counted: float | None = None    # its median over the trials' samples; None: not counted
+    counted_baseline: float | None = None
 
     @property
     def change(self) -> float | None:
         return None if self.kernel_baseline is None else self.kernel - self.kernel_baseline
+
+    def gaps(self) -> dict[str, float]:
+        """The attribution boot's totals relative to the trials' medians
+        (+0.02: 2% more in the attribution boot), for the baseline and the
+        arm where both figures exist."""
+        return {side: total / median - 1 for side, total, median in (
+            ("baseline", self.kernel_baseline, self.counted_baseline),
+            ("arm", self.kernel, self.counted)) if total is not None and median}
 
 
 @dataclass(frozen=True)
@@ -224,9 +238,11 @@ def explain_functions(arm: str, f: FunctionInsns, baseline: str | None = None,
     return out
 
 
-def _functions(plan: Plan, attributed: dict[str, Attribution], n: int) -> list[WindowFunctions]:
+def _functions(plan: Plan, attributed: dict[str, Attribution], samples: dict[str, list[Sample]],
+               n: int) -> list[WindowFunctions]:
     """Each counted arm against its baseline where both counted; an arm
-    with no counted baseline on its own."""
+    with no counted baseline on its own; each beside the trials' own count
+    of its window."""
     counted = {arm: a.functions for arm, a in attributed.items() if a.functions}
     out, paired = [], set()
     for p in pairs(plan):
@@ -237,7 +253,19 @@ def _functions(plan: Plan, attributed: dict[str, Attribution], n: int) -> list[W
     for arm, f in counted.items():
         if arm not in paired:
             out += explain_functions(arm, f, n=n)
-    return out
+    return [_beside_trials(plan, w, samples) for w in out]
+
+
+def _beside_trials(plan: Plan, w: WindowFunctions,
+                   samples: dict[str, list[Sample]]) -> WindowFunctions:
+    """`w` with its window's kernel metric and that metric's median over
+    each arm's samples, where the trials counted it."""
+    metric = next((x.kernel_metric for x in plan.workload.windows if x.name == w.window), "")
+    if not metric:
+        return w
+    return replace(w, metric=metric, counted=_median(samples.get(w.arm, []), metric),
+                   counted_baseline=_median(samples.get(w.baseline, []), metric)
+                   if w.baseline else None)
 
 
 def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
@@ -252,5 +280,5 @@ def explain_experiment(plan: Plan, attributed: dict[str, Attribution],
                               samples.get(p.baseline.name, []), n=n, focus=focus)
                  for p in pairs(plan)
                  if p.arm.name in attributed and p.baseline.name in attributed]
-    return Explanation(arms, explained, guests, _functions(plan, attributed, n), focus,
+    return Explanation(arms, explained, guests, _functions(plan, attributed, samples, n), focus,
                        {arm: a.stacks for arm, a in attributed.items() if a.stacks})

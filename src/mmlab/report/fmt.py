@@ -14,11 +14,16 @@ from mmlab.experiment.plan import Plan
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import Verdict
 from mmlab.names import axis_text, shown
-from mmlab.workloads import Metric
+from mmlab.workloads import Metric, insns
 from mmlab.workloads.execwork import PLACEHOLDER, RESERVED
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from mmlab.attribution.explain import WindowFunctions
     from mmlab.track.changepoints import Change
+    from mmlab.workloads import Workload
+    from mmlab.workloads.samples import Sample
 
 DASH = "-"
 
@@ -120,6 +125,7 @@ STATISTICS = {
                    "which reproducers and stress-ng print",
     "maximum": "the largest value in a trial",
     "as printed": "the figure the command printed",
+    "mean window": "a trial's timed windows: their total over the units of work they did",
     "whole sample": "one figure for a trial's whole run",
 }
 
@@ -136,6 +142,8 @@ def statistic(metric: Metric) -> str:
             return label
     if "maximum" in h:
         return "maximum"
+    if "the mean window" in h:
+        return "mean window"
     return "as printed" if "as the command prints it" in h else "whole sample"
 
 
@@ -239,3 +247,70 @@ def contrast(plan: Plan, arm: str, baseline: str) -> Contrast:
                     tuple((printable(k), printable(axis_text(a[k]))) for k in a
                           if k not in differ))
 
+
+# What a counted figure (unit insns) counts, by where its samples say the
+# counts came from (state insns_source); docs/instructions.md, "What a count
+# counts", says which matches perf's `instructions` on a real machine.
+COUNTED = "insns: the kernel or user instructions the metric's name says, per the unit it ends with"
+COUNTED_BY = {
+    "plugin": "counted exactly by QEMU's TCG plugin: every instruction the guest executed in the "
+              "window, from the guest state its trial started in; a rep-prefixed string "
+              "instruction counts once per iteration, so page clearing and copying weigh more "
+              "than in perf's instructions on hardware",
+    "perf": "counted by the CPU's own instruction counter through perf (perf's instructions): a "
+            "rep-prefixed string instruction counts once, and the interrupts that land in the "
+            "window add a little from trial to trial",
+    "unrecorded": "from a counter the samples do not name",
+}
+AGREE = 0.01     # an attribution boot's window total this close to the trials' median agrees
+
+
+def count_source(state: Mapping[str, object]) -> str:
+    """A key of COUNTED_BY, from a sample's insns_source."""
+    source = str(state.get(insns.SOURCE_KEY, ""))
+    return ("plugin" if source.startswith("qemu tcg plugin") else
+            "perf" if source.startswith("perf") else "unrecorded")
+
+
+def count_legend(workload: Workload, metrics: Sequence[str],
+                 samples: Mapping[str, Sequence[Sample]]) -> list[str]:
+    """What every counted figure among `metrics` counts, said once per
+    output: one line, or one per source naming its arms where the arms'
+    counts came from different counters (a host arm's perf, a guest's
+    plugin); empty without a counted figure."""
+    counted = [m for m in metrics if workload.metric(m).unit == insns.UNIT]
+    arms_by: dict[str, list[str]] = {}
+    for arm, ss in samples.items():
+        for source in sorted({count_source(s.state) for s in ss
+                              if any(m in s.metrics for m in counted)}):
+            arms_by.setdefault(source, []).append(arm)
+    if len(arms_by) < 2:
+        return [f"{COUNTED}, {COUNTED_BY[source]}" for source in arms_by]
+    return [f"{COUNTED}:"] + [f"{', '.join(map(printable, arms))}: {COUNTED_BY[source]}"
+                              for source, arms in arms_by.items()]
+
+
+FUNCTIONS_LEGEND = ("kernel instructions by function: one attribution boot per arm, counted "
+                    "by QEMU's TCG plugin block by block, exact for that boot (a rep-prefixed "
+                    "string instruction once per iteration); the functions and the unresolved "
+                    "rest add up to the window's total")
+
+
+def beside_trials(w: WindowFunctions) -> str:
+    """Whether a window's by-function totals agree with the trials' own
+    count of it (the median `compare` judges), and if not, why they may
+    differ; empty where the trials did not count the window."""
+    gaps = w.gaps()
+    if not gaps:
+        return ""
+    both = w.kernel_baseline is not None and finite(w.counted_baseline)
+    trials = (f"{num(w.counted_baseline)} -> {num(w.counted)}" if both else num(w.counted))
+    said = (f"{w.metric} in compare (the median of the trials' counts): {trials}; the "
+            "totals above")
+    if all(abs(g) <= AGREE for g in gaps.values()):
+        return f"{said} agree with them within {max(map(abs, gaps.values())):.1%}"
+    by = " and ".join(f"{g:+.1%} ({side})" for side, g in gaps.items())
+    return (f"{said} differ from them by {by}: the attribution boot "
+            "is a boot of its own (its own free and per-CPU page lists, and, slowed by "
+            "counting block by block, more timer interrupts inside each window), one run "
+            "where compare takes the median over trials")

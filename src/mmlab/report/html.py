@@ -41,7 +41,7 @@ TEMPLATES = jinja2.Environment(
     autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters.update(num=fmt.num, pct=fmt.pct, change=fmt.change, ratio=fmt.ratio, ci=fmt.ci,
                          p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class,
-                         verdict_label=fmt.verdict_label)
+                         verdict_label=fmt.verdict_label, beside_trials=fmt.beside_trials)
 # The dashboard's templates test for values a change may lack, so undefined is no error.
 DASHBOARD = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.report", "templates"),
                                finalize=shown, autoescape=True, trim_blocks=True,
@@ -84,6 +84,8 @@ def render(d: ReportData) -> str:
         labels={(c.arm, c.baseline): fmt.contrast(d.plan, c.arm, c.baseline).label
                 for c in d.judgement.comparisons},
         verdict_colors={fmt.verdict_class(v): fmt.VERDICT_COLOR[v] for v in Verdict},
+        counted=fmt.count_legend(d.workload, d.plan.profile.metrics, d.samples),
+        functions_legend=fmt.FUNCTIONS_LEGEND,
         plots={name: data_uri(png) for name, png in plots.all_figures(d).items()},
         found=found, arms={a.arm: a for a in found.arms} if found else {},
         guests={g.arm: g for g in found.guests} if found else {},

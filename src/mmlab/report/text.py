@@ -178,6 +178,8 @@ def render(d: ReportData) -> str:
     used = dict.fromkeys(fmt.statistic(d.workload.metric(m)) for m in p.metrics)
     out += _wrap("each figure is the median over trials of the statistic named beside "
                  "its metric: " + "; ".join(f"[{s}] {fmt.STATISTICS[s]}" for s in used))
+    for line in fmt.count_legend(d.workload, p.metrics, d.samples):
+        out += _wrap(line)
     out += results(d)
     out += details(d)
     out += ["", "Same-state audit"]
@@ -236,6 +238,8 @@ def attribution(d: ReportData) -> list[str]:
                              for x in ex.deltas[:TEXT_TOP])
             out += _wrap(f"{ex.arm} vs {ex.baseline}: CPU time per {ex.unit} "
                          f"{fmt.signed(ex.cpu_change)} ns; largest changes: {tops}")
+    if found.functions:
+        out += _wrap(fmt.FUNCTIONS_LEGEND)
     for w in found.functions:
         tops = ", ".join(f"{r.function} {fmt.signed(r.change)}" if w.baseline else
                          f"{r.function} {fmt.num(r.per_unit)}" for r in w.rows[:TEXT_TOP])
@@ -246,6 +250,8 @@ def attribution(d: ReportData) -> list[str]:
         else:
             out += _wrap(f"{w.arm}: kernel instructions per {w.unit} in {w.window} "
                          f"{fmt.num(w.kernel)}; largest: {tops}")
+        if said := fmt.beside_trials(w):
+            out += _wrap(said, "    ")
     guests = {g.arm: g for g in found.guests}
     arms = {a.arm: a for a in found.arms}
     for arm in d.attributions:

@@ -17,7 +17,16 @@ from mmlab.attribution.explain import (
     WindowFunctions,
 )
 from mmlab.experiment.plan import Plan
-from mmlab.report.fmt import contrast, num, pct, printable, ratio, signed
+from mmlab.report.fmt import (
+    FUNCTIONS_LEGEND,
+    beside_trials,
+    contrast,
+    num,
+    pct,
+    printable,
+    ratio,
+    signed,
+)
 from mmlab.report.terminal.fit import Fitted
 
 
@@ -125,8 +134,12 @@ def print_explanation(out: Console, plan: Plan, found: Explanation) -> None:
     stacks, the attribution overhead, and each pair's differences."""
     if found.guests:
         out.print(guest_trace_table(found.guests))
+    if found.functions:
+        out.print(escape(FUNCTIONS_LEGEND))
     for w in found.functions:
         out.print(functions_table(w))
+        if said := beside_trials(w):
+            out.print(escape(said))
     for a in found.arms:
         out.print(arm_explanation(a))
     out.print(overhead_table(found.arms))

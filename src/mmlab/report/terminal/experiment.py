@@ -24,6 +24,7 @@ from mmlab.report.fmt import (
     change,
     ci,
     contrast,
+    count_legend,
     finite,
     matched_state,
     num,
@@ -268,6 +269,8 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
     out.print(arm_summary_table(plan.workload, samples, plan.profile.metrics))
     for line in accelerator_notes(samples):
         out.print(line)
+    for line in count_legend(plan.workload, plan.profile.metrics, samples):
+        out.print(escape(line))
     for line in guest_thp_notes(samples):
         out.print(escape(line))
     out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
