@@ -146,3 +146,17 @@ def test_a_tool_that_times_out_is_killed_with_what_it_started():
     with pytest.raises(MmlabError, match="no answer after 0.5 s"):
         proc.call(["sh", "-c", f"sleep {mark} & sleep {mark}"], timeout=0.5)
     assert gone_after(mark) == []
+
+
+def test_a_ctrl_c_lost_while_a_trial_started_is_raised_and_ends_it(monkeypatch):
+    """A Ctrl-C whose exception Python dropped (its handler ran inside a
+    fork hook while mmwork was started) is raised once mmwork has started,
+    inside the trial, which then ends whole."""
+    from mmlab.errors import Interrupted
+    from mmlab.workloads import execwork, mmwork
+    mark = marker()
+    wl = execwork.build(["sh", "-c", f"setsid sleep {mark} & true"])
+    monkeypatch.setattr(Interrupted, "received", True)
+    with pytest.raises(Interrupted):
+        mmwork.sample(wl, {}, samples=1)
+    assert gone_after(mark) == []

@@ -11,3 +11,15 @@ class MmlabError(Exception):
 class Interrupted(Exception):
     """Ctrl-C or SIGTERM, raised from the signal handler so that every
     `finally` (restores, store commits) runs on the way out."""
+
+    received = False        # the handler ran: see raise_if_received
+
+    @classmethod
+    def raise_if_received(cls) -> None:
+        """Raise again a Ctrl-C whose exception was lost.  Python runs its
+        fork hooks (logging's locks) around a fork with a preexec_fn, and an
+        exception a signal handler raises inside one is printed and dropped:
+        a Ctrl-C that landed there let the run go on (about one in five in
+        a test that stops a run as its third trial starts)."""
+        if cls.received:
+            raise cls

@@ -16,7 +16,7 @@ import subprocess
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager, suppress
 
-from mmlab.errors import MmlabError
+from mmlab.errors import Interrupted, MmlabError
 from mmlab.machine import knobs, memcg
 from mmlab.workloads import Workload
 from mmlab.workloads.build import mmwork_path
@@ -115,6 +115,7 @@ def _run(command: list[str], workload: Workload, group: memcg.TrialCgroups, cpus
                             preexec_fn=start, process_group=0)
     got: list[Sample] = []
     try:
+        Interrupted.raise_if_received()     # one that came while the child was made
         assert proc.stdout is not None
         for line in proc.stdout:
             sample = workload.measured(parse_line(line))
