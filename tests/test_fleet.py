@@ -259,7 +259,9 @@ def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp
     workers += fleet_bench.start_workers(["s"], url, broker, tmp_path)   # sleeps, no mmwork
     fleet_bench.wait_for(["s"], url, broker, workers)
     store = Store(url)
-    (exp_id,) = coordinator.create(store, fleet_bench.sleep_plan(4, 150), ["s"], False)
+    # Trials of 0.6 s: the queue still holds most of them when the first is
+    # seen running, even on a busy machine (at 0.15 s a slow look found 4 gone)
+    (exp_id,) = coordinator.create(store, fleet_bench.sleep_plan(4, 600), ["s"], False)
     said: list[str] = []
     run = threading.Thread(target=coordinator.run, args=(
         url, [exp_id], False, True,
@@ -267,12 +269,13 @@ def test_trials_whose_messages_are_lost_are_sent_again_and_run_once(servers, tmp
     run.start()
     wait_until("a trial running", lambda: store.trials(exp_id, status="running"))
     with engine.app(broker).connection_for_write() as conn:
-        assert conn.default_channel.queue_purge(queue("s")) == 7
+        lost = conn.default_channel.queue_purge(queue("s"))
+    assert 1 <= lost <= 7
     run.join(120)
     assert not run.is_alive()
     assert [t.status for t in store.trials(exp_id)] == ["done"] * 8
     assert [len(t.samples) for t in store.measurements(exp_id).trials] == [1] * 8
-    assert said == ["s: 7 planned trial(s) had no message in its queue; sent again"]
+    assert said == [f"s: {lost} planned trial(s) had no message in its queue; sent again"]
 
 
 def test_two_workers_run_a_profile_survive_a_killed_worker_and_resume(servers, tmp_path,
