@@ -73,7 +73,7 @@ lint: setup
 	$(VENV)/bin/mypy
 
 test: setup lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
