@@ -56,12 +56,15 @@ def counted_store(tmp_path: Path, states=None,
     runner.run(store, exp, plan, fake_pool(FakeTarget(cv=0.001, model=model)))
     if functions is not None:
         for arm, ss in store.measurements(exp).by_arm.items():
-            median = sorted(s.metrics["advise_kernel_insns_per_page"] for s in ss)[len(ss) // 2]
-            total = median * functions
-            funcs = {**ADVISE, "do_madvise": total - sum(ADVISE.values()) - 3.0}
+            total = {w: functions * sorted(s.metrics[f"{w}_kernel_insns_per_page"]
+                                           for s in ss)[len(ss) // 2]
+                     for w in ("advise", "prefault")}
+            funcs = {w: {**ADVISE, "do_madvise": t - sum(ADVISE.values()) - 3.0}
+                     for w, t in total.items()}
             store.save_attribution(exp, arm, "functions", FunctionInsns(
-                windows={"advise": funcs}, kernel={"advise": total}, unresolved={"advise": 3.0},
-                units={"advise": "page"}, kernel_release="6.12.0", text_address=0).model_dump())
+                windows=funcs, kernel=total, unresolved=dict.fromkeys(total, 3.0),
+                units=dict.fromkeys(total, "page"), kernel_release="6.12.0",
+                text_address=0).model_dump())
     return results
 
 
@@ -97,8 +100,9 @@ def test_explain_says_why_its_totals_differ_from_compares(tmp_path):
     store = Store(counted_store(tmp_path, functions=1.05))
     d = data.gather(store, 1)
     assert d.explanation is not None
-    [w] = d.explanation.functions
-    assert w.metric == "advise_kernel_insns_per_page"
+    w, prefault = d.explanation.functions
+    assert w.metric == "advise_kernel_insns_per_page" and w.judged
+    assert "as the trials counted it" in fmt.beside_trials(prefault)    # not a judged metric
     assert w.counted == pytest.approx(d.judgement.comparisons[0].median)
     assert w.counted_baseline == pytest.approx(d.judgement.comparisons[0].median_baseline)
     said = fmt.beside_trials(w)

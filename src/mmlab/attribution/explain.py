@@ -96,6 +96,7 @@ class WindowFunctions:
     metric: str = ""                # the window's kernel metric (<window>_kernel_insns_per_<unit>)
     counted: float | None = None    # its median over the trials' samples; None: not counted
     counted_baseline: float | None = None
+    judged: bool = False            # the profile names the metric: compare shows `counted`
 
     @property
     def change(self) -> float | None:
@@ -263,7 +264,8 @@ def _beside_trials(plan: Plan, w: WindowFunctions,
     metric = next((x.kernel_metric for x in plan.workload.windows if x.name == w.window), "")
     if not metric:
         return w
-    return replace(w, metric=metric, counted=_median(samples.get(w.arm, []), metric),
+    return replace(w, metric=metric, judged=metric in plan.profile.metrics,
+                   counted=_median(samples.get(w.arm, []), metric),
                    counted_baseline=_median(samples.get(w.baseline, []), metric)
                    if w.baseline else None)
 

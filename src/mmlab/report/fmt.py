@@ -305,8 +305,8 @@ def beside_trials(w: WindowFunctions) -> str:
         return ""
     both = w.kernel_baseline is not None and finite(w.counted_baseline)
     trials = (f"{num(w.counted_baseline)} -> {num(w.counted)}" if both else num(w.counted))
-    said = (f"{w.metric} in compare (the median of the trials' counts): {trials}; the "
-            "totals above")
+    where = "in compare" if w.judged else "as the trials counted it"
+    said = f"{w.metric} {where} (the median of the trials' counts): {trials}; the totals above"
     if all(abs(g) <= AGREE for g in gaps.values()):
         return f"{said} agree with them within {max(map(abs, gaps.values())):.1%}"
     by = " and ".join(f"{g:+.1%} ({side})" for side, g in gaps.items())
