@@ -41,8 +41,27 @@
  * are summed over the measured samples' windows (warm-ups are dropped) and
  * written at exit, one line per window.
  *
+ * Stays (stays=PATH): the kernel's instructions by what entered it, without
+ * a marker in the program.  Per vCPU, a kernel block entered right after a
+ * user block starts a "stay", and the next user block ends it: the kernel
+ * instructions in between (entry and exit included) are one call of
+ * whatever the stay's entry block says (PATH's lines, from the kernel's
+ * symbols: the syscall entry, asm_exc_page_fault, other asm_exc_*, interrupt
+ * entries).  A syscall's stay is named by the first block it executes that
+ * starts a syscall's function (__x64_sys_NAME); an interrupt inside a stay
+ * counts with it.  A stay counts in a window that was open on its vCPU (or
+ * over every vCPU) when it began and is the same window when it ends; a
+ * per-vCPU window's stays are pending like its blocks.  The kernel runs at
+ * a random offset (KASLR) and a v1 plugin cannot read memory, so the
+ * offsets in PATH are from _text and _text is found at run time: the first
+ * kernel block after a user block that ends in `syscall` (0f 05) is the
+ * 64-bit syscall entry (PATH's anchor), a 2 MiB-aligned _text checks it.
+ * Every sample record then carries "stays": per window, {label: [calls,
+ * kernel instructions]}.  Every block takes a callback then.
+ *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
- * way of counting (to measure what each costs; README); blocks=on.
+ * way of counting (to measure what each costs; README); blocks=on;
+ * stays=PATH.
  *
  * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
  * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
@@ -69,6 +88,14 @@ struct vcpu {
 	uint32_t open;				/* bit w: window w is open here */
 	uint64_t *pending[MM_MAX_WINDOWS];	/* blocks=on: per block slot, the open window's */
 	GArray *touched[MM_MAX_WINDOWS];	/* the slots with pending counts */
+	uint32_t gen[MM_MAX_WINDOWS];		/* stays=: windows begun here, per window */
+	uint8_t in_kernel, after_syscall;	/* the last block was the kernel's; ended in syscall */
+	int32_t stay_label;			/* the current stay's label; -1: not counted */
+	uint8_t stay_unnamed;			/* a syscall's stay, its function not seen yet */
+	uint64_t stay_insns;			/* its kernel instructions so far */
+	uint32_t stay_open, stay_all;		/* the windows open when it began (own, all-vCPU) */
+	uint32_t stay_gen[MM_MAX_WINDOWS], stay_all_gen[MM_MAX_WINDOWS];
+	uint64_t (*stay_pending[MM_MAX_WINDOWS])[2];	/* per label: calls, insns */
 } __attribute__((aligned(64)));
 
 struct window_sum {
@@ -85,7 +112,20 @@ struct block {
 	uint64_t vaddr;
 	uint64_t n_insns;
 	uint64_t insns[MM_MAX_WINDOWS];		/* the counted windows', added under `lock` */
+	int32_t name;				/* stays=: the syscall it names, -1 none, -2 not known yet */
 };
+
+/* stays=: where a stay begins, an offset range from _text with its label. */
+struct entry {
+	uint64_t offset, size;
+	int32_t label;
+	char type;				/* A: the 64-bit syscall entry, S: a syscall's, E: other */
+};
+
+#define MAX_LABELS 4096
+#define MAX_ENTRIES 256
+#define TEXT_ALIGN 0x200000ULL			/* KASLR moves the kernel by 2 MiB steps */
+#define LABEL_OTHER 0				/* a stay entered nowhere PATH names */
 
 #define MAX_BLOCKS (1u << 18)
 
@@ -102,6 +142,70 @@ static FILE *out;
 static struct block *blocks;			/* blocks=on: calloc'ed, touched as used */
 static GHashTable *block_slots;			/* key -> slot + 1, under `lock` */
 static uint32_t n_blocks, blocks_dropped;
+static gboolean by_block, stays;		/* blocks=on, stays=PATH */
+static char *labels[MAX_LABELS];
+static int n_labels;
+static struct entry entries[MAX_ENTRIES];
+static int n_entries;
+static GHashTable *names;			/* stays=: function offset -> label + 1 */
+static uint64_t anchor;				/* the 64-bit syscall entry's offset */
+static uint64_t text_base;			/* this boot's _text, once found */
+static uint32_t all_gen[MM_MAX_WINDOWS];	/* windows over every vCPU begun */
+static uint64_t (*stay_sums)[MM_MAX_WINDOWS][2];	/* per label and window: calls, insns */
+
+/* stays=: a label's index, added when new (at load, one thread). */
+static int label_index(const char *label)
+{
+	for (int l = 0; l < n_labels; l++)
+		if (!strcmp(labels[l], label))
+			return l;
+	if (n_labels == MAX_LABELS)
+		return -1;
+	labels[n_labels] = g_strdup(label);
+	return n_labels++;
+}
+
+/*
+ * stays=PATH: one line per place a stay is named by, offsets from _text in
+ * hex: "A|S|E OFFSET SIZE LABEL" an entry (A the 64-bit syscall entry, the
+ * anchor; S another syscall entry; E an exception's or interrupt's),
+ * "N OFFSET LABEL" a function that names a syscall's stay.  0 on success.
+ */
+static int read_stays(const char *path)
+{
+	char line[512], type, label[256];
+	unsigned long long offset, size;
+	FILE *f = fopen(path, "r");
+	int anchored = 0;
+	if (!f)
+		return -1;
+	names = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+	label_index("other");
+	while (fgets(line, sizeof(line), f)) {
+		uint64_t *key;
+		int l;
+		if (sscanf(line, "N %llx %255s", &offset, label) == 2) {
+			if ((l = label_index(label)) < 0)
+				break;
+			key = g_new(uint64_t, 1);
+			*key = offset;
+			g_hash_table_insert(names, key, GINT_TO_POINTER(l + 1));
+		} else if (sscanf(line, "%c %llx %llx %255s", &type, &offset, &size, label) == 4 &&
+			   strchr("ASE", type) && n_entries < MAX_ENTRIES &&
+			   (l = label_index(label)) >= 0) {
+			entries[n_entries++] = (struct entry){ offset, size, l, type };
+			if (type == 'A') {
+				anchor = offset;
+				anchored = 1;
+			}
+		} else {
+			break;
+		}
+	}
+	const int bad = !feof(f) || !anchored;
+	fclose(f);
+	return bad ? -1 : 0;
+}
 
 /* Several vCPUs: `n` instructions of `side` into every open all-vCPU window. */
 static void count_all(int side, uint64_t n, struct block *b)
@@ -122,7 +226,128 @@ static void count_block(unsigned int vcpu, void *udata)
 	count_all((int)(packed & 1), packed >> 1, NULL);
 }
 
-/* blocks=on: a kernel block counts on its vCPU and, pending, into every window open there. */
+/* A stay's label by where its first block starts (LABEL_OTHER: no entry PATH names). */
+static int32_t entry_label(uint64_t vaddr, char *type)
+{
+	const uint64_t offset = vaddr - text_base;
+	for (int i = 0; i < n_entries; i++)
+		if (offset - entries[i].offset < entries[i].size) {
+			*type = entries[i].type;
+			return entries[i].label;
+		}
+	*type = 'E';
+	return LABEL_OTHER;
+}
+
+/* A kernel block after a user block that ended in `syscall` is the syscall entry. */
+static void find_text(uint64_t vaddr)
+{
+	const uint64_t text = vaddr - anchor;
+	if (!(text & (TEXT_ALIGN - 1)))
+		__atomic_store_n(&text_base, text, __ATOMIC_RELAXED);
+}
+
+static void begin_stay(struct vcpu *v, struct block *b)
+{
+	char type = 'E';
+	if (!__atomic_load_n(&text_base, __ATOMIC_RELAXED) && v->after_syscall)
+		find_text(b->vaddr);
+	v->in_kernel = 1;
+	v->stay_insns = 0;
+	v->stay_label = __atomic_load_n(&text_base, __ATOMIC_RELAXED) ?
+		entry_label(b->vaddr, &type) : -1;	/* before _text is known: not counted */
+	v->stay_unnamed = type == 'A' || type == 'S';
+	v->stay_open = v->open;
+	memcpy(v->stay_gen, v->gen, sizeof(v->gen));
+	v->stay_all = 0;
+	if (!inline_counts) {		/* one vCPU: its windows over every vCPU are its own */
+		g_mutex_lock(&lock);
+		v->stay_all = all_open;
+		memcpy(v->stay_all_gen, all_gen, sizeof(all_gen));
+		g_mutex_unlock(&lock);
+	}
+}
+
+/* The label a block names a syscall's stay with, when it starts a syscall's function. */
+static int32_t block_name(struct block *b)
+{
+	int32_t name = __atomic_load_n(&b->name, __ATOMIC_RELAXED);
+	if (name == -2) {
+		const uint64_t offset = b->vaddr - text_base;
+		name = GPOINTER_TO_INT(g_hash_table_lookup(names, &offset)) - 1;
+		__atomic_store_n(&b->name, name, __ATOMIC_RELAXED);
+	}
+	return name;
+}
+
+static void stay_block(struct vcpu *v, struct block *b)
+{
+	if (!v->in_kernel)
+		begin_stay(v, b);
+	v->stay_insns += b->n_insns;
+	if (v->stay_unnamed && v->stay_label >= 0) {
+		const int32_t name = block_name(b);
+		if (name >= 0) {
+			v->stay_label = name;
+			v->stay_unnamed = 0;
+		}
+	}
+}
+
+/* A user block ends the stay: one call in each window open since it began. */
+static void end_stay(struct vcpu *v)
+{
+	const int32_t l = v->stay_label;
+	v->in_kernel = 0;
+	if (l < 0)
+		return;
+	for (uint32_t own = v->stay_open & v->open; own; own &= own - 1) {
+		const int w = __builtin_ctz(own);
+		if (v->gen[w] != v->stay_gen[w])
+			continue;
+		if (!v->stay_pending[w] && !(v->stay_pending[w] = calloc(MAX_LABELS, 16)))
+			abort();
+		v->stay_pending[w][l][0]++;
+		v->stay_pending[w][l][1] += v->stay_insns;
+	}
+	if (!v->stay_all)
+		return;
+	g_mutex_lock(&lock);
+	for (uint32_t all = v->stay_all & all_open; all; all &= all - 1) {
+		const int w = __builtin_ctz(all);
+		if (all_gen[w] == v->stay_all_gen[w]) {
+			stay_sums[l][w][0]++;
+			stay_sums[l][w][1] += v->stay_insns;
+		}
+	}
+	g_mutex_unlock(&lock);
+}
+
+/* Window w ended on `v`: its pending stays into the sums (`commit`, under `lock`) or dropped. */
+static void settle_stays(struct vcpu *v, unsigned w, gboolean commit)
+{
+	if (!v->stay_pending[w])
+		return;
+	for (int l = 0; commit && l < n_labels; l++)
+		for (int i = 0; i < 2; i++)
+			stay_sums[l][w][i] += v->stay_pending[w][l][i];
+	memset(v->stay_pending[w], 0, (size_t)n_labels * 16);
+}
+
+/* stays=: a user block counts on its vCPU and ends the stay it follows. */
+static void count_user_block(unsigned int vcpu, void *udata)
+{
+	uintptr_t packed = (uintptr_t)udata;
+	struct vcpu *v = &vcpus[vcpu];
+	if (v->in_kernel)
+		end_stay(v);
+	v->after_syscall = packed & 1;
+	v->insns[USER] += packed >> 1;
+	count_all(USER, packed >> 1, NULL);
+}
+
+/* blocks=on or stays=: a kernel block counts on its vCPU, into its stay and,
+ * pending, into every window open there. */
 static void count_kernel_block(unsigned int vcpu, void *udata)
 {
 	struct block *b = udata;
@@ -130,8 +355,10 @@ static void count_kernel_block(unsigned int vcpu, void *udata)
 	const uint32_t slot = (uint32_t)(b - blocks);
 	v->insns[KERNEL] += b->n_insns;
 	if (!inline_counts)
-		count_all(KERNEL, b->n_insns, b);
-	for (uint32_t open = v->open; open; open &= open - 1) {
+		count_all(KERNEL, b->n_insns, by_block ? b : NULL);
+	if (stays)
+		stay_block(v, b);
+	for (uint32_t open = by_block ? v->open : 0; open; open &= open - 1) {
 		const int w = __builtin_ctz(open);
 		if (!v->pending[w]) {		/* first use: this vCPU's thread only */
 			v->pending[w] = calloc(MAX_BLOCKS, sizeof(uint64_t));
@@ -173,12 +400,32 @@ static struct block *block_at(uint64_t vaddr, size_t n)
 		b->key = key;
 		b->vaddr = vaddr;
 		b->n_insns = n;
+		b->name = -2;
 		g_hash_table_insert(block_slots, &b->key, GUINT_TO_POINTER(n_blocks));
 	} else {
 		blocks_dropped++;
 	}
 	g_mutex_unlock(&lock);
 	return b;
+}
+
+/* The record's stays (under `lock`): per window, {label: [calls, insns]}; then afresh. */
+static void write_stays(void)
+{
+	fputs("], \"stays\": [", out);
+	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
+		const char *sep = "";
+		fputs(w ? ", {" : "{", out);
+		for (int l = 0; l < n_labels; l++) {
+			if (!stay_sums[l][w][0])
+				continue;
+			fprintf(out, "%s\"%s\": [%" PRIu64 ", %" PRIu64 "]", sep, labels[l],
+				stay_sums[l][w][0], stay_sums[l][w][1]);
+			sep = ", ";
+		}
+		fputs("}", out);
+	}
+	memset(stay_sums, 0, sizeof(*stay_sums) * (size_t)n_labels);
 }
 
 /* A sample (or warm-up) is complete: write its windows, start afresh. */
@@ -190,11 +437,13 @@ static void write_record(const char *kind)
 	for (int w = 0; w < MM_MAX_WINDOWS; w++)
 		fprintf(out, "%s[%" PRIu64 ", %" PRIu64 ", %" PRIu64 "]", w ? ", " : "",
 			sums[w].windows, sums[w].insns[KERNEL], sums[w].insns[USER]);
+	if (stays)
+		write_stays();
 	fputs("]}\n", out);
 	fflush(out);
 	memset(sums, 0, sizeof(sums));
 	unmatched = 0;
-	if (blocks && !strcmp(kind, "warmup"))	/* blocks sum the measured samples only */
+	if (by_block && !strcmp(kind, "warmup"))	/* blocks sum the measured samples only */
 		for (uint32_t i = 0; i < n_blocks; i++)
 			memset(blocks[i].insns, 0, sizeof(blocks[i].insns));
 	g_mutex_unlock(&lock);
@@ -208,6 +457,7 @@ static void end_window(struct vcpu *v, unsigned w)
 		for (int side = USER; side <= KERNEL; side++)
 			sums[w].insns[side] += v->insns[side] - v->start[w][side];
 		settle_blocks(v, w, TRUE);
+		settle_stays(v, w, TRUE);
 	} else {
 		unmatched++;
 	}
@@ -221,6 +471,7 @@ static void begin_all(unsigned w)
 	g_mutex_lock(&lock);
 	memset(all_insns[w], 0, sizeof(all_insns[w]));
 	all_used |= 1u << w;
+	all_gen[w]++;
 	__atomic_or_fetch(&all_open, 1u << w, __ATOMIC_SEQ_CST);
 	g_mutex_unlock(&lock);
 }
@@ -258,6 +509,8 @@ static void on_marker(unsigned int vcpu, void *udata)
 	case MM_MARK_BEGIN:
 		memcpy(v->start[w], v->insns, sizeof(v->insns));
 		settle_blocks(v, w, FALSE);	/* a window begun here before never ended here */
+		settle_stays(v, w, FALSE);
+		v->gen[w]++;
 		v->open |= 1u << w;
 		break;
 	case MM_MARK_END:
@@ -288,6 +541,14 @@ static int marker_code(struct qemu_plugin_insn *insn, uint32_t *code)
 	return 1;
 }
 
+/* Does the block's last instruction enter the kernel by `syscall` (0f 05)? */
+static int ends_in_syscall(struct qemu_plugin_tb *tb, size_t n)
+{
+	struct qemu_plugin_insn *last = qemu_plugin_tb_get_insn(tb, n - 1);
+	const uint8_t *b = qemu_plugin_insn_data(last);
+	return qemu_plugin_insn_size(last) == 2 && b[0] == 0x0f && b[1] == 0x05;
+}
+
 static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	const size_t n = qemu_plugin_tb_n_insns(tb);
@@ -296,6 +557,9 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	(void)id;
 	if (blocks && side == KERNEL && (b = block_at(qemu_plugin_tb_vaddr(tb), n)))
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_kernel_block, QEMU_PLUGIN_CB_NO_REGS, b);
+	else if (stays && side == USER)
+		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_user_block, QEMU_PLUGIN_CB_NO_REGS,
+						     (void *)(uintptr_t)(n << 1 | ends_in_syscall(tb, n)));
 	else if (inline_counts)
 		qemu_plugin_register_vcpu_tb_exec_inline(tb, QEMU_PLUGIN_INLINE_ADD_U64,
 							 &vcpus[0].insns[side], n);
@@ -321,7 +585,7 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 	for (int i = 0; i < n_vcpus; i++)
 		for (int side = USER; side <= KERNEL; side++)
 			total[side] += vcpus[i].insns[side];
-	for (int w = 0; blocks && w < MM_MAX_WINDOWS; w++) {
+	for (int w = 0; by_block && w < MM_MAX_WINDOWS; w++) {
 		const char *sep = "";
 		fprintf(out, "{\"kind\": \"blocks\", \"window\": %d, \"dropped\": %" PRIu32
 			", \"exact\": %s, \"blocks\": [", w, blocks_dropped,
@@ -343,8 +607,7 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
 					   int argc, char **argv)
 {
-	const char *path = NULL, *mode = NULL;
-	gboolean by_block = FALSE;
+	const char *path = NULL, *mode = NULL, *stays_path = NULL;
 	for (int i = 0; i < argc; i++) {
 		if (g_str_has_prefix(argv[i], "out="))
 			path = argv[i] + 4;
@@ -352,6 +615,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			mode = argv[i] + 5;
 		else if (!strcmp(argv[i], "blocks=on"))
 			by_block = TRUE;
+		else if (g_str_has_prefix(argv[i], "stays="))
+			stays_path = argv[i] + 6;
 		else {
 			fprintf(stderr, "mmlab insns plugin: unknown argument '%s'\n", argv[i]);
 			return -1;
@@ -374,11 +639,18 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	}
 	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
-	if (by_block) {
+	if (stays_path && read_stays(stays_path)) {
+		fprintf(stderr, "mmlab insns plugin: stays=%s: unreadable, or a line is not "
+			"'A|S|E OFFSET SIZE LABEL' or 'N OFFSET LABEL', or no A line\n", stays_path);
+		return -1;
+	}
+	stays = stays_path != NULL;
+	if (by_block || stays) {
 		blocks = calloc(MAX_BLOCKS, sizeof(*blocks));
 		block_slots = g_hash_table_new(g_int64_hash, g_int64_equal);
-		if (!blocks) {
-			fprintf(stderr, "mmlab insns plugin: no memory for blocks=on\n");
+		stay_sums = stays ? calloc(MAX_LABELS, sizeof(*stay_sums)) : NULL;
+		if (!blocks || (stays && !stay_sums)) {
+			fprintf(stderr, "mmlab insns plugin: no memory for blocks=on or stays=\n");
 			return -1;
 		}
 	}

@@ -38,6 +38,8 @@ def workloads_cmd(as_json: bool = JSON) -> None:
     terminal.console().print(machine_tables.workloads_table(list(table.values())))
     typer.echo("and exec: any command or C file as a workload (mmlab run exec -- CMD ARGS..., "
                "mmlab run exec --source repro.c; profiles with workload = \"exec\")")
+    typer.echo("and per syscall, page fault, exception and interrupt in any timed window: "
+               f"{workloads.STAY_FORM}, counted in TCG guests")
 
 
 def probe_cmd(as_json: bool = JSON) -> None:

@@ -20,8 +20,6 @@ timings are emulated and only comparable with each other.
 
 from __future__ import annotations
 
-import base64
-import gzip
 import os
 import re
 import shlex
@@ -35,7 +33,16 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import DamonActors, HostSettings, Journal, apply, parse_size
-from mmlab.targets import LocalTarget, TrialError, TrialResult, initramfs, kvm, probe, snapshot
+from mmlab.targets import (
+    LocalTarget,
+    TrialError,
+    TrialResult,
+    initramfs,
+    kvm,
+    probe,
+    snapshot,
+    stays,
+)
 from mmlab.targets.boot import (
     CMDLINE,
     BootResult,
@@ -50,10 +57,9 @@ from mmlab.targets.boot import (
     needs_modules,
     qemu_version,
     retrying,
-    run_script,
 )
 from mmlab.targets.host import consented, refuse
-from mmlab.workloads import Workload, insns, mmwork
+from mmlab.workloads import Workload, insns, mmwork, syscalls
 from mmlab.workloads.mmwork import TrialFailed
 from mmlab.workloads.samples import Sample, parse_line
 
@@ -150,7 +156,8 @@ def trial_script(workload: Workload, params: Mapping[str, object], samples: int,
 def sample(guest: Guest, workload: Workload, params: Mapping[str, object], samples: int,
            warmups: int | None, settings: HostSettings, cache: Path | None = None,
            instrument: Instrumentation | None = None, plugin: Path | None = None,
-           say: Callable[[str], None] | None = None) -> list[Sample]:
+           say: Callable[[str], None] | None = None,
+           plugin_extra: tuple[str, ...] = ()) -> list[Sample]:
     """Start `guest` (restored or booted), run one trial in it, and return
     its samples, labelled; `say` hears why a guest meant to be restored
     had to boot.
@@ -160,18 +167,20 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
     under `trace_*` names, covering the whole trial (warm-ups included).
     With `plugin` (TCG only), the instruction-counting plugin is loaded and
     its counts become the samples' instruction metrics (insns.from_plugin;
-    insns.Unavailable when they cannot)."""
+    insns.Unavailable when they cannot), with `plugin_extra` (stays=: per
+    syscall, syscalls.from_plugin)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
     plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
     script = trial_script(workload, params, samples, warmups, settings, instrument, guest.kernel)
-    boot, retry = start(guest, script, accel, cache, settings.swap,
-                        _archives(workload, params, guest.kernel, settings.swap, cache), plugin)
+    archives = _archives(workload, params, guest.kernel, settings.swap, cache)
+    boot, retry = start(guest, script, accel, cache, settings.swap, archives, plugin, plugin_extra)
     if boot.why_booted and say:
         say(f"{guest.kernel.name}: booting every trial: {boot.why_booted}")
     got, stderr = guest_samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
+        syscalls.from_plugin(workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
         raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: "
@@ -253,7 +262,7 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
     if accel != "tcg":
         raise MmlabError(f"{guest.kernel.name} runs under {accel} here ({why}); per-function "
                          "instruction counts come from the TCG plugin")
-    symbols = kernel_symbols(guest, cache)
+    symbols = stays.kernel_symbols(guest, cache)
     script = trial_script(workload, insns.counting_params(params), samples, warmups, settings,
                           kernel=guest.kernel, after=functions.SCRIPT_AFTER)
     boot, _ = start(guest, script, accel, cache, settings.swap,
@@ -262,20 +271,6 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
     got, stderr = guest_samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)
-
-
-def kernel_symbols(guest: Guest, cache: Path) -> Path:
-    """The kernel's text symbols: kept with the kernel (a build's System.map),
-    or read from its /proc/kallsyms in one boot (about 1 MB over the serial
-    port, 5-10 s) and kept from then on."""
-    if not guest.kernel.symbols.exists():
-        dumped = run_script(guest, functions.DUMP_SCRIPT, cache=cache)
-        try:
-            guest.kernel.keep_symbols(gzip.decompress(base64.b64decode(dumped)))
-        except (ValueError, OSError, EOFError) as exc:
-            raise MmlabError(f"{guest.kernel.name}: /proc/kallsyms arrived unreadable: "
-                             f"{exc}") from exc
-    return guest.kernel.symbols
 
 
 def guest_environment(guest: Guest, accel: str, why: str,
@@ -445,16 +440,19 @@ class QemuTarget(LocalTarget):
 
     def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
         """The trial again, in a boot of its own, counting instructions: under
-        TCG with mmlab's plugin, under KVM with the guest's vPMU (if any)."""
+        TCG with mmlab's plugin (per syscall too when the profile names such
+        a metric), under KVM with the guest's vPMU (if any)."""
         plugin = None
         if accel == "tcg":
             try:
                 plugin = qemu_plugin.ensure()
             except MmlabError as exc:
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
+        extra = stays.plugin_args(guest, initramfs_cache()) if plugin and \
+            syscalls.wanted(plan.workload, plan.profile.metrics) else ()
         return sample(guest, plan.workload, insns.counting_params(arm.params),
                    plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
-                   plugin=plugin, say=self._once)
+                   plugin=plugin, say=self._once, plugin_extra=extra)
 
     def attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         """One instrumented boot of GUEST_TRACE_SAMPLES samples: calls of the

@@ -8,6 +8,7 @@ parameters against it and turns them into mmwork arguments.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from functools import cache
@@ -20,6 +21,15 @@ from mmlab.workloads.samples import Sample
 
 # Parameters the harness owns; runners set them, profiles do not.
 HARNESS_PARAMS = ("samples", "warmups", "check", "own-memcg")
+
+# Per stay metrics (a syscall, a page fault, another exception, an interrupt:
+# workloads/syscalls.py): <window>_<stay>_<figure>, for any window.
+STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+|interrupt|other")
+STAY_HINT = re.compile(r"_(syscall|fault|exception|interrupt)(_|$)")
+STAY_FORM = ("<window>_syscall_<name>_{calls,kernel_insns_per_call,kernel_insns_per_<unit>} "
+             "(or fault, exception_<name>, interrupt in place of syscall_<name>)")
+CALLS = "calls"
+INSNS = "insns"     # the unit of every instruction count (insns.UNIT)
 
 
 @dataclass(frozen=True)
@@ -102,8 +112,25 @@ class Workload:
         for m in self.metrics:
             if m.name == name:
                 return m
+        if found := self.stay_metric(name):
+            return found
+        if STAY_HINT.search(name):
+            windows = ", ".join(w.name for w in self.windows) or "none"
+            raise MmlabError(f"{self.name}: metric '{name}' is not {STAY_FORM} of a "
+                             f"window it has (windows: {windows})")
         known = ", ".join(m.name for m in self.metrics)
         raise MmlabError(f"{self.name}: unknown metric '{name}' (known: {known})")
+
+    def stay_metric(self, name: str) -> Metric | None:
+        """The per-stay metric `name` names (a family no table lists: which
+        syscalls a program makes is known only once it ran), or None."""
+        for w in self.windows:
+            rest = name.removeprefix(f"{w.name}_")
+            for figure in (CALLS, "kernel_insns_per_call", f"kernel_insns_per_{w.unit}"):
+                stay = rest.removesuffix(f"_{figure}")
+                if rest != name and stay != rest and STAY.fullmatch(stay):
+                    return _stay_metric(name, w, stay, figure)
+        return None
 
     def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork arguments for `params`, each name checked against the table."""
@@ -137,6 +164,20 @@ class Workload:
                             check=False)
         if checked.returncode:
             raise MmlabError(proc.last_words(checked, 1).removeprefix("mmwork: "))
+
+
+def _stay_metric(name: str, window: Window, stay: str, figure: str) -> Metric:
+    """One per-stay metric, its help generated from its name."""
+    what = {"fault": "page faults", "interrupt": "interrupts taken in user mode",
+            "other": "kernel entries no symbol names"}.get(stay) or \
+        stay.replace("syscall_", "the syscall ").replace("exception_", "the exception ")
+    where = ("(the mean window), each from its entry to its return to user mode, "
+             "interrupts inside it included (a counting pass)")
+    if figure == CALLS:
+        return Metric(name, CALLS, "lower", f"calls of {what} per {window.name} window {where}")
+    per = figure.removeprefix("kernel_insns_per_")
+    return Metric(name, INSNS, "lower",
+                  f"kernel instructions of {what} per {per} in window {window.name} {where}")
 
 
 def _load(raw: list[dict]) -> dict[str, Workload]:

@@ -33,10 +33,10 @@ import struct
 from collections.abc import Callable, Mapping
 
 from mmlab.errors import MmlabError
-from mmlab.workloads import Workload
+from mmlab.workloads import CALLS, INSNS, Workload
 from mmlab.workloads.samples import Sample
 
-UNIT = "insns"
+UNIT = INSNS
 SOURCE_KEY = "insns_source"
 
 
@@ -44,16 +44,27 @@ class Unavailable(MmlabError):
     """No instruction source here; the trial runs on without counts."""
 
 
+def counted(workload: Workload, metric: str) -> bool:
+    """Is `metric` one the counting pass gives: instructions, or a stay's calls?"""
+    return workload.metric(metric).unit in (UNIT, CALLS)
+
+
 def wanted(workload: Workload, metrics: list[str]) -> bool:
     """Does a profile measuring `metrics` ask for instruction counts?"""
-    return any(workload.metric(m).unit == UNIT for m in metrics)
+    return any(counted(workload, m) for m in metrics)
 
 
 def only(workload: Workload, metrics: list[str]) -> bool:
     """Does a profile measuring `metrics` ask for instruction counts and
     nothing else?  Its trials then run the counting pass alone (`alone`):
     a timing pass would measure what nobody judges."""
-    return bool(metrics) and all(workload.metric(m).unit == UNIT for m in metrics)
+    return bool(metrics) and all(counted(workload, m) for m in metrics)
+
+
+def from_pass(workload: Workload, metric: str) -> bool:
+    """Is `metric`, found in a counting pass's sample, one of its counts (a
+    window's instructions, or a stay's: syscalls.py) rather than a time?"""
+    return metric in workload.window_metrics() or workload.stay_metric(metric) is not None
 
 
 def alone(counted: list[Sample], workload: Workload) -> list[Sample]:
@@ -62,7 +73,7 @@ def alone(counted: list[Sample], workload: Workload) -> list[Sample]:
     workload's (the plugin slows TCG), so only the instruction metrics are
     kept, and the label says no timing pass ran."""
     for s in counted:
-        s.metrics = {k: v for k, v in s.metrics.items() if k in workload.window_metrics()}
+        s.metrics = {k: v for k, v in s.metrics.items() if from_pass(workload, k)}
         s.state[SOURCE_KEY] = f"{s.state.get(SOURCE_KEY, 'none')}, counting pass alone"
     return counted
 
@@ -95,8 +106,7 @@ def join(timed: list[Sample], counted: list[Sample], workload: Workload) -> None
     the timing sample of the same index, labelled as a separate pass."""
     keys = {k for w in workload.windows for k in (f"{w.name}_windows", units_count(w.name))}
     for s, c in zip(timed, counted, strict=True):
-        s.metrics.update({k: v for k, v in c.metrics.items()
-                          if k in workload.window_metrics()})
+        s.metrics.update({k: v for k, v in c.metrics.items() if from_pass(workload, k)})
         s.counts.update({k: v for k, v in c.counts.items()
                          if k in keys or k == "insns_windows_unmatched"})
         s.state[SOURCE_KEY] = f"{c.state.get(SOURCE_KEY, 'none')}, separate counting pass"

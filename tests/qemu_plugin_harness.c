@@ -1,0 +1,145 @@
+/*
+ * qemu_plugin_harness.c - mmlab's QEMU plugin (workloads/qemu-plugin/insns.c)
+ * driven without QEMU: the plugin API's functions it calls, faked, and two
+ * vCPUs executing a script of blocks (test_syscalls.py builds and runs it).
+ *
+ * The kernel's text is at TEXT; the stays file the test writes puts the
+ * syscall entry at +0x80, a page fault's at +0x200, interrupts' at +0x300,
+ * __x64_sys_mprotect at +0x1000.  Arguments: the plugin's.
+ */
+#include <glib.h>
+#include <string.h>
+
+#include <qemu-plugin.h>
+
+struct qemu_plugin_insn {
+	uint8_t data[8];
+	size_t size;
+	qemu_plugin_vcpu_udata_cb_t cb;
+	void *udata;
+};
+
+struct qemu_plugin_tb {
+	uint64_t vaddr;
+	size_t n;
+	struct qemu_plugin_insn insns[16];
+	qemu_plugin_vcpu_udata_cb_t cb;
+	void *udata;
+	uint64_t *inline_at, inline_add;
+};
+
+static qemu_plugin_vcpu_tb_trans_cb_t translate;
+static qemu_plugin_udata_cb_t at_exit;
+
+size_t qemu_plugin_tb_n_insns(const struct qemu_plugin_tb *tb) { return tb->n; }
+uint64_t qemu_plugin_tb_vaddr(const struct qemu_plugin_tb *tb) { return tb->vaddr; }
+const void *qemu_plugin_insn_data(const struct qemu_plugin_insn *insn) { return insn->data; }
+size_t qemu_plugin_insn_size(const struct qemu_plugin_insn *insn) { return insn->size; }
+
+struct qemu_plugin_insn *qemu_plugin_tb_get_insn(const struct qemu_plugin_tb *tb, size_t i)
+{
+	return (struct qemu_plugin_insn *)&tb->insns[i];
+}
+
+void qemu_plugin_register_vcpu_tb_exec_cb(struct qemu_plugin_tb *tb,
+					  qemu_plugin_vcpu_udata_cb_t cb,
+					  enum qemu_plugin_cb_flags flags, void *udata)
+{
+	(void)flags;
+	tb->cb = cb;
+	tb->udata = udata;
+}
+
+void qemu_plugin_register_vcpu_tb_exec_inline(struct qemu_plugin_tb *tb, enum qemu_plugin_op op,
+					      void *ptr, uint64_t imm)
+{
+	(void)op;
+	tb->inline_at = ptr;
+	tb->inline_add = imm;
+}
+
+void qemu_plugin_register_vcpu_insn_exec_cb(struct qemu_plugin_insn *insn,
+					    qemu_plugin_vcpu_udata_cb_t cb,
+					    enum qemu_plugin_cb_flags flags, void *udata)
+{
+	(void)flags;
+	insn->cb = cb;
+	insn->udata = udata;
+}
+
+void qemu_plugin_register_vcpu_tb_trans_cb(qemu_plugin_id_t id, qemu_plugin_vcpu_tb_trans_cb_t cb)
+{
+	(void)id;
+	translate = cb;
+}
+
+void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t cb, void *udata)
+{
+	(void)id;
+	(void)udata;
+	at_exit = cb;
+}
+
+#define TEXT 0xffffffff9a000000ULL
+enum { PLAIN, SYSCALL, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
+
+/* A translated block of `n` NOPs; its last a `syscall`, or its first a marker. */
+static struct qemu_plugin_tb *block(uint64_t vaddr, size_t n, unsigned kind)
+{
+	struct qemu_plugin_tb *tb = g_new0(struct qemu_plugin_tb, 1);
+	tb->vaddr = vaddr;
+	tb->n = n;
+	for (size_t i = 0; i < n; i++) {
+		tb->insns[i].size = 1;
+		tb->insns[i].data[0] = 0x90;
+	}
+	if (kind == SYSCALL) {
+		tb->insns[n - 1].size = 2;
+		memcpy(tb->insns[n - 1].data, "\x0f\x05", 2);
+	} else if (kind != PLAIN) {
+		const uint32_t disp = 0x4d4d0000u | kind;
+		tb->insns[0].size = 7;
+		memcpy(tb->insns[0].data, "\x0f\x1f\x80", 3);
+		memcpy(tb->insns[0].data + 3, &disp, 4);
+	}
+	translate(0, tb);
+	return tb;
+}
+
+static void run(unsigned vcpu, struct qemu_plugin_tb *tb)
+{
+	if (tb->cb)
+		tb->cb(vcpu, tb->udata);
+	if (tb->inline_at)
+		*tb->inline_at += tb->inline_add;
+	for (size_t i = 0; i < tb->n; i++)
+		if (tb->insns[i].cb)
+			tb->insns[i].cb(vcpu, tb->insns[i].udata);
+}
+
+int main(int argc, char **argv)
+{
+	qemu_info_t info = { .system_emulation = true, .system = { .max_vcpus = 2 } };
+	if (qemu_plugin_install(0, &info, argc - 1, argv + 1))
+		return 1;
+	struct qemu_plugin_tb *user = block(0x400000, 4, PLAIN),
+		*user_syscall = block(0x400100, 3, SYSCALL),
+		*entry = block(TEXT + 0x80, 5, PLAIN), *mprotect = block(TEXT + 0x1000, 10, PLAIN),
+		*exit_ = block(TEXT + 0x90, 4, PLAIN), *fault = block(TEXT + 0x200, 6, PLAIN),
+		*irq = block(TEXT + 0x310, 2, PLAIN), *begin = block(0x400200, 2, BEGIN_ALL),
+		*end = block(0x400300, 2, END_ALL), *sample = block(0x400400, 2, SAMPLE);
+
+	run(0, user), run(0, user_syscall), run(0, entry), run(0, exit_);  /* finds _text */
+	run(1, user_syscall), run(1, entry);		/* begins before the window ... */
+	run(0, begin);
+	run(1, mprotect), run(1, exit_), run(1, user);	/* ... and is not counted: 14 */
+	for (int i = 0; i < 3; i++)			/* mprotect, a nested interrupt: 21 */
+		run(0, user_syscall), run(0, entry), run(0, mprotect), run(0, irq), run(0, exit_);
+	run(0, user), run(0, fault), run(0, exit_);	/* a page fault: 10 */
+	run(1, user), run(1, irq), run(1, exit_);	/* an interrupt in user mode: 6 */
+	run(1, user_syscall), run(1, entry);		/* open at the window's end: 5 */
+	run(0, end), run(0, sample);
+	run(1, exit_), run(1, user);
+	at_exit(0, NULL);
+	return 0;
+}
