@@ -1,5 +1,7 @@
 """The one exception type the CLI turns into a one-line error and exit 2."""
 
+from __future__ import annotations
+
 
 class MmlabError(Exception):
     """A user-facing error: bad input, a missing tool, a refused change.
@@ -13,6 +15,12 @@ class Interrupted(Exception):
     `finally` (restores, store commits) runs on the way out."""
 
     received = False        # the handler ran: see raise_if_received
+
+    @classmethod
+    def arrived(cls) -> Interrupted:
+        """The exception the signal handler raises, noted as received first."""
+        cls.received = True
+        return cls()
 
     @classmethod
     def raise_if_received(cls) -> None:

@@ -85,8 +85,7 @@ def _startup(version: bool = typer.Option(False, "--version", callback=_version,
 
 
 def _interrupt(_signo: int, _frame: object) -> None:
-    Interrupted.received = True
-    raise Interrupted
+    raise Interrupted.arrived()
 
 
 def main() -> None:
