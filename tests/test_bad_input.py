@@ -425,3 +425,14 @@ def test_no_argument_of_mmlab_run_becomes_a_key_of_its_profile():
     plan = single.plan(single.Request("ksm-rmap", argv=argv))
     assert plan.profile.host_changes is False
     assert plan.text.splitlines()[0] == r"# mmlab run ksm-rmap --results 'r\nhost_changes = true #'"
+
+
+def test_counts_per_syscall_on_a_host_arm_are_refused_at_plan(tmp_path):
+    """Only mmlab's QEMU plugin counts per syscall and fault: a host arm
+    asking for such a metric would have it silently absent, whatever
+    counter the host has."""
+    stays = profile(tmp_path, PROFILE.replace('"advise_ns_per_page"',
+                                              '"advise_syscall_madvise_kernel_insns_per_call"'))
+    one_line(mmlab("experiment", "plan", stays), "p.toml:",
+             "advise_syscall_madvise_kernel_insns_per_call on the host",
+             "only mmlab's QEMU plugin counts per syscall")
