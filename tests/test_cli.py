@@ -274,12 +274,15 @@ def test_every_running_command_reaches_the_runner_through_run_experiment(tmp_pat
     suite = write_suite(tmp_path)                 # and p.toml, a profile over local kernels
     patch = tmp_path / "fix.patch"
     patch.write_text("--- a/x\n+++ b/x\n")
+    # narrow refuses a profile whose rounds cannot decide its two metrics (6 paired)
+    (tmp_path / "n.toml").write_text((tmp_path / "p.toml").read_text().replace(
+        "repetitions = 6", "repetitions = 7"))
     commands = {
         "run": ["run", "pageout-refault", "--samples", "2"],
         "experiment run": ["experiment", "run", str(tmp_path / "pair.toml")],
         "experiment resume": ["experiment", "resume", "2"],
         "ab": ["ab", str(tmp_path / "p.toml"), "--patch", str(patch)],
-        "narrow": ["narrow", str(tmp_path / "p.toml"), "--kernels", "local:a,local:b,local:c"],
+        "narrow": ["narrow", str(tmp_path / "n.toml"), "--kernels", "local:a,local:b,local:c"],
         "track run": ["track", "run", str(suite)],
     }
     cli = CliRunner()
