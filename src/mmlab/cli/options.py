@@ -65,9 +65,11 @@ def load_profile(path: Path) -> Plan:
 
 
 def open_store(results: str) -> Store:
-    """The store of a command that only reads: it must exist already."""
+    """The store of a command that only reads: it must exist already, and is
+    opened for reading only, so one where this user cannot write (an
+    archive, a read-only mount, a colleague's directory) is read all the same."""
     from mmlab.store import Store
-    return Store(results, create=False)
+    return Store(results, create=False, read_only=True)
 
 
 def warn(message: str) -> None:

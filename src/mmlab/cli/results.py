@@ -5,30 +5,19 @@ store, and open the store read-only: one in a read-only directory is read."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import typer
 
+from mmlab.cli import options
 from mmlab.cli.options import EXPERIMENT, JSON, RESULTS
 from mmlab.errors import MmlabError
-
-if TYPE_CHECKING:
-    from mmlab.store import Store
-
-
-def _read(results: str) -> Store:
-    """The store these commands read, opened for reading only: they write
-    nothing, so a store where this user cannot write (an archive, a
-    read-only mount, a colleague's directory) is read all the same."""
-    from mmlab.store import Store
-    return Store(results, create=False, read_only=True)
 
 
 def experiments(results: str = RESULTS) -> None:
     """List the experiments in the store.
 
     Example: mmlab experiments --results mmlab-results"""
-    rows = _read(results).experiments()
+    rows = options.open_store(results).experiments()
     from mmlab.report import terminal
     from mmlab.report.terminal import experiment
     terminal.console().print(experiment.experiments_table(rows))
@@ -38,7 +27,7 @@ def show(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
     """One experiment: its profile, environment, execution order and per-arm figures.
 
     Example: mmlab show 1"""
-    store = _read(results)
+    store = options.open_store(results)
     from mmlab.report import terminal
     from mmlab.report.terminal import experiment
     experiment.print_experiment(terminal.console(), store, exp_id)
@@ -54,7 +43,7 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     Example: mmlab compare 1 --csv > verdicts.csv"""
     if as_json and as_csv:
         raise MmlabError("compare: --json and --csv: choose one")
-    store = _read(results)
+    store = options.open_store(results)
     from mmlab.judge import verdicts
     from mmlab.report import csv as report_csv
     from mmlab.report import json as report_json
@@ -82,7 +71,7 @@ def explain(exp_id: int = EXPERIMENT, results: str = RESULTS, as_json: bool = JS
     from its baseline (needs an experiment run with --attribute).
 
     Example: mmlab explain 4 --focus do_madvise --svg flames/"""
-    store = _read(results)
+    store = options.open_store(results)
     from mmlab.attribution import explain as ex
     from mmlab.report import json as report_json
     from mmlab.report import terminal
@@ -115,7 +104,7 @@ def report(exp_id: int = EXPERIMENT, results: str = RESULTS,
     from mmlab.report import data, html, text
     if fmt not in ("text", "html"):
         raise MmlabError(f"--format {fmt!r}: expected text or html")
-    d = data.gather(_read(results), exp_id)
+    d = data.gather(options.open_store(results), exp_id)
     body = text.render(d) if fmt == "text" else html.render(d)
     if output:
         output.write_text(body)
@@ -136,7 +125,7 @@ def bundle(exp_id: int = EXPERIMENT,
     from mmlab.report import data
     if directory.exists() and not directory.is_dir():
         raise MmlabError(f"{directory}: exists and is not a directory")
-    path = bundler.write(data.gather(_read(results), exp_id), directory, tar)
+    path = bundler.write(data.gather(options.open_store(results), exp_id), directory, tar)
     typer.echo(f"wrote {path}")
 
 
