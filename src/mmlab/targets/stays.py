@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import bisect
+import functools
 import gzip
 import hashlib
 import os
@@ -89,7 +90,7 @@ def kernel_symbols(guest: Guest, cache: Path) -> Path:
 
 def plugin_args(guest: Guest, cache: Path) -> tuple[str, ...]:
     """The plugin's stays= argument for the guest's kernel."""
-    text = "\n".join(lines(SymbolTable.load(kernel_symbols(guest, cache)))) + "\n"
+    text = stays_text(kernel_symbols(guest, cache))
     path = qemu_plugin.cache_dir() / f"stays-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -97,3 +98,11 @@ def plugin_args(guest: Guest, cache: Path) -> tuple[str, ...]:
         tmp.write_text(text)
         tmp.rename(path)
     return (f"stays={path}",)
+
+
+@functools.cache
+def stays_text(symbols: Path) -> str:
+    """The stays file's text for a kernel's symbols, made once per run: every
+    counting trial of a profile asks for it, and reading the symbols (about
+    100,000 of them, gzipped) is the costly part."""
+    return "\n".join(lines(SymbolTable.load(symbols))) + "\n"
