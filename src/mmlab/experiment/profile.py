@@ -250,7 +250,6 @@ def message(exc: ValidationError) -> str:
         err["msg"].removeprefix("Value error, ")
 
 
-
 def refuse_hidden(raw: dict, path: str, text: str = "") -> None:
     """Refuse the first key or text `hidden` finds, at its file:line:key."""
     found = hidden(raw)

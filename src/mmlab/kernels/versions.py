@@ -82,7 +82,6 @@ def series_key(series: str) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-
 RELEASE = re.compile(r"^(\d+\.\d+)(?:\.(\d+))?(?:-(rc\d+))?")
 
 
