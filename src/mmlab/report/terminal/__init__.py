@@ -10,6 +10,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.markup import escape
 
+from mmlab.report.fmt import printable
+
 
 def console() -> Console:
     """Stdout, as wide as the terminal that shows it: also when stdout is
@@ -25,6 +27,13 @@ def console() -> Console:
         except (OSError, ValueError):       # stderr is no terminal, or not a file
             width = 140
     return Console(highlight=False, width=width)
+
+
+def escaped(text: object) -> str:
+    """A user-given name, or a text holding one, as a table or line prints
+    it: its control and bidi characters escaped (fmt.printable) and its
+    brackets not read as markup."""
+    return escape(printable(text))
 
 
 def plain(console: Console):

@@ -23,15 +23,15 @@ from mmlab.report.fmt import (
     contrast,
     num,
     pct,
-    printable,
     ratio,
     signed,
 )
+from mmlab.report.terminal import escaped
 from mmlab.report.terminal.fit import Fitted
 
 
 def arm_explanation(a: ArmExplanation) -> Fitted:
-    table = Table(title=f"{escape(printable(a.arm))}: CPU time {num(a.cpu_ns_per_unit)} ns "
+    table = Table(title=f"{escaped(a.arm)}: CPU time {num(a.cpu_ns_per_unit)} ns "
                         f"per {a.unit} (perf cpu-clock)")
     table.add_column("function")
     table.add_column("inclusive", justify="right")
@@ -85,7 +85,7 @@ def overhead_table(arms: list[ArmExplanation]) -> Fitted | str:
         table.add_column(col, justify="right" if col == "ratio" else "left")
     for a in arms:
         for o in a.overhead:
-            table.add_row(escape(printable(a.arm)), o.collection, o.metric, ratio(o.ratio, "x"))
+            table.add_row(escaped(a.arm), o.collection, o.metric, ratio(o.ratio, "x"))
     return Fitted(table)
 
 
@@ -94,7 +94,7 @@ def functions_table(w: WindowFunctions) -> Fitted:
     largest, or against its baseline, the largest changes."""
     per = f"/{w.unit}"
     if w.baseline is None:
-        table = Table(title=f"{escape(printable(w.arm))}: kernel instructions in '{w.window}' "
+        table = Table(title=f"{escaped(w.arm)}: kernel instructions in '{w.window}' "
                             f"by function ({num(w.kernel)} {per}, unresolved "
                             f"{num(w.unresolved)})")
         table.add_column("function")
@@ -103,7 +103,7 @@ def functions_table(w: WindowFunctions) -> Fitted:
         for r in w.rows:
             table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
         return Fitted(table)
-    table = Table(title=f"{escape(printable(w.arm))} vs {escape(printable(w.baseline))}: "
+    table = Table(title=f"{escaped(w.arm)} vs {escaped(w.baseline)}: "
                         f"kernel instructions in '{w.window}' {num(w.kernel_baseline)} -> "
                         f"{num(w.kernel)} {per} ({signed(w.change)})")
     for col in ("function", "baseline", "arm", "change"):
@@ -121,10 +121,10 @@ def guest_trace_table(guests: list[GuestExplanation]) -> Fitted:
         table.add_column(col, justify="right" if col in ("value", "per unit of work") else "left")
     for g in guests:
         for f in g.figures:
-            table.add_row(escape(printable(g.arm)), f.figure, f.function, num(f.value),
+            table.add_row(escaped(g.arm), f.figure, f.function, num(f.value),
                           f"{num(f.per_unit)} /{g.unit}")
         if g.skipped:
-            table.add_row(escape(printable(g.arm)), "skipped", ", ".join(g.skipped), "", "")
+            table.add_row(escaped(g.arm), "skipped", ", ".join(g.skipped), "", "")
         table.add_section()
     return Fitted(table)
 

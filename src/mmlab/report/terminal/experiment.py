@@ -30,11 +30,11 @@ from mmlab.report.fmt import (
     num,
     p_value,
     pct,
-    printable,
     ratio,
     value,
     verdict_label,
 )
+from mmlab.report.terminal import escaped
 from mmlab.report.terminal.fit import Fitted
 from mmlab.workloads import Workload
 from mmlab.workloads.samples import Sample
@@ -52,7 +52,7 @@ def experiments_table(rows) -> Fitted:
         table.add_column(col)
     for r in rows:
         created = time.strftime("%Y-%m-%d %H:%M", time.localtime(r["created"]))
-        table.add_row(str(r["id"]), escape(printable(r["name"])), escape(printable(r["workload"])),
+        table.add_row(str(r["id"]), escaped(r["name"]), escaped(r["workload"]),
                       created, str(r["trials"]), str(r["done"]), str(r["failed"]))
     return Fitted(table)
 
@@ -62,9 +62,9 @@ def print_experiment(out: Console, store: Store, exp_id: int) -> None:
     environment, the order, and the per-arm figures, all as stored."""
     from mmlab.store import status_counts
     row, plan, trials = store.experiment(exp_id), store.plan(exp_id), store.trials(exp_id)
-    out.print(f"[bold]experiment {exp_id}[/bold]: {escape(printable(row['name']))} "
-              f"({escape(printable(row['workload']))}), "
-              f"profile {escape(printable(row['profile_path']))} "
+    out.print(f"[bold]experiment {exp_id}[/bold]: {escaped(row['name'])} "
+              f"({escaped(row['workload'])}), "
+              f"profile {escaped(row['profile_path'])} "
               f"sha256 {row['profile_hash'][:12]}, seed {row['seed']}")
     out.print("trials: " + ", ".join(f"{v} {k}" for k, v in status_counts(trials).items() if v))
     envs = store.environments(exp_id)
@@ -73,7 +73,7 @@ def print_experiment(out: Console, store: Store, exp_id: int) -> None:
         out.print(escape(f"environment: kernel {e['kernel']}, {e['cpus']} x {e['cpu_model']}, "
                          f"mmlab {e['mmlab_version']} ({e['git_commit']})"))
     order = " ".join(f"{t.position}:{t.arm}" for t in trials[:30])
-    out.print(escape(printable(f"order: {order}{' ...' if len(trials) > 30 else ''}")))
+    out.print(escaped(f"order: {order}{' ...' if len(trials) > 30 else ''}"))
     out.print(arm_summary_table(plan.workload, store.samples_by_arm(exp_id),
                                 plan.profile.metrics))
 
@@ -84,18 +84,18 @@ def plan_table(plan: Plan) -> Fitted:
     p = plan.profile
     rounds = f"{p.repetitions}" + (f" to {p.rounds_at_most}" if p.rounds_at_most > p.repetitions
                                    else "")
-    table = Table(title=f"{escape(printable(p.name))}: {len(plan.arms)} arms x {rounds} rounds, "
+    table = Table(title=f"{escaped(p.name)}: {len(plan.arms)} arms x {rounds} rounds, "
                         f"{len(plan.order)} trials planned, seed {p.seed}")
     for col in ("arm", "target", "settings", "parameters", "baseline"):
         table.add_column(col)
     for arm in plan.arms:
         settings = arm.settings.model_dump(exclude_defaults=True)
         base = baseline_for(plan, arm)
-        table.add_row(escape(printable(arm.name)),
-                      escape(printable(arm.target)) + (f" ({arm.cpus} cpus)" if arm.cpus else ""),
+        table.add_row(escaped(arm.name),
+                      escaped(arm.target) + (f" ({arm.cpus} cpus)" if arm.cpus else ""),
                       escape(", ".join(f"{k}={v}" for k, v in settings.items()) or DASH),
-                      escape(printable(" ".join(f"--{k} {v}" for k, v in arm.params.items()))),
-                      escape(printable(base.name)) if base else "(baseline)")
+                      escaped(" ".join(f"--{k} {v}" for k, v in arm.params.items())),
+                      escaped(base.name) if base else "(baseline)")
     return Fitted(table)
 
 
@@ -187,7 +187,7 @@ def arm_summary_table(workload: Workload, samples: dict[str, list[Sample]],
         for m in metrics:
             s = summarize([x.metrics.get(m) for x in ss])
             cells.append(f"{num(s.median)} ({pct(s.cv)})")
-        table.add_row(escape(printable(arm)), str(len(ss)), *cells)
+        table.add_row(escaped(arm), str(len(ss)), *cells)
     return Fitted(table)
 
 
@@ -218,7 +218,7 @@ def compare_table(plan: Plan, title: str, judged: Judgement) -> Fitted:
     CI (at the level of the look that decided), p raw and corrected for the
     family, and the rounds the verdict rests on; a noisy pair and emulated
     time (a TCG guest's clock) are marked."""
-    table = Table(title=escape(printable(title)))
+    table = Table(title=escaped(title))
     table.add_column("metric")
     table.add_column("arm vs baseline")
     for col in ("baseline", "arm", "change", "ratio", "CI", "p", "p adj.", "rounds"):
@@ -275,18 +275,18 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
         out.print(escape(line))
     out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
     for line in reasons(judged.comparisons, judged.matched):
-        out.print(escape(printable(line)))
+        out.print(escaped(line))
 
 
 def run_line(result: RunResult, prefix: str = "") -> str:
     """What a run did, in one line: trials run now, already done and failed,
     the rounds (and how many were added) and why rounds stopped."""
-    return escape(printable(f"{prefix}trials: {result.done} run now, {result.skipped} already "
+    return escaped(f"{prefix}trials: {result.done} run now, {result.skipped} already "
                             f"done, {result.failed} failed; {result.rounds} rounds "
-                            f"({result.added} added): {result.stopped}"))
+                            f"({result.added} added): {result.stopped}")
 
 
 def failed_lines(trials: list[Trial], most: int = 5) -> list[str]:
     """The first failed trials with their errors, one line each."""
-    return [f"[red]failed[/red] trial {t.position} ({escape(printable(t.arm))}): "
-            f"{escape(printable(t.error or ''))}" for t in trials[:most]]
+    return [f"[red]failed[/red] trial {t.position} ({escaped(t.arm)}): "
+            f"{escaped(t.error or '')}" for t in trials[:most]]
