@@ -142,6 +142,7 @@ def test_changed_functions_come_from_the_base_file_not_the_hunk_header(tmp_path)
     spans = series.function_spans(KSM_C)
     assert [(s[0], s[3]) for s in spans] == [(6, "rmap_walk_ksm"), (14, "ksm_madvise"),
                                              (19, "__do_sys_madvise")]
+    assert series.function_spans("static int f(int a,\n\t\tint b)\n\n{\n}\n") == [(1, 4, 5, "f")]
 
 
 def test_a_bad_series_is_refused_naming_what_is_wrong(repo, tmp_path):

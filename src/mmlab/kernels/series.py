@@ -270,6 +270,8 @@ def function_spans(text: str) -> list[tuple[int, int, int, str]]:
         if line.rstrip() != "{":
             continue
         first = at
+        while first > 0 and not lines[first - 1].strip():        # a blank line before `{`
+            first -= 1
         while first > 0 and lines[first - 1].strip() and not re.search(
                 r"[;}]\s*$|\*/\s*$|^#", lines[first - 1]):
             first -= 1
