@@ -80,6 +80,27 @@ void qemu_plugin_register_atexit_cb(qemu_plugin_id_t id, qemu_plugin_udata_cb_t 
 	at_exit = cb;
 }
 
+/* events=on's (events.h): not scripted here, a guest counts them (test_events.py). */
+uint64_t qemu_plugin_insn_vaddr(const struct qemu_plugin_insn *insn) { (void)insn; return 0; }
+unsigned int qemu_plugin_mem_size_shift(qemu_plugin_meminfo_t info) { (void)info; return 0; }
+bool qemu_plugin_mem_is_store(qemu_plugin_meminfo_t info) { (void)info; return false; }
+bool qemu_plugin_hwaddr_is_io(const struct qemu_plugin_hwaddr *h) { (void)h; return false; }
+uint64_t qemu_plugin_hwaddr_phys_addr(const struct qemu_plugin_hwaddr *h) { (void)h; return 0; }
+
+struct qemu_plugin_hwaddr *qemu_plugin_get_hwaddr(qemu_plugin_meminfo_t info, uint64_t vaddr)
+{
+	(void)info;
+	(void)vaddr;
+	return NULL;
+}
+
+void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, qemu_plugin_vcpu_mem_cb_t cb,
+				      enum qemu_plugin_cb_flags flags, enum qemu_plugin_mem_rw rw,
+				      void *udata)
+{
+	(void)insn, (void)cb, (void)flags, (void)rw, (void)udata;
+}
+
 #define TEXT 0xffffffff9a000000ULL
 enum { PLAIN, SYSCALL, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
 

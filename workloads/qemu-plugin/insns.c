@@ -59,6 +59,10 @@
  * Every sample record then carries "stays": per window, {label: [calls,
  * kernel instructions]}.  Every block takes a callback then.
  *
+ * Events (events=on): loads, stores, locked instructions, TLB flushes,
+ * IPIs, rep string instructions and instructions as a CPU retires them,
+ * per window beside the instructions (events.h).
+ *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
  * way of counting (to measure what each costs; README); blocks=on;
  * stays=PATH.
@@ -152,6 +156,8 @@ static uint64_t anchor;				/* the 64-bit syscall entry's offset */
 static uint64_t text_base;			/* this boot's _text, once found */
 static uint32_t all_gen[MM_MAX_WINDOWS];	/* windows over every vCPU begun */
 static uint64_t (*stay_sums)[MM_MAX_WINDOWS][2];	/* per label and window: calls, insns */
+
+#include "events.h"
 
 /* stays=: a label's index, added when new (at load, one thread). */
 static int label_index(const char *label)
@@ -439,6 +445,8 @@ static void write_record(const char *kind)
 			sums[w].windows, sums[w].insns[KERNEL], sums[w].insns[USER]);
 	if (stays)
 		write_stays();
+	if (events)
+		events_write();
 	fputs("]}\n", out);
 	fflush(out);
 	memset(sums, 0, sizeof(sums));
@@ -458,6 +466,8 @@ static void end_window(struct vcpu *v, unsigned w)
 			sums[w].insns[side] += v->insns[side] - v->start[w][side];
 		settle_blocks(v, w, TRUE);
 		settle_stays(v, w, TRUE);
+		if (events)
+			events_end((unsigned int)(v - vcpus), w);
 	} else {
 		unmatched++;
 	}
@@ -470,6 +480,8 @@ static void begin_all(unsigned w)
 {
 	g_mutex_lock(&lock);
 	memset(all_insns[w], 0, sizeof(all_insns[w]));
+	if (events)
+		events_begin_all(w);
 	all_used |= 1u << w;
 	all_gen[w]++;
 	__atomic_or_fetch(&all_open, 1u << w, __ATOMIC_SEQ_CST);
@@ -483,6 +495,8 @@ static void end_all(unsigned w)
 		sums[w].windows++;
 		for (int side = USER; side <= KERNEL; side++)
 			sums[w].insns[side] += __atomic_load_n(&all_insns[w][side], __ATOMIC_RELAXED);
+		if (events)
+			events_end_all(w);
 	} else {
 		unmatched++;
 	}
@@ -508,6 +522,8 @@ static void on_marker(unsigned int vcpu, void *udata)
 		break;
 	case MM_MARK_BEGIN:
 		memcpy(v->start[w], v->insns, sizeof(v->insns));
+		if (events)
+			events_begin(vcpu, w);
 		settle_blocks(v, w, FALSE);	/* a window begun here before never ended here */
 		settle_stays(v, w, FALSE);
 		v->gen[w]++;
@@ -566,6 +582,8 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	else
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_block, QEMU_PLUGIN_CB_NO_REGS,
 						     (void *)(uintptr_t)(n << 1 | side));
+	if (events)
+		events_trans(tb, side, n);
 	if (side == KERNEL)
 		return;
 	for (size_t i = 0; i < n; i++) {
@@ -615,6 +633,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			mode = argv[i] + 5;
 		else if (!strcmp(argv[i], "blocks=on"))
 			by_block = TRUE;
+		else if (!strcmp(argv[i], "events=on"))
+			events = TRUE;
 		else if (g_str_has_prefix(argv[i], "stays="))
 			stays_path = argv[i] + 6;
 		else {
@@ -639,6 +659,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	}
 	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
+	if (events && events_init(n_vcpus)) {
+		fprintf(stderr, "mmlab insns plugin: no memory for events=on\n");
+		return -1;
+	}
 	if (stays_path && read_stays(stays_path)) {
 		fprintf(stderr, "mmlab insns plugin: stays=%s: unreadable, or a line is not "
 			"'A|S|E OFFSET SIZE LABEL' or 'N OFFSET LABEL', or no A line\n", stays_path);

@@ -299,11 +299,12 @@ def _counted_here(profile: Profile, wl: workloads.Workload, arms: list[Arm], fai
     here, before anything is stored, with why.  Counts per syscall and fault
     come from the QEMU plugin alone: on a host arm they are refused always."""
     host = next((a for a in arms if a.target == "host"), None)
-    stays = [i for i, m in enumerate(profile.metrics) if wl.stay_metric(m)]
+    stays = [i for i, m in enumerate(profile.metrics)
+             if wl.stay_metric(m) or wl.event_metric(m)]
     if stays and host is not None:
         raise fail(("metrics", stays[0]), f"{profile.metrics[stays[0]]} on the host (arm "
-                   f"{host.name}): only mmlab's QEMU plugin counts per syscall and fault; "
-                   "a guest kernel counts it (kernel = \"debian:6.12\", say)")
+                   f"{host.name}): only mmlab's QEMU plugin counts per syscall and fault, "
+                   "and events; a guest kernel counts it (kernel = \"debian:6.12\", say)")
     counted = [i for i, m in enumerate(profile.metrics) if wl.metric(m).unit == insns.UNIT]
     if not counted or host is None:
         return

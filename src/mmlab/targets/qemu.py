@@ -440,8 +440,8 @@ class QemuTarget(LocalTarget):
 
     def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
         """The trial again, in a boot of its own, counting instructions: under
-        TCG with mmlab's plugin (per syscall too when the profile names such
-        a metric), under KVM with the guest's vPMU (if any)."""
+        TCG with mmlab's plugin (per syscall, and events, too when the profile
+        names such a metric), under KVM with the guest's vPMU (if any)."""
         plugin = None
         if accel == "tcg":
             try:
@@ -450,6 +450,8 @@ class QemuTarget(LocalTarget):
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
         extra = stays.plugin_args(guest, initramfs_cache()) if plugin and \
             syscalls.wanted(plan.workload, plan.profile.metrics) else ()
+        if plugin and insns.events_wanted(plan.workload, plan.profile.metrics):
+            extra += (insns.EVENTS_ARG,)     # events beside them: only when asked, they cost
         return sample(guest, plan.workload, insns.counting_params(arm.params),
                    plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
                    plugin=plugin, say=self._once, plugin_extra=extra)

@@ -31,6 +31,26 @@ STAY_FORM = ("<window>_syscall_<name>_{calls,kernel_insns_per_call,kernel_insns_
 CALLS = "calls"
 INSNS = "insns"     # the unit of every instruction count (insns.UNIT)
 
+# What the QEMU plugin counts besides instructions (events=on: insns.py
+# and qemu-plugin/events.h), as <window>_{kernel,user}_<event>_per_<unit>:
+# each event's unit and what it counts.
+EVENTS = {
+    "loads": ("events", "memory loads"),
+    "stores": ("events", "memory stores"),
+    "load_bytes": ("bytes", "bytes loaded"),
+    "store_bytes": ("bytes", "bytes stored"),
+    "locked_insns": ("events", "locked instructions (a LOCK prefix, or xchg with memory)"),
+    "invlpgs": ("events", "TLB invalidations by invlpg"),
+    "invpcids": ("events", "TLB invalidations by invpcid"),
+    "cr3_writes": ("events", "CR3 writes (an address space switch, flushing the TLB "
+                   "unless its no-flush bit is set)"),
+    "ipis": ("events", "IPIs sent (writes of the local APIC's interrupt command register)"),
+    "string_insns": ("events", "rep-prefixed string instructions, once each"),
+    "string_bytes": ("bytes", "bytes rep-prefixed string instructions stored or loaded"),
+    "retired_insns": ("events", "instructions as a CPU's counter retires them (a rep string "
+                      "instruction once, as perf's instructions)"),
+}
+
 
 @dataclass(frozen=True)
 class Param:
@@ -112,7 +132,7 @@ class Workload:
         for m in self.metrics:
             if m.name == name:
                 return m
-        if found := self.stay_metric(name):
+        if found := self.stay_metric(name) or self.event_metric(name):
             return found
         if STAY_HINT.search(name):
             windows = ", ".join(w.name for w in self.windows) or "none"
@@ -130,6 +150,19 @@ class Workload:
                 stay = rest.removesuffix(f"_{figure}")
                 if rest != name and stay != rest and STAY.fullmatch(stay):
                     return _stay_metric(name, w, stay, figure)
+        return None
+
+    def event_metric(self, name: str) -> Metric | None:
+        """The event metric `name` names (EVENTS, of any window), or None:
+        a family no table lists, since any window can count them."""
+        for w in self.windows:
+            for side in ("kernel", "user"):
+                event = name.removeprefix(f"{w.name}_{side}_").removesuffix(f"_per_{w.unit}")
+                if event in EVENTS and name == f"{w.name}_{side}_{event}_per_{w.unit}":
+                    unit, what = EVENTS[event]
+                    return Metric(name, unit, "lower", f"{side} {what} per {w.unit} in window "
+                                  f"{w.name} (counted exactly by QEMU's TCG plugin with "
+                                  "events on, in a counting pass)")
         return None
 
     def args(self, params: Mapping[str, object]) -> list[str]:

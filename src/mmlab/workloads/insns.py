@@ -21,6 +21,14 @@ MADV_PAGEOUT by 6 % with inline counts, by 44 % and 15 % with the per-vCPU
 callbacks several vCPUs need; README).  A profile asks for counts by naming
 an instruction metric; where no source exists, the metrics are absent,
 never zero, and `insns_source` says why.
+
+Events (workloads.EVENTS): a profile that names one of
+`<window>_{kernel,user}_<event>_per_<unit>` (loads, stores and their bytes,
+locked instructions, TLB invalidations, IPIs sent, rep string instructions
+and their bytes, instructions as a CPU retires them) has its counting pass
+load the plugin with `events=on` (qemu-plugin/events.h), and every window
+gets every event.  They cost a callback per block and per memory access,
+so they are counted only when asked for (`make bench`, events part).
 """
 
 from __future__ import annotations
@@ -33,11 +41,12 @@ import struct
 from collections.abc import Callable, Mapping
 
 from mmlab.errors import MmlabError
-from mmlab.workloads import CALLS, INSNS, Workload
+from mmlab.workloads import CALLS, INSNS, Window, Workload
 from mmlab.workloads.samples import Sample
 
 UNIT = INSNS
 SOURCE_KEY = "insns_source"
+EVENTS_ARG = "events=on"    # the plugin's argument that counts events
 
 
 class Unavailable(MmlabError):
@@ -46,7 +55,8 @@ class Unavailable(MmlabError):
 
 def counted(workload: Workload, metric: str) -> bool:
     """Is `metric` one the counting pass gives: instructions, or a stay's calls?"""
-    return workload.metric(metric).unit in (UNIT, CALLS)
+    return workload.metric(metric).unit in (UNIT, CALLS) or \
+        workload.event_metric(metric) is not None
 
 
 def wanted(workload: Workload, metrics: list[str]) -> bool:
@@ -64,7 +74,13 @@ def only(workload: Workload, metrics: list[str]) -> bool:
 def from_pass(workload: Workload, metric: str) -> bool:
     """Is `metric`, found in a counting pass's sample, one of its counts (a
     window's instructions, or a stay's: syscalls.py) rather than a time?"""
-    return metric in workload.window_metrics() or workload.stay_metric(metric) is not None
+    return metric in workload.window_metrics() or workload.stay_metric(metric) is not None \
+        or workload.event_metric(metric) is not None
+
+
+def events_wanted(workload: Workload, metrics: list[str]) -> bool:
+    """Does a profile measuring `metrics` ask for events (EVENTS_ARG)?"""
+    return any(workload.event_metric(m) for m in metrics)
 
 
 def alone(counted: list[Sample], workload: Workload) -> list[Sample]:
@@ -137,8 +153,17 @@ def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
             if n and units:
                 s.metrics[w.kernel_metric] = kernel / n / units
                 s.metrics[w.user_metric] = user / n / units
+                s.metrics.update(event_metrics(w, r.get("events"), n * units))
         s.counts["insns_windows_unmatched"] = float(r["unmatched"])
         s.state[SOURCE_KEY] = "qemu tcg plugin"
+
+
+def event_metrics(window: Window, counted: list[dict] | None, per: float) -> dict[str, float]:
+    """A window's events (the record's "events", per window {event: [kernel,
+    user]}; absent without events=on) per unit of the mean window."""
+    pairs = counted[window.marker].items() if counted else ()
+    return {f"{window.name}_{side}_{event}_per_{window.unit}": pair[i] / per
+            for event, pair in pairs for i, side in enumerate(("kernel", "user"))}
 
 
 # ---------------------------------------------------------------- perf here
