@@ -47,9 +47,12 @@ def test_an_event_metric_is_a_metric_of_any_window_and_side_with_its_unit_and_he
     assert {e for e in workloads.EVENTS} >= {"loads", "locked_insns", "invlpgs", "ipis",
                                              "string_bytes", "retired_insns"}
     asked = ["advise_kernel_locked_insns_per_page"]
-    assert insns.wanted(wl, asked) and insns.only(wl, asked) and insns.events_wanted(wl, asked)
-    assert not insns.events_wanted(wl, ["advise_kernel_insns_per_page",
-                                        "advise_syscall_madvise_calls"])
+    assert insns.wanted(wl, asked) and insns.only(wl, asked)
+    assert insns.events_arg(wl, asked) == ("events=blocks",)     # no memory callback needed
+    assert insns.events_arg(wl, [*asked, "prefault_user_store_bytes_per_page"]) == \
+        ("events=on",)
+    assert insns.events_arg(wl, ["advise_kernel_insns_per_page",
+                                 "advise_syscall_madvise_calls"]) == ()
     exec_wl = execwork.build(["true"])
     assert exec_wl.metric("command_kernel_cr3_writes_per_run").unit == "events"
 
@@ -179,7 +182,8 @@ def test_a_profile_naming_an_event_counts_locked_adds_and_rep_strings_exactly(tm
     string instruction and B string bytes and stores per op; the
     instruction count takes the rep once per byte and once more (QEMU 7.2
     enters its block again to find rcx exhausted) and the retired count
-    once, so they differ by exactly B per op."""
+    once, so they differ by exactly B per op.  Asked for block events
+    alone, the same counts come without the memory callbacks."""
     (tmp_path / "exact.c").write_text(EXACT)
     plan = parse(EXACT_PROFILE, str(tmp_path / "p.toml"))
     (s,) = qemu.QemuTarget("debian:6.12", say=lambda _: None).run_trial(plan.arms[0],
@@ -196,6 +200,17 @@ def test_a_profile_naming_an_event_counts_locked_adds_and_rep_strings_exactly(tm
     per_iteration = m["strings_user_insns_per_ops"] - m["strings_user_retired_insns_per_ops"]
     assert per_iteration == BYTES
     assert m["lock_user_insns_per_ops"] == m["lock_user_retired_insns_per_ops"]  # no rep there
+    # Naming block events alone, the plugin takes no memory callback
+    # (events=blocks): the same retired count, and no loads, bytes or IPIs
+    blocks_only = parse(EXACT_PROFILE.replace(json.dumps(ASKED),
+                                              '["strings_user_retired_insns_per_ops"]'),
+                        str(tmp_path / "p.toml"))
+    (b,) = qemu.QemuTarget("debian:6.12", say=lambda _: None).run_trial(
+        blocks_only.arms[0], blocks_only).samples
+    assert b.metrics["strings_user_retired_insns_per_ops"] == \
+        m["strings_user_retired_insns_per_ops"]
+    assert b.metrics["lock_user_locked_insns_per_ops"] == 1.0
+    assert not [k for k in b.metrics if "loads" in k or "bytes" in k or "ipis" in k]
 
 
 N_CALLS = 200
@@ -283,7 +298,7 @@ def test_a_two_vcpu_guest_counts_the_ipis_and_tlb_flushes_of_a_shootdown(tmp_pat
                         metrics_from="key=value", windows=windows)
     guest = boot.Guest(k612, vcpus=2, memory_mb=512)
     (s,) = qemu.sample(guest, wl, insns.counting_params({}), 1, 0, HostSettings(),
-                       plugin=qemu_plugin.ensure(), plugin_extra=(insns.EVENTS_ARG,))
+                       plugin=qemu_plugin.ensure(), plugin_extra=("events=on",))
     m = s.metrics
     # 0.885 and 1.0 IPIs per call in two runs here (IPIs wait for the
     # other vCPU: 20,800 kernel instructions per call, 3,400 alone)

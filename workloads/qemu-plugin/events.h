@@ -37,7 +37,9 @@
  * count when the block is entered, whole, as insns.c counts instructions;
  * memory accesses count one by one.  Every block and every memory access
  * takes a callback: events cost time (make bench, events part), so mmlab
- * asks for them only when a profile names an event metric.  With several
+ * asks for them only when a profile names an event metric, and for the
+ * block events alone (events=blocks: no memory callbacks, and no loads,
+ * stores, bytes or IPIs in the record) when it names none of the rest.  With several
  * vCPUs a window over every vCPU gets each event atomically, as insns.c's
  * count_all.  Each sample record then carries "events": per window,
  * {event: [kernel, user]}.
@@ -55,6 +57,9 @@ static const char *const event_names[N_EVENTS] = {
 };
 
 #define APIC_ICR_LOW 0xfee00300ULL
+/* The events a memory callback counts: not counted (nor written) with events=blocks. */
+#define EV_MEMORY (1u << EV_LOADS | 1u << EV_STORES | 1u << EV_LOAD_BYTES | \
+		   1u << EV_STORE_BYTES | 1u << EV_IPIS | 1u << EV_STRING_BYTES)
 
 /* One vCPU's events since boot, per side, and at each open window's begin. */
 struct ev_vcpu {
@@ -77,7 +82,7 @@ struct ev_block {
 /* A memory access's udata: its side, and which of its bytes are a string's. */
 enum { EV_STRING_STORES = 2, EV_STRING_LOADS = 4 };
 
-static gboolean events;
+static gboolean events, ev_memory;		/* events=blocks, events=on */
 static struct ev_vcpu *ev_vcpus;
 static uint64_t ev_sums[MM_MAX_WINDOWS][2][N_EVENTS];	/* under `lock` */
 static uint64_t ev_all[MM_MAX_WINDOWS][2][N_EVENTS];	/* a window over every vCPU's */
@@ -211,8 +216,10 @@ static void events_trans(struct qemu_plugin_tb *tb, int side, size_t n)
 			b.rep = qemu_plugin_insn_vaddr(insn);
 			b.starts_rep = i == 0;
 		}
-		qemu_plugin_register_vcpu_mem_cb(insn, ev_access, QEMU_PLUGIN_CB_NO_REGS,
-						 QEMU_PLUGIN_MEM_RW, (void *)(string | (uintptr_t)side));
+		if (ev_memory)
+			qemu_plugin_register_vcpu_mem_cb(insn, ev_access, QEMU_PLUGIN_CB_NO_REGS,
+							 QEMU_PLUGIN_MEM_RW,
+							 (void *)(string | (uintptr_t)side));
 	}
 	qemu_plugin_register_vcpu_tb_exec_cb(tb, ev_block_entered, QEMU_PLUGIN_CB_NO_REGS,
 					     ev_kept(&b));
@@ -252,16 +259,31 @@ static void events_write(void)
 {
 	fputs("], \"events\": [", out);
 	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
+		const char *sep = "";
 		fputs(w ? ", {" : "{", out);
-		for (int e = 0; e < N_EVENTS; e++)
-			fprintf(out, "%s\"%s\": [%" PRIu64 ", %" PRIu64 "]", e ? ", " : "",
-				event_names[e], ev_sums[w][KERNEL][e], ev_sums[w][USER][e]);
+		for (int e = 0; e < N_EVENTS; e++) {
+			if (!ev_memory && EV_MEMORY & 1u << e)
+				continue;
+			fprintf(out, "%s\"%s\": [%" PRIu64 ", %" PRIu64 "]", sep, event_names[e],
+				ev_sums[w][KERNEL][e], ev_sums[w][USER][e]);
+			sep = ", ";
+		}
 		fputs("}", out);
 	}
 	memset(ev_sums, 0, sizeof(ev_sums));
 }
 
-/* events=on, at install: 0 on success. */
+/* Is `arg` events=on (every event) or events=blocks (no memory callbacks)? */
+static int events_arg(const char *arg)
+{
+	if (strcmp(arg, "events=on") && strcmp(arg, "events=blocks"))
+		return 0;
+	events = TRUE;
+	ev_memory = !strcmp(arg, "events=on");
+	return 1;
+}
+
+/* events=, at install: 0 on success. */
 static int events_init(int n)
 {
 	ev_vcpus = aligned_alloc(64, sizeof(*ev_vcpus) * (size_t)n);

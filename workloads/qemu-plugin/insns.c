@@ -59,9 +59,9 @@
  * Every sample record then carries "stays": per window, {label: [calls,
  * kernel instructions]}.  Every block takes a callback then.
  *
- * Events (events=on): loads, stores, locked instructions, TLB flushes,
- * IPIs, rep string instructions and instructions as a CPU retires them,
- * per window beside the instructions (events.h).
+ * Events (events=on, or events=blocks): loads, stores, locked
+ * instructions, TLB flushes, IPIs, rep string instructions and instructions
+ * as a CPU retires them, per window beside the instructions (events.h).
  *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
  * way of counting (to measure what each costs; README); blocks=on;
@@ -633,8 +633,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			mode = argv[i] + 5;
 		else if (!strcmp(argv[i], "blocks=on"))
 			by_block = TRUE;
-		else if (!strcmp(argv[i], "events=on"))
-			events = TRUE;
+		else if (events_arg(argv[i]))
+			;
 		else if (g_str_has_prefix(argv[i], "stays="))
 			stays_path = argv[i] + 6;
 		else {
@@ -660,7 +660,7 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 	}
 	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
 	if (events && events_init(n_vcpus)) {
-		fprintf(stderr, "mmlab insns plugin: no memory for events=on\n");
+		fprintf(stderr, "mmlab insns plugin: no memory for events=\n");
 		return -1;
 	}
 	if (stays_path && read_stays(stays_path)) {

@@ -9,13 +9,13 @@ Explanation, so they cannot disagree.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 from pydantic import BaseModel
 
 from mmlab.attribution.events import EventCount, EventCounts
-from mmlab.attribution.functions import FunctionChange, FunctionInsns, changes
+from mmlab.attribution.functions import FunctionChange, FunctionInsns, changes, moved
 from mmlab.attribution.guest import GuestTrace, TraceFigure
 from mmlab.attribution.locks import Contention, LockCaller, LockWaits
 from mmlab.attribution.stacks import Delta, FunctionCost, StackProfile, diff, top_functions
@@ -78,6 +78,23 @@ class GuestExplanation:
 
 
 @dataclass(frozen=True)
+class CallPath:
+    """What one stay (a syscall, page faults) ran, inclusively: its entry
+    function's instructions per unit with everything it called, and the
+    functions called inside it, each with its own callees (so they overlap
+    and do not add up); beside the stay's own count, which also holds the
+    kernel entry and exit code around the entry function and the interrupts
+    taken inside (the per-syscall metrics count stays)."""
+    stay: str                        # syscall_mprotect, fault, ...
+    entry: str                       # __x64_sys_mprotect, or the stay's largest function
+    per_unit: float
+    per_unit_baseline: float | None
+    stay_per_unit: float | None      # the stay's kernel instructions per unit, same boot
+    stay_per_unit_baseline: float | None
+    rows: list[FunctionChange]       # alone: the largest; paired: those that moved most
+
+
+@dataclass(frozen=True)
 class WindowFunctions:
     """Kernel instructions per unit by function in one timed window of a
     guest arm (exact counts from the TCG plugin), against the baseline's
@@ -97,6 +114,7 @@ class WindowFunctions:
     counted: float | None = None    # its median over the trials' samples; None: not counted
     counted_baseline: float | None = None
     judged: bool = False            # the profile names the metric: compare shows `counted`
+    paths: list[CallPath] = field(default_factory=list)   # per syscall (and faults), inclusive
 
     @property
     def change(self) -> float | None:
@@ -226,7 +244,8 @@ def explain_pair(arm: str, baseline: str, a: Attribution, base: Attribution,
 def explain_functions(arm: str, f: FunctionInsns, baseline: str | None = None,
                       base: FunctionInsns | None = None, n: int = 12) -> list[WindowFunctions]:
     """Per window: the arm's largest functions, or with a baseline that
-    counted the same window, the functions whose instructions moved most."""
+    counted the same window, the functions whose instructions moved most;
+    and each syscall's inclusive path."""
     out = []
     for window, kernel in f.kernel.items():
         paired = base if base is not None and window in base.kernel else None
@@ -235,8 +254,47 @@ def explain_functions(arm: str, f: FunctionInsns, baseline: str | None = None,
         out.append(WindowFunctions(arm, baseline if paired is not None else None, window,
                                    f.units[window], kernel,
                                    paired.kernel[window] if paired is not None else None,
-                                   f.unresolved.get(window, 0.0), rows))
+                                   f.unresolved.get(window, 0.0), rows,
+                                   paths=call_paths(f, paired, window, n)))
     return out
+
+
+SYSCALL_ENTRIES = ("__x64_sys_", "__se_sys_", "__do_sys_")   # in order of preference
+
+
+def _entry(stay: str, funcs: dict[str, float]) -> str:
+    """The function a stay's path starts at: a syscall's own entry
+    function, or the one that ran most inside the stay (a fault's
+    exc_page_fault)."""
+    name = stay.removeprefix("syscall_")
+    return next((p + name for p in SYSCALL_ENTRIES if p + name in funcs),
+                max(funcs, key=lambda k: (funcs[k], k)))
+
+
+def call_paths(f: FunctionInsns, base: FunctionInsns | None, window: str,
+               n: int) -> list[CallPath]:
+    """Each syscall's and the faults' inclusive path in `window`, largest
+    first: alone, the functions that ran most inside it; against a
+    baseline, the functions whose inclusive counts moved most, renames
+    paired."""
+    pa = f.paths.get(window, {})
+    pb = base.paths.get(window, {}) if base is not None else {}
+    out = []
+    for stay in (pa.keys() | pb.keys()):
+        if not (stay.startswith("syscall_") or stay == "fault") or stay.endswith("_unnamed"):
+            continue
+        fa, fb = pa.get(stay, {}), pb.get(stay, {})
+        entry = _entry(stay, fa | fb)
+        sa = f.stays.get(window, {}).get(stay)
+        sb = base.stays.get(window, {}).get(stay) if base is not None else None
+        rows = (moved({k: v for k, v in fa.items() if k != entry},
+                      {k: v for k, v in fb.items() if k != entry}, n) if base is not None else
+                [FunctionChange(k, v, 0.0) for k, v in sorted(fa.items(), key=lambda kv: -kv[1])
+                 if k != entry][:n])
+        out.append(CallPath(stay, entry, fa.get(entry, 0.0),
+                            fb.get(entry, 0.0) if base is not None else None,
+                            sa[1] if sa else None, sb[1] if sb else None, rows))
+    return sorted(out, key=lambda p: (-max(p.per_unit, p.per_unit_baseline or 0.0), p.stay))
 
 
 def _functions(plan: Plan, attributed: dict[str, Attribution], samples: dict[str, list[Sample]],

@@ -13,6 +13,14 @@ the table knows) are kept as unresolved, never dropped: the functions and
 the unresolved part add up to the plugin's own window totals, which is
 checked.
 
+Inclusive counts (`calls=PATH`, qemu-plugin/calls.h): the plugin follows
+each vCPU's kernel calls on a shadow stack and gives each called function
+the instructions from its entry to its return, its callees included, under
+the stay (syscall, fault, ...) it ran in; `calls_text` tells it where the
+functions start and which code is a thunk or the context switch.  A call
+into the middle of a function (return-stack stuffing) is no function's
+entry and is left out.
+
 This is an attribution run: the per-block callbacks slow TCG, and the
 counts are exact whatever the speed, so it never shares a boot with timing.
 """
@@ -20,7 +28,10 @@ counts are exact whatever the speed, so it never shares a boot with timing.
 from __future__ import annotations
 
 import bisect
+import functools
 import gzip
+import hashlib
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +39,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from mmlab.errors import MmlabError
+from mmlab.kernels import qemu_plugin
 from mmlab.workloads import Workload, insns
 from mmlab.workloads.samples import Sample
 
@@ -39,6 +51,14 @@ SCRIPT_AFTER = ("grep -m1 ' _text$' /proc/kallsyms >&2 || true",)
 # The script that reads a kernel's text symbols once (module symbols, which
 # move from boot to boot, are left out), gzipped and base64'd for the serial port.
 DUMP_SCRIPT = "grep -E '^[0-9a-f]+ [tTwW] [^ ]+$' /proc/kallsyms | gzip -1 | base64 -w0\n"
+# Code a call passes through on its way to the callee, or a return on its
+# way back (retpolines, return thunks, their mitigations' variants).
+THUNK = re.compile(r"__x86_indirect_(call_|jump_|its_)?thunk_|__x86_return_thunk$|"
+                   r"__x86_return_skl$|srso_|retbleed_|zen_untrain_ret$|entry_untrain_ret$|"
+                   r"its_return_thunk$|call_depth_return_thunk$|entry_ibpb$")
+SWITCH = "__switch_to_asm"        # from here the kernel stack is another task's
+# The kernel's entry and exit code: its labels are jumped to, never tail calls.
+ENTRY_TEXT = ("__entry_text_start", "__entry_text_end")
 
 
 class SymbolTable:
@@ -71,6 +91,49 @@ class SymbolTable:
             return None
         return self.names[i]
 
+    def starting(self, offset: int) -> str | None:
+        """The function that starts at `offset`, or None (a call into the
+        middle of one)."""
+        i = bisect.bisect_right(self.offsets, offset) - 1
+        return self.names[i] if i >= 0 and self.offsets[i] == offset < self.end else None
+
+    def size(self, i: int) -> int:
+        """Symbol i's text: to the next symbol at another address."""
+        nxt = bisect.bisect_right(self.offsets, self.offsets[i])
+        return max((self.offsets[nxt] if nxt < len(self.offsets) else self.end)
+                   - self.offsets[i], 1)
+
+
+def calls_text(table: SymbolTable) -> str:
+    """The plugin's calls= file (calls.h's read_calls): every function's
+    start outside the entry code, the thunks' and the context switch's
+    ranges."""
+    at = {n: o for o, n in zip(table.offsets, table.names, strict=True) if n in ENTRY_TEXT}
+    entry = range(*(at[n] for n in ENTRY_TEXT)) if len(at) == 2 else range(0)
+    out = []
+    for i, (offset, name) in enumerate(zip(table.offsets, table.names, strict=True)):
+        if name == SWITCH:
+            out.append(f"X {offset:x} {table.size(i):x}")
+        elif THUNK.match(name):
+            out.append(f"T {offset:x} {table.size(i):x}")
+        elif offset not in entry:
+            out.append(f"F {offset:x}")
+    return "\n".join(out) + "\n"
+
+
+@functools.cache
+def calls_args(symbols: Path) -> tuple[str, ...]:
+    """The plugin's calls= argument for a kernel's symbols: the file is
+    made once per run and kept in the plugin's cache by what it holds."""
+    text = calls_text(SymbolTable.load(symbols))
+    path = qemu_plugin.cache_dir() / f"calls-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        tmp.rename(path)
+    return (f"calls={path}",)
+
 
 def text_address(stderr: str) -> int:
     """Where this boot's kernel text starts, from the line SCRIPT_AFTER printed."""
@@ -93,6 +156,17 @@ class FunctionInsns(BaseModel):
     kernel_release: str
     text_address: int                      # this boot's `_text` (KASLR moved it)
     dropped_blocks: int = 0                # blocks past the plugin's table: in `kernel` only
+    # With calls=: per window, each called function's instructions with its
+    # callees', per unit; its calls per unit; the same by path (a syscall's
+    # entry function and what it called, or a fault's, ...: "other" outside
+    # them); each stay's calls and instructions per unit, of the same boot;
+    # and the frames dropped where the stack could not be followed (a
+    # context switch).  Inclusive counts overlap and never add up.
+    inclusive: dict[str, dict[str, float]] = {}
+    calls: dict[str, dict[str, float]] = {}
+    paths: dict[str, dict[str, dict[str, float]]] = {}
+    stays: dict[str, dict[str, list[float]]] = {}
+    frames_cut: dict[str, int] = {}
 
     def top(self, window: str, n: int) -> list[tuple[str, float]]:
         funcs = self.windows.get(window, {})
@@ -138,7 +212,40 @@ def attribute(workload: Workload, samples: list[Sample], output: str, stderr: st
         kernel[w.name] = plugin_total / n
     return FunctionInsns(windows=windows, kernel=kernel, unresolved=unresolved,
                          units={w.name: w.unit for w in workload.windows if w.name in windows},
-                         kernel_release=release, text_address=text, dropped_blocks=dropped)
+                         kernel_release=release, text_address=text, dropped_blocks=dropped,
+                         **inclusive(workload, units, output, sample_records, table, text))
+
+
+def inclusive(workload: Workload, units: dict[str, float], output: str,
+              sample_records: list[dict], table: SymbolTable, text: int) -> dict:
+    """FunctionInsns' inclusive fields from the plugin's "calls" lines
+    (none without calls=) and the sample records' stays."""
+    by_window = {r["window"]: r for r in insns.plugin_records(output, "calls")}
+    if not by_window:
+        return {}
+    out: dict = {"inclusive": {}, "calls": {}, "paths": {}, "stays": {}, "frames_cut": {}}
+    for w in workload.windows:
+        n = units[w.name]
+        if not n or w.marker not in by_window:
+            continue
+        out["frames_cut"][w.name] = by_window[w.marker]["cut"]
+        incl, calls, paths = (out[k].setdefault(w.name, {})
+                              for k in ("inclusive", "calls", "paths"))
+        for address, stay, count, called in by_window[w.marker]["entries"]:
+            name = table.starting(address - text)
+            if name is None:
+                continue
+            incl[name] = incl.get(name, 0.0) + count / n
+            calls[name] = calls.get(name, 0.0) + called / n
+            path = paths.setdefault(stay or "other", {})
+            path[name] = path.get(name, 0.0) + count / n
+        stays: dict[str, list[float]] = out["stays"].setdefault(w.name, {})
+        for r in sample_records:
+            for stay, (called, count) in r["stays"][w.marker].items():
+                got = stays.setdefault(stay, [0.0, 0.0])
+                got[0] += called / n
+                got[1] += count / n
+    return out
 
 
 # A window over several vCPUs: the other vCPUs may count a block on the
@@ -158,20 +265,55 @@ def _check_sum(window: str, by_block: float, total: float, exact: bool = True) -
 
 @dataclass(frozen=True)
 class FunctionChange:
-    """One function's kernel instructions per unit on both sides of a pair."""
+    """One function's kernel instructions per unit on both sides of a pair;
+    a rename is one row, the baseline's name in `renamed_from`."""
     function: str
     per_unit: float
     per_unit_baseline: float
+    renamed_from: str = ""
 
     @property
     def change(self) -> float:
         return self.per_unit - self.per_unit_baseline
 
+    @property
+    def label(self) -> str:
+        return f"renamed {self.renamed_from} -> {self.function}" if self.renamed_from \
+            else self.function
+
+
+# A function only the baseline has and one only the arm has are one renamed
+# function when both run at least RENAME_FLOOR instructions per unit and
+# their counts are within RENAME_TOLERANCE of each other (a release renames
+# a helper, or the compiler's suffix changes: foo.constprop.0 -> foo.isra.0).
+RENAME_TOLERANCE = 0.02
+RENAME_FLOOR = 1.0
+
+
+def renames(gone: dict[str, float], new: dict[str, float]) -> list[FunctionChange]:
+    """Pairs of a function `gone` (baseline only) and one `new` (arm only)
+    with nearly the same count, closest pairs first, each name used once."""
+    near = sorted((abs(y / x - 1), g, m) for g, x in gone.items() for m, y in new.items()
+                  if min(x, y) >= RENAME_FLOOR and abs(y / x - 1) <= RENAME_TOLERANCE)
+    out, used = [], set()
+    for _, g, m in near:
+        if g not in used and m not in used:
+            out.append(FunctionChange(m, new[m], gone[g], renamed_from=g))
+            used |= {g, m}
+    return out
+
+
+def moved(fa: dict[str, float], fb: dict[str, float], n: int) -> list[FunctionChange]:
+    """The `n` counts that moved most between `fb` (baseline) and `fa`, both
+    ways, renames paired into one row; those that did not move are left out."""
+    paired = renames({f: v for f, v in fb.items() if f not in fa},
+                     {f: v for f, v in fa.items() if f not in fb})
+    named = {r.function for r in paired} | {r.renamed_from for r in paired}
+    rows = paired + [FunctionChange(f, fa.get(f, 0.0), fb.get(f, 0.0))
+                     for f in (fa.keys() | fb.keys()) - named if fa.get(f, 0.0) != fb.get(f, 0.0)]
+    return sorted(rows, key=lambda r: (-abs(r.change), r.function))[:n]
+
 
 def changes(a: FunctionInsns, base: FunctionInsns, window: str, n: int) -> list[FunctionChange]:
-    """The `n` functions whose instructions per unit moved most, both ways
-    (those that did not move at all are left out)."""
-    fa, fb = a.windows.get(window, {}), base.windows.get(window, {})
-    rows = [FunctionChange(f, fa.get(f, 0.0), fb.get(f, 0.0)) for f in fa.keys() | fb.keys()
-            if fa.get(f, 0.0) != fb.get(f, 0.0)]
-    return sorted(rows, key=lambda r: (-abs(r.change), r.function))[:n]
+    """The `n` functions whose exclusive instructions per unit moved most."""
+    return moved(a.windows.get(window, {}), base.windows.get(window, {}), n)

@@ -20,6 +20,8 @@
 6. How far emulated time can be trusted (calibration.py): pairs of settings
    on this machine's kernel and in a TCG guest of its series, the time
    ratios on both sides beside the guest's counted ratio.
+7. What counting events costs a counted guest trial, beside counting
+   instructions alone, interleaved (event_cost.py).
 
 Figures are printed as ratios; nothing here asserts a speed.
 """
@@ -40,7 +42,7 @@ import tomli_w
 from rich.table import Table
 
 from mmlab import workloads
-from mmlab.bench import agreement, calibration, census, guest_start, startup
+from mmlab.bench import agreement, calibration, census, event_cost, guest_start, startup
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Plan, load
 from mmlab.experiment.profile import Profile
@@ -233,7 +235,7 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--part", choices=["all", "peer", "stability", "selftest", "verdicts",
                                            "agreement", "census", "guests", "startup",
-                                           "calibration"],
+                                           "calibration", "events"],
                         default="all")
     parser.add_argument("--guest", default="debian:6.12",
                         help="the guest kernel for stress-ng's agreement and the guests part "
@@ -280,6 +282,8 @@ def main(argv: list[str] | None = None) -> None:
             out.print(census.table())
         if args.part in ("all", "guests") and args.guest != "none":
             out.print(guest_start.table(args.guest))
+        if args.part in ("all", "events") and args.guest != "none":
+            out.print(event_cost.table(args.guest))
         if args.part in ("all", "calibration"):
             rows = calibration.measure(args.results / "calibration", args.calibration_guest,
                                        args.calibration_rounds, plain(out))

@@ -12,5 +12,6 @@ profile's models."""
 MAX_ROUNDS = 100       # repetitions, max_repetitions, --max-repetitions
 MAX_SAMPLES = 10_000   # samples_per_trial, mmlab run --samples
 MAX_WARMUPS = 1000     # warmups: mmwork's own bound (workloads/core-args.c)
+MAX_GUEST_STATES = 8   # guest_states: each a boot saved once per kernel, shape and cmdline
 MIN_PAIRS = 6          # complete rounds from which the judge pairs them: 5 pairs
                        # cannot give p < 0.05 (the plan's warnings read it too)

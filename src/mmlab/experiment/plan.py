@@ -44,6 +44,7 @@ class Arm(BaseModel):
     memory_mb: int = 1024
     numa_nodes: int = 1                # guests: NUMA nodes (QEMU -numa)
     guest_start: str = "snapshot"      # guests: restored from a saved boot, or booted
+    round: int = 0                     # set per trial as it runs: a guest's saved boot follows it
     bare_metal: bool = False           # its kernel kexec'd on the bare-metal machine
     control_of: str | None = None      # a matched-state control of this arm (controls.py)
     control: str | None = None         # the state it forces, e.g. "thp=nohugepage"

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from mmlab.errors import MmlabError
-from mmlab.experiment.limits import MAX_ROUNDS, MAX_SAMPLES, MAX_WARMUPS
+from mmlab.experiment.limits import MAX_GUEST_STATES, MAX_ROUNDS, MAX_SAMPLES, MAX_WARMUPS
 from mmlab.machine import cpufreq, knobs
 from mmlab.names import hidden_character, shown
 from mmlab.workloads import execwork, output
@@ -113,6 +113,9 @@ class Profile(BaseModel):
     memory_mb: int = Field(default=1024, ge=128)
     timeout_s: float = Field(default=600, gt=0, description="per guest trial; per exec command")
     cmdline: Annotated[str, AfterValidator(_cmdline)] = ""   # added to a kernel's command line
+    guest_states: int | None = Field(default=None, ge=1, le=MAX_GUEST_STATES, description=(
+        "restored guests: the saved boots per kernel their rounds rotate over; "
+        "None: 3 where the profile counts instructions, else 1"))
     attribute: bool = False       # attribution trials after the timing trials
     # which attribution runs (default: every kind the target makes): a guest's
     # guest_trace (mm path calls and call times) and functions (instructions

@@ -43,6 +43,15 @@ Each sample says how much of the machine's CPU went to others while it ran
 (`neighbour_cpu_share`, mmwork).  Where a neighbour was there, a
 machine-wide difference is named (a Finding `beside` a neighbour) but does
 not make the pair incomparable: the trial's own readings still decide.
+
+A restored guest starts from one of its kernel's saved boots (`guest_state`,
+targets/snapshot.py), and an exact count can depend on which: debian:6.1's
+zap gave 1,151 kernel instructions per page from one and 1,304 from another,
+each within 0.2% over its trials.  An arm whose boots disagree on a count
+beyond their own trials' spread is named ("guest states differ"); it keeps
+its verdict, whose interval carries the boots' spread.  A pair whose
+difference in a count lies within what the choice of a boot gives (the
+ranges of the two arms' boots overlap) is not comparable on that count.
 """
 
 from __future__ import annotations
@@ -264,15 +273,18 @@ class Finding:
     arms: tuple[str, ...]
     detail: str
     beside: str = ""      # a machine-wide difference with a neighbour there: who
+    only: tuple[str, ...] | None = None   # the metrics it concerns alone (None: any)
 
     def __str__(self) -> str:
         return f"{self.check}: {self.detail}" + (f" ({self.beside})" if self.beside else "")
 
     def matters_for(self, metric: str) -> bool:
         """Does it make `metric`'s comparison incomparable?  Not when a
-        neighbour may explain it, nor for a metric divided by that state."""
+        neighbour may explain it, nor for a metric divided by that state,
+        nor for one it does not concern."""
         check = next((c for c in CHECKS if c.name == self.check), None)
-        return not self.beside and (check is None or metric not in check.normalises)
+        return (not self.beside and (self.only is None or metric in self.only)
+                and (check is None or metric not in check.normalises))
 
 
 NEIGHBOUR_SHARE = 0.05   # of the machine's CPU time: more, and something else ran beside
@@ -372,6 +384,7 @@ def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
                 found.append(Finding(check.name, (arm,),
                                      f"{key} varied within arm {arm}: {_describe(vals)}",
                                      neighbour(samples) if check.machine_wide else ""))
+    found += states_differ(arm, samples)
     errors: dict[str, float] = {}
     for s in samples:
         for k, v in s.errors.items():
@@ -393,7 +406,7 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
         return [Finding("page state measured", (arm, baseline),
                         f"{' and '.join(blind)} ran with --no-probes: no page state to "
                         "compare, so the same state cannot be shown")]
-    found = []
+    found = states_explain(arm, baseline, samples, base_samples)
     culprits = sorted(differing_axes & PLATFORM_AXES)
     for check in CHECKS:
         if check.allowed(differing_axes):
@@ -410,4 +423,77 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
                                      f"{_describe(b) or 'absent'} in {baseline}{cause}",
                                      neighbour(samples + base_samples)
                                      if check.machine_wide else ""))
+    return found
+
+
+STATE_KEY = "guest_state"      # the saved boot a restored guest started from
+COUNTED = re.compile(r"(^|_)insns(_|$)")
+STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
+STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
+STATES_DIFFER = "guest states differ"
+STATES_EXPLAIN = "saved boots explain the difference"
+
+
+def state_medians(samples: list[Sample], metric: str) -> dict[str, tuple[float, float]]:
+    """Each saved boot's (median, own range) of `metric` over its samples;
+    booted guests (each its own state) and samples without it are left out."""
+    groups: dict[str, list[float]] = {}
+    for s in samples:
+        v, state = s.metrics.get(metric), s.state.get(STATE_KEY)
+        if state and v is not None and np.isfinite(v):
+            groups.setdefault(str(state), []).append(float(v))
+    return {k: (float(np.median(v)), max(v) - min(v)) for k, v in groups.items()}
+
+
+def _apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
+    """The lowest and highest boots when their medians differ beyond their
+    own spread (STATES_MARGIN) and STATES_FLOOR of the count; None if not."""
+    if len(medians) < 2:
+        return None
+    lo = min(medians, key=lambda k: medians[k][0])
+    hi = max(medians, key=lambda k: medians[k][0])
+    gap, own = medians[hi][0] - medians[lo][0], max(r for _, r in medians.values())
+    floor = STATES_FLOOR * abs(float(np.median([m for m, _ in medians.values()])))
+    return (lo, hi) if gap > max(STATES_MARGIN * own, floor) else None
+
+
+def _counted(*arms: list[Sample]) -> list[str]:
+    return sorted({m for ss in arms for s in ss for m in s.metrics if COUNTED.search(m)})
+
+
+def states_differ(arm: str, samples: list[Sample]) -> list[Finding]:
+    """The arm's counts on which its saved boots disagree, largest share
+    first, each with its two furthest boots: one finding that concerns no
+    verdict by itself (`only` empty)."""
+    seen = []
+    for metric in _counted(samples):
+        med = state_medians(samples, metric)
+        if (pair := _apart(med)) is not None:
+            lo, hi = med[pair[0]][0], med[pair[1]][0]
+            seen.append(((hi - lo) / abs(lo) if lo else np.inf,
+                         f"{metric} {lo:,.6g} from boot {pair[0]} vs {hi:,.6g} from {pair[1]}"))
+    if not seen:
+        return []
+    seen.sort(reverse=True)
+    more = f" and {len(seen) - 3} more counts" if len(seen) > 3 else ""
+    return [Finding(STATES_DIFFER, (arm,), f"arm {arm}: " + "; ".join(
+        f"{what} ({share:+.1%})" for share, what in seen[:3]) + more, only=())]
+
+
+def states_explain(arm: str, baseline: str, samples: list[Sample],
+                   base_samples: list[Sample]) -> list[Finding]:
+    """Counts whose difference between the arms the choice of a saved boot
+    explains: one arm's boots disagree, and the ranges of the two arms'
+    boot medians overlap while their medians differ by more than the floor."""
+    found = []
+    for metric in _counted(samples, base_samples):
+        a, b = state_medians(samples, metric), state_medians(base_samples, metric)
+        if not a or not b or (_apart(a) is None and _apart(b) is None):
+            continue
+        ma, mb = (float(np.median([m for m, _ in x.values()])) for x in (a, b))
+        ra, rb = ([min(m for m, _ in x.values()), max(m for m, _ in x.values())] for x in (a, b))
+        if ra[0] <= rb[1] and rb[0] <= ra[1] and abs(ma - mb) > STATES_FLOOR * abs(mb):
+            found.append(Finding(STATES_EXPLAIN, (arm, baseline), (
+                f"{metric}: {arm}'s boots give {ra[0]:,.6g}..{ra[1]:,.6g}, {baseline}'s "
+                f"{rb[0]:,.6g}..{rb[1]:,.6g}"), only=(metric,)))
     return found

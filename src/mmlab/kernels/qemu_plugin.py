@@ -73,9 +73,11 @@ def header(version: str, fetch: bool = True) -> Path:
 
 
 def _key(version: str, hdr: Path) -> str:
-    """What the .so is built from: the QEMU version, its header, our sources."""
+    """What the .so is built from: the QEMU version, its header, our sources
+    (insns.c and the headers beside it that it includes)."""
     h = hashlib.sha256(version.encode())
-    for f in (hdr, SOURCE, WORKLOAD_SRC / "core-insns.h", csource.HEADER):
+    for f in (hdr, SOURCE, *sorted(SOURCE.parent.glob("*.h")), WORKLOAD_SRC / "core-insns.h",
+              csource.HEADER):
         h.update(f.read_bytes())
     return h.hexdigest()[:16]
 

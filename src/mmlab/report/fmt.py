@@ -20,7 +20,7 @@ from mmlab.workloads.execwork import PLACEHOLDER, RESERVED
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
-    from mmlab.attribution.explain import WindowFunctions
+    from mmlab.attribution.explain import CallPath, WindowFunctions
     from mmlab.track.changepoints import Change
     from mmlab.workloads import Workload
     from mmlab.workloads.samples import Sample
@@ -314,3 +314,19 @@ def beside_trials(w: WindowFunctions) -> str:
             "is a boot of its own (its own free and per-CPU page lists, and, slowed by "
             "counting block by block, more timer interrupts inside each window), one run "
             "where compare takes the median over trials")
+
+
+def call_path(p: CallPath, unit: str, top: int = 6) -> str:
+    """A syscall's (or the faults') inclusive path in one line: its entry
+    function with all it called, beside the whole stay, and the functions
+    under it (each with its own callees: they overlap, never add up)."""
+    paired = p.per_unit_baseline is not None
+    def pair(x: float | None, y: float | None) -> str:
+        return f"{num(y)} -> {num(x)}" if paired else num(x)
+    stay = (f" (the whole {p.stay} stay {pair(p.stay_per_unit, p.stay_per_unit_baseline)}: "
+            "also the kernel entry and exit code and interrupts inside)"
+            if p.stay_per_unit is not None else "")
+    under = ", ".join(f"{r.label} {signed(r.change) if paired else num(r.per_unit)}"
+                      for r in p.rows[:top]) or ("nothing moved" if paired else "none")
+    return (f"{p.stay}, inclusive (a function with all it calls): {p.entry} "
+            f"{pair(p.per_unit, p.per_unit_baseline)} /{unit}{stay}; under it: {under}")

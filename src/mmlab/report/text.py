@@ -241,8 +241,8 @@ def attribution(d: ReportData) -> list[str]:
     if found.functions:
         out += _wrap(fmt.FUNCTIONS_LEGEND)
     for w in found.functions:
-        tops = ", ".join(f"{r.function} {fmt.signed(r.change)}" if w.baseline else
-                         f"{r.function} {fmt.num(r.per_unit)}" for r in w.rows[:TEXT_TOP])
+        tops = ", ".join(f"{r.label} {fmt.signed(r.change)}" if w.baseline else
+                         f"{r.label} {fmt.num(r.per_unit)}" for r in w.rows[:TEXT_TOP])
         if w.baseline:
             out += _wrap(f"{w.arm} vs {w.baseline}: kernel instructions per {w.unit} in "
                          f"{w.window} {fmt.num(w.kernel_baseline)} -> {fmt.num(w.kernel)}; "
@@ -252,6 +252,8 @@ def attribution(d: ReportData) -> list[str]:
                          f"{fmt.num(w.kernel)}; largest: {tops}")
         if said := fmt.beside_trials(w):
             out += _wrap(said, "    ")
+        for p in w.paths:
+            out += _wrap(fmt.call_path(p, w.unit), "    ")
     guests = {g.arm: g for g in found.guests}
     arms = {a.arm: a for a in found.arms}
     for arm in d.attributions:
@@ -316,7 +318,7 @@ def pair_lines(group: list[Evidence]) -> list[str]:
             out.append(f"  page state {s.key}: {fmt.value(s.before)} -> {fmt.value(s.after)}")
     out += [f"  audit: {f}" for f in e.findings]
     for wf in e.functions:
-        rows = ", ".join(f"{r.function} {fmt.signed(r.change)}" for r in wf.rows[:5]) or \
+        rows = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:5]) or \
             "no change"
         out.append(f"  functions ({wf.window}, kernel instructions per {wf.unit}): {rows}")
     out += [f"  {name}: {cmd}" for name, cmd in e.commands.items()]
@@ -336,7 +338,7 @@ def release_note(suite: Suite, release: str, areas: dict[str, list[Evidence]]) -
             lines += _wrap(f"- [{ch.id}] {ch.profile}: {_pct(e)} {ch.outcome} of {ch.metric}, "
                            f"{ch.before} -> {ch.after} (series {ch.kind})")
             for wf in e.functions:
-                rows = ", ".join(f"{r.function} {fmt.signed(r.change)}" for r in wf.rows[:5])
+                rows = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:5])
                 lines += _wrap(f"functions ({wf.window}, kernel instructions per {wf.unit}): "
                                f"{rows or 'no change'}", "    ")
         lines.append("")

@@ -144,13 +144,19 @@ def run_one(store: Store, trial: Trial, plan: Plan, target: LocalTarget) -> bool
     if claim is None:
         return None
     try:
-        result = target.run_trial(plan.arm(trial.arm), plan)
+        result = target.run_trial(trial_arm(plan, trial), plan)
     except Interrupted:
         store.replan_trial(trial.id)
         raise
     except MmlabError as exc:
         return _failed(store, trial, exc, claim)
     return _done(store, trial, result, claim)
+
+
+def trial_arm(plan: Plan, trial: Trial) -> Arm:
+    """The trial's arm with its round, which a guest restored from one of
+    several saved boots takes its boot from (snapshot.rotation)."""
+    return plan.arm(trial.arm).model_copy(update={"round": trial.round})
 
 
 def _failed(store: Store, trial: Trial, exc: MmlabError, claim: float) -> bool | None:
@@ -240,7 +246,7 @@ def run_side_by_side(store: Store, plan: Plan, trials: list[Trial], pool: Target
                 beside.settle(FIRST_COMPLETED)
             if (claim := beside.claim(trial)) is not None:
                 job = functools.partial(beside.targets[trial.id].run_trial,
-                                        plan.arm(trial.arm), plan)
+                                        trial_arm(plan, trial), plan)
                 beside.submit(workers, trial, claim, job)
         beside.settle(ALL_COMPLETED)
     return beside.counted()
@@ -262,7 +268,7 @@ def run_counting_side_by_side(store: Store, plan: Plan, trials: list[Trial], poo
                     continue
                 try:
                     timed.append((trial, claim, beside.targets[trial.id].timed_pass(
-                        plan.arm(trial.arm), plan)))
+                        trial_arm(plan, trial), plan)))
                 except MmlabError as exc:
                     beside.failed(trial, exc, claim)
             for trial, claim, counting_pass in timed:

@@ -95,6 +95,7 @@ class Guest:
     timeout_s: float = 600
     numa_nodes: int = 1
     start: str = "snapshot"   # "snapshot": restored from a saved boot (snapshot.py); "boot"
+    state: int = 0            # which of the kernel's saved boots it is restored from
     host_root: bool = False   # this machine's / mounted read-only at /host (hostroot.py)
 
 
@@ -163,6 +164,12 @@ class BootResult:
     plugin_output: str = ""   # what the instruction-counting plugin wrote (insns.py)
     start: str = "booted"     # or "restored" from a snapshot of a booted guest
     why_booted: str = ""      # why a guest meant to be restored was booted
+    state: str = ""           # the saved boot it was restored from ("": booted, its own)
+
+    def labels(self) -> dict[str, str | float]:
+        """Its samples' labels: how the guest started, and from which saved
+        boot (snapshot.py; "" when booted, a state of its own)."""
+        return {"guest_start": self.start, "guest_state": self.state}
 
 
 def numa_args(nodes: int, vcpus: int, memory_mb: int, prealloc: bool = False) -> list[str]:

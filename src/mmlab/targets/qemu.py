@@ -197,7 +197,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
                         "guest_memory_mb": float(guest.memory_mb),
                         "guest_numa_nodes": float(numa.group(1)) if numa else float("nan"),
                         "boot_s": round(boot.seconds, 3), "boot_retries": float(retry),
-                        "guest_start": boot.start, **kernel_defaults(boot.console)})
+                        **boot.labels(), **kernel_defaults(boot.console)})
     return got
 
 
@@ -378,10 +378,10 @@ class QemuTarget(LocalTarget):
     def stop(self) -> None:
         end_guests()
 
-    def guest(self, arm: Arm, plan: Plan) -> Guest:
+    def guest(self, arm: Arm, plan: Plan, state: int = 0) -> Guest:
         return Guest(self.kernel(), vcpus=int(arm.cpus or 1), memory_mb=arm.memory_mb,
                      extra_cmdline=plan.profile.cmdline, timeout_s=plan.profile.timeout_s,
-                     numa_nodes=getattr(arm, "numa_nodes", 1) or 1, start=arm.guest_start)
+                     numa_nodes=arm.numa_nodes or 1, start=arm.guest_start, state=state)
 
     @contextmanager
     def _host_clock(self, arm: Arm, plan: Plan) -> Iterator[None]:
@@ -409,7 +409,7 @@ class QemuTarget(LocalTarget):
         """The trial's timing boot, run now (none for a plan judged on counts
         alone), and what runs its counting boot, if the plan counts, and
         gives the trial's result."""
-        guest = self.guest(arm, plan)
+        guest = self.guest(arm, plan, snapshot.rotation(arm, plan))
         accel, why = accelerator(guest.kernel, initramfs_cache())
         env = {**probe.environment(), **guest_environment(guest, accel, why, arm.settings.swap)}
         if insns.only(plan.workload, plan.profile.metrics):
@@ -450,8 +450,8 @@ class QemuTarget(LocalTarget):
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
         extra = stays.plugin_args(guest, initramfs_cache()) if plugin and \
             syscalls.wanted(plan.workload, plan.profile.metrics) else ()
-        if plugin and insns.events_wanted(plan.workload, plan.profile.metrics):
-            extra += (insns.EVENTS_ARG,)     # events beside them: only when asked, they cost
+        if plugin:      # events beside them: only those asked for, they cost
+            extra += insns.events_arg(plan.workload, plan.profile.metrics)
         return sample(guest, plan.workload, insns.counting_params(arm.params),
                    plan.profile.samples_per_trial, plan.profile.warmups, arm.settings,
                    plugin=plugin, say=self._once, plugin_extra=extra)

@@ -152,18 +152,25 @@ class Workload:
                     return _stay_metric(name, w, stay, figure)
         return None
 
-    def event_metric(self, name: str) -> Metric | None:
-        """The event metric `name` names (EVENTS, of any window), or None:
-        a family no table lists, since any window can count them."""
+    def event_of(self, name: str) -> tuple[Window, str, str] | None:
+        """(window, side, event) of the event metric `name`, or None."""
         for w in self.windows:
             for side in ("kernel", "user"):
                 event = name.removeprefix(f"{w.name}_{side}_").removesuffix(f"_per_{w.unit}")
                 if event in EVENTS and name == f"{w.name}_{side}_{event}_per_{w.unit}":
-                    unit, what = EVENTS[event]
-                    return Metric(name, unit, "lower", f"{side} {what} per {w.unit} in window "
-                                  f"{w.name} (counted exactly by QEMU's TCG plugin with "
-                                  "events on, in a counting pass)")
+                    return w, side, event
         return None
+
+    def event_metric(self, name: str) -> Metric | None:
+        """The event metric `name` names (EVENTS, of any window), or None:
+        a family no table lists, since any window can count them."""
+        if not (found := self.event_of(name)):
+            return None
+        w, side, event = found
+        unit, what = EVENTS[event]
+        return Metric(name, unit, "lower", f"{side} {what} per {w.unit} in window {w.name} "
+                      "(counted exactly by QEMU's TCG plugin with events on, in a counting "
+                      "pass)")
 
     def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork arguments for `params`, each name checked against the table."""

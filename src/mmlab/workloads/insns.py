@@ -28,7 +28,9 @@ locked instructions, TLB invalidations, IPIs sent, rep string instructions
 and their bytes, instructions as a CPU retires them) has its counting pass
 load the plugin with `events=on` (qemu-plugin/events.h), and every window
 gets every event.  They cost a callback per block and per memory access,
-so they are counted only when asked for (`make bench`, events part).
+so they are counted only when asked for, and without the memory callbacks
+(`events=blocks`: no loads, stores, bytes or IPIs) when none of those is
+asked for (`make bench`, events part).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ from mmlab.workloads.samples import Sample
 
 UNIT = INSNS
 SOURCE_KEY = "insns_source"
-EVENTS_ARG = "events=on"    # the plugin's argument that counts events
+# The events the plugin counts in a memory callback, the costly ones
+# (qemu-plugin/events.h's EV_MEMORY): counted only with events=on.
+MEMORY_EVENTS = ("loads", "stores", "load_bytes", "store_bytes", "ipis", "string_bytes")
 
 
 class Unavailable(MmlabError):
@@ -78,9 +82,15 @@ def from_pass(workload: Workload, metric: str) -> bool:
         or workload.event_metric(metric) is not None
 
 
-def events_wanted(workload: Workload, metrics: list[str]) -> bool:
-    """Does a profile measuring `metrics` ask for events (EVENTS_ARG)?"""
-    return any(workload.event_metric(m) for m in metrics)
+def events_arg(workload: Workload, metrics: list[str]) -> tuple[str, ...]:
+    """The plugin's argument for the events a profile measuring `metrics`
+    names: events=on where one takes a memory callback (MEMORY_EVENTS),
+    events=blocks (the cheaper per-block ones alone) where none does,
+    nothing without an event metric."""
+    asked = {found[2] for m in metrics if (found := workload.event_of(m))}
+    if not asked:
+        return ()
+    return ("events=on",) if asked & set(MEMORY_EVENTS) else ("events=blocks",)
 
 
 def alone(counted: list[Sample], workload: Workload) -> list[Sample]:

@@ -20,6 +20,7 @@ from mmlab.experiment.plan import Plan
 from mmlab.report.fmt import (
     FUNCTIONS_LEGEND,
     beside_trials,
+    call_path,
     contrast,
     num,
     pct,
@@ -101,7 +102,7 @@ def functions_table(w: WindowFunctions) -> Fitted:
         table.add_column(f"instructions {per}", justify="right")
         table.add_column("share", justify="right")
         for r in w.rows:
-            table.add_row(r.function, num(r.per_unit), pct(r.per_unit / w.kernel))
+            table.add_row(r.label, num(r.per_unit), pct(r.per_unit / w.kernel))
         return Fitted(table)
     table = Table(title=f"{escaped(w.arm)} vs {escaped(w.baseline)}: "
                         f"kernel instructions in '{w.window}' {num(w.kernel_baseline)} -> "
@@ -110,7 +111,7 @@ def functions_table(w: WindowFunctions) -> Fitted:
         table.add_column(f"{col} {per}" if col != "function" else col,
                          justify="left" if col == "function" else "right")
     for r in w.rows:
-        table.add_row(r.function, num(r.per_unit_baseline), num(r.per_unit), signed(r.change))
+        table.add_row(r.label, num(r.per_unit_baseline), num(r.per_unit), signed(r.change))
     return Fitted(table)
 
 
@@ -140,6 +141,8 @@ def print_explanation(out: Console, plan: Plan, found: Explanation) -> None:
         out.print(functions_table(w))
         if said := beside_trials(w):
             out.print(escape(said))
+        for path in w.paths:
+            out.print(escape(call_path(path, w.unit)))
     for a in found.arms:
         out.print(arm_explanation(a))
     out.print(overhead_table(found.arms))

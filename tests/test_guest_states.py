@@ -1,0 +1,132 @@
+"""Several saved boots per kernel: a counted plan's rounds rotate over them,
+every arm of a round takes the boot of one index, its samples name it, and
+the audit names a kernel whose boots disagree on a count beyond their own
+trials' spread, and a pair whose difference the choice of a boot explains."""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+
+from mmlab.errors import MmlabError
+from mmlab.experiment.plan import parse
+from mmlab.judge import audit
+from mmlab.kernels import qemu_plugin
+from mmlab.run import runner
+from mmlab.store import Store, Trial
+from mmlab.targets import TargetPool, boot, snapshot, trial_arm
+from mmlab.workloads.samples import Sample
+
+from .fake_target import RUSAGE
+
+COUNT = "advise_kernel_insns_per_page"
+PROFILE = f"""
+name = "states"
+workload = "pageout-refault"
+repetitions = 4
+warmups = 0
+metrics = ["{COUNT}"]
+baseline = {{ mapping-kb = 512 }}
+[params]
+rounds = 2
+min-ms = 0
+[matrix]
+mapping-kb = [512, 1024]
+kernel = ["debian:6.12"]
+"""
+
+
+def _trial(arm: str, rnd: int) -> Trial:
+    return Trial(0, arm, 0, rnd, 0, "planned", None, None, None)
+
+
+def test_a_counted_plan_rotates_each_arm_over_three_boots_by_round():
+    plan = parse(PROFILE.replace("repetitions = 4", "repetitions = 6"))
+    assert snapshot.states(plan) == 3
+    seen = collections.Counter((a.name, snapshot.rotation(trial_arm(plan, _trial(a.name, r)),
+                                                          plan))
+                               for r in range(6) for a in plan.arms)
+    assert seen == {(a.name, k): 2 for a in plan.arms for k in range(3)}
+    timed = parse(PROFILE.replace(COUNT, "advise_ns_per_page"))
+    assert snapshot.states(timed) == 1
+
+
+def test_the_profile_sets_the_boots_and_a_bad_number_names_its_key():
+    text = PROFILE.replace("warmups = 0", "warmups = 0\nguest_states = 2")
+    assert snapshot.states(parse(text)) == 2
+    with pytest.raises(MmlabError, match="guest_states"):
+        parse(PROFILE.replace("warmups = 0", "warmups = 0\nguest_states = 0"))
+
+
+def test_the_first_boot_keeps_its_key_and_others_have_their_own(k612, tmp_path):
+    """A kernel's state 0 is the snapshot saved before boots were several."""
+    keys = {k: snapshot._key(boot.Guest(k612, state=k), "tcg", 0, [k612.image])
+            for k in range(3)}
+    assert len(set(keys.values())) == 3
+
+
+def _sample(value: float, state: str, metric: str = COUNT) -> Sample:
+    return Sample(workload="w", sample=0, mmwork_version="1", params={},
+                  metrics={metric: value}, counts={}, rusage=RUSAGE, vmstat_delta={},
+                  state={"guest_state": state}, errors={})
+
+
+def _boots(*values: tuple[str, list[float]]) -> list[Sample]:
+    return [_sample(v, state) for state, vs in values for v in vs]
+
+
+def test_boots_that_disagree_beyond_their_spread_are_named_and_keep_the_verdict():
+    """debian:6.1's zap as reported: 1,151 from one saved boot, 1,304 from
+    another, each within 0.2%; 6.12's three boots agree within 0.1%."""
+    apart = _boots(("0:aa", [1151, 1152, 1150]), ("1:bb", [1304, 1303, 1305]))
+    (f,) = audit.states_differ("6.1", apart)
+    assert f.check == audit.STATES_DIFFER and "0:aa" in str(f) and "1:bb" in str(f)
+    assert "1,151" in str(f) and "1,304" in str(f)
+    assert not f.matters_for(COUNT)           # the interval carries it, not the audit
+    agree = _boots(("0:cc", [1063, 1064]), ("1:dd", [1064, 1063]), ("2:ee", [1064, 1065]))
+    assert audit.states_differ("6.12", agree) == []
+    # Within their own spread (each boot's trials range 40): not apart.
+    noisy = _boots(("0:aa", [1000, 1040]), ("1:bb", [1060, 1100]))
+    assert audit.states_differ("x", noisy) == []
+    # Timed metrics and booted trials (no state) are not this check's.
+    timed = [_sample(v, s, "zap_ns_per_page") for v, s in ((1, "0:a"), (9, "1:b"))]
+    assert audit.states_differ("x", timed) == []
+    assert audit.states_differ("x", _boots(("", [1151]), ("", [1304]))) == []
+
+
+def test_a_difference_within_the_boots_range_is_not_comparable_on_that_count():
+    a61 = _boots(("0:aa", [1151, 1152]), ("1:bb", [1304, 1303]))
+    a612 = _boots(("0:cc", [1063, 1064]), ("1:dd", [1064, 1063]))
+    assert audit.states_explain("6.1", "6.12", a61, a612) == []   # every boot apart
+    mid = _boots(("0:ff", [1200, 1201]), ("1:gg", [1200, 1199]))
+    (f,) = audit.states_explain("6.1", "other", a61, mid)
+    assert f.check == audit.STATES_EXPLAIN and f.matters_for(COUNT)
+    assert not f.matters_for("zap_ns_per_page")
+    (g,) = [x for x in audit.audit_pair("6.1", "other", a61, mid, {"kernel"})
+            if x.check == audit.STATES_EXPLAIN]
+    assert g == f
+    assert audit.states_explain("6.12", "6.12b", a612, a612) == []
+
+
+def test_two_saved_boots_of_a_kernel_each_start_half_of_every_arms_rounds(k612, tmp_path):
+    """A counted plan of two arms over four rounds in debian:6.12 guests,
+    restored from two saved boots: each arm's rounds 0 and 2 from one, 1
+    and 3 from the other, the same two for both arms, every sample labelled."""
+    qemu_plugin.ensure()
+    plan = parse(PROFILE.replace("warmups = 0", "warmups = 0\nguest_states = 2"))
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    result = runner.run(store, exp, plan, TargetPool(say=lambda _: None), with_controls=False)
+    assert (result.done, result.failed) == (8, 0)
+    labels: dict[tuple[str, int | None], str] = {}
+    for t in store.measurements(exp).trials:
+        (s,) = t.samples
+        assert s.state["guest_start"] == "restored" and s.metrics[COUNT] > 100
+        labels[t.arm, t.round] = str(s.state["guest_state"])
+    assert len(labels) == 8
+    for arm in plan.arms:
+        mine = [labels[arm.name, r] for r in range(4)]
+        assert [x.split(":")[0] for x in mine] == ["0", "1", "0", "1"]
+        assert mine[0] == mine[2] != mine[1] == mine[3]
+    assert {labels[a.name, 1] for a in plan.arms} == {labels[plan.arms[0].name, 1]}

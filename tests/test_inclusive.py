@@ -1,0 +1,168 @@
+"""Inclusive kernel instructions by function (a function and everything it
+calls: qemu-plugin/calls.h, attribution/functions.py), their paths per
+syscall in `explain`, and renamed functions paired into one row."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from mmlab import workloads
+from mmlab.attribution import explain, functions
+from mmlab.attribution.functions import FunctionChange, FunctionInsns, SymbolTable
+from mmlab.kernels import images, qemu_plugin
+from mmlab.machine.knobs import HostSettings
+from mmlab.report import fmt
+from mmlab.targets import boot, qemu
+
+# ---------------------------------------------------------------- renames, pure
+
+
+def test_a_function_gone_and_one_new_with_nearly_its_count_are_one_rename():
+    base = {"change_pte_range": 120.0, "flush_tlb_mm_range": 30.0, "gone_small": 0.5}
+    arm = {"change_pte_range.isra.0": 121.0, "flush_tlb_mm_range": 31.0, "new_small": 0.5,
+           "brand_new": 60.0}
+    rows = functions.moved(arm, base, 12)
+    by_label = {r.label: r for r in rows}
+    renamed = by_label["renamed change_pte_range -> change_pte_range.isra.0"]
+    assert renamed.change == pytest.approx(1.0)
+    # Neither name of the pair is shown again as a change of its own; below
+    # the floor (0.5 per unit) a pair is two changes; a lone new function is one.
+    assert not {"change_pte_range", "change_pte_range.isra.0"} & by_label.keys()
+    assert {"gone_small", "new_small", "brand_new", "flush_tlb_mm_range"} <= by_label.keys()
+    assert rows[0].label == "brand_new"     # largest change first
+
+
+def test_a_rename_needs_counts_within_two_percent_and_pairs_each_name_once():
+    base = {"a": 100.0, "b": 200.0}
+    arm = {"x": 102.5, "y": 201.0, "z": 199.5}
+    pairs = {(r.renamed_from, r.function) for r in functions.renames(base, arm)}
+    # a (100) and x (102.5) are 2.5% apart: two changes.  b pairs with the
+    # closer of y (0.5%) and z (0.25%), and only once.
+    assert pairs == {("b", "z")}
+    assert functions.renames({"a": 100.0}, {"x": 101.9}) == [
+        FunctionChange("x", 101.9, 100.0, renamed_from="a")]
+
+
+# ---------------------------------------------------------------- the calls= file
+
+
+def symbols(tmp_path: Path, entries: list[tuple[int, str]]) -> SymbolTable:
+    text = "".join(f"{0xffffffff81000000 + o:016x} T {n}\n" for o, n in entries)
+    path = tmp_path / "symbols.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    return SymbolTable.load(path)
+
+
+def test_the_calls_file_names_function_starts_thunks_and_the_switch(tmp_path):
+    table = symbols(tmp_path, [
+        (0, "_text"), (0x100, "do_mprotect_pkey"), (0x200, "__x86_indirect_thunk_rax"),
+        (0x220, "__x86_return_thunk"), (0x240, "srso_return_thunk"), (0x300, "__switch_to_asm"),
+        (0x380, "__entry_text_start"), (0x390, "error_return"), (0x400, "__entry_text_end"),
+        (0x500, "change_protection"), (0x600, "_etext")])
+    lines = functions.calls_text(table).splitlines()
+    assert "F 100" in lines and "F 500" in lines and "F 400" in lines
+    assert {"T 200 20", "T 220 20", "T 240 c0", "X 300 80"} <= set(lines)
+    # The entry code's labels are jumped to, never tail calls: not functions here.
+    assert not {"F 380", "F 390", "F 200", "F 300"} & set(lines)
+    assert table.starting(0x100) == "do_mprotect_pkey" and table.starting(0x101) is None
+
+
+# ---------------------------------------------------------------- explain's paths, pure
+
+
+def counted(paths: dict[str, dict[str, float]], stays: dict[str, list[float]]) -> FunctionInsns:
+    exclusive = {f: v / 2 for p in paths.values() for f, v in p.items()}
+    return FunctionInsns(windows={"protect": exclusive}, kernel={"protect": 400.0},
+                         unresolved={"protect": 0.0}, units={"protect": "page"},
+                         kernel_release="6.12", text_address=0, paths={"protect": paths},
+                         stays={"protect": stays})
+
+
+def test_explain_shows_each_syscalls_inclusive_path_with_renames_paired():
+    base = counted({"syscall_mprotect": {"__x64_sys_mprotect": 100.0, "change_protection": 90.0,
+                                         "change_pte_range": 80.0},
+                    "fault": {"exc_page_fault": 200.0, "handle_mm_fault": 190.0},
+                    "other": {"do_syscall_64": 101.0}},
+                   {"syscall_mprotect": [0.001, 100.5], "fault": [1.0, 210.0]})
+    arm = counted({"syscall_mprotect": {"__x64_sys_mprotect": 175.0, "change_protection": 165.0,
+                                        "change_pte_range.isra.0": 80.5},
+                   "fault": {"exc_page_fault": 200.0, "handle_mm_fault": 190.0},
+                   "other": {"do_syscall_64": 176.0}},
+                  {"syscall_mprotect": [0.001, 175.5], "fault": [1.0, 210.0]})
+    (w,) = explain.explain_functions("6.12", arm, "6.1", base)
+    # Largest first; "other" (the entry code around syscalls) is no path.
+    assert [(p.stay, p.entry) for p in w.paths] == [("fault", "exc_page_fault"),
+                                                    ("syscall_mprotect", "__x64_sys_mprotect")]
+    mprotect = w.paths[1]
+    assert (mprotect.per_unit_baseline, mprotect.per_unit) == (100.0, 175.0)
+    assert [r.label for r in mprotect.rows] == [
+        "change_protection", "renamed change_pte_range -> change_pte_range.isra.0"]
+    line = fmt.call_path(mprotect, w.unit)
+    assert "__x64_sys_mprotect 100 -> 175 /page" in line and "100.5 -> 175.5" in line
+    assert "change_protection +75" in line and "renamed change_pte_range" in line
+    assert "nothing moved" in fmt.call_path(w.paths[0], w.unit)
+    alone = explain.explain_functions("6.12", arm)[0].paths[1]
+    assert alone.per_unit_baseline is None and [r.function for r in alone.rows][:1] == [
+        "change_protection"]
+
+
+# ---------------------------------------------------------------- a guest
+
+
+@pytest.fixture(scope="module")
+def plugin() -> Path:
+    return qemu_plugin.ensure()
+
+
+MPROTECT = {"size-kb": 1024, "rounds": 8, "min-ms": 0, "thp": "nohugepage"}
+
+
+def count(kernel: str, plugin: Path) -> FunctionInsns:
+    guest = boot.Guest(images.ensure(kernel), vcpus=1, memory_mb=512)
+    return qemu.count_functions(guest, workloads.get("mprotect"), MPROTECT, 1, 0,
+                                HostSettings(), plugin)
+
+
+def test_a_guest_counts_inclusive_instructions_that_hold_the_exclusive_and_the_syscall(plugin):
+    """mprotect on 6.12, one vCPU, 8 calls a window: every called
+    function's inclusive count holds its exclusive one, and a call of
+    __x64_sys_mprotect is its stay (what the per-syscall metric counts) less
+    the code around it: the entry and exit code, run with interrupts off
+    (73 instructions here, the stay less do_syscall_64: held to 200), and
+    do_syscall_64's dispatch and exit work (160-260 instructions), where a
+    timer tick (about 3,000) or a reschedule on the way out (another task's
+    run) lands now and then: 2% of the stay, ~40,000 instructions a call,
+    allows for one such in the window's 8 calls."""
+    found = count("debian:6.12", plugin)
+    for window in ("protect", "unprotect"):
+        assert found.frames_cut[window] == 0
+        inclusive, exclusive = found.inclusive[window], found.windows[window]
+        assert {"__x64_sys_mprotect", "do_mprotect_pkey", "change_protection"} <= inclusive.keys()
+        low = {f: (inclusive[f], exclusive[f]) for f in inclusive.keys() & exclusive.keys()
+               if inclusive[f] < exclusive[f]}
+        assert not low, low
+        calls, stay = found.stays[window]["syscall_mprotect"]
+        called = found.calls[window]
+        assert called["__x64_sys_mprotect"] == called["do_syscall_64"] == pytest.approx(calls)
+        stay, syscall = stay / calls, inclusive["do_syscall_64"] / calls
+        assert 0 < stay - syscall < 200
+        assert 0 < stay - inclusive["__x64_sys_mprotect"] / calls < 0.02 * stay
+        path = found.paths[window]["syscall_mprotect"]
+        assert path["__x64_sys_mprotect"] == max(path.values())   # the path is under its entry
+    assert found.inclusive["unprotect"]["can_change_pte_writable"] > 0
+
+
+def test_explain_pairs_two_kernels_inclusive_mprotect_paths(plugin):
+    """6.1 against 6.12 (6.1 reaches __x64_sys_mprotect from its syscall
+    table, 6.12 by a jump from x64_sys_call): both give mprotect a path from
+    __x64_sys_mprotect, and explain pairs them."""
+    old, new = count("debian:6.1", plugin), count("debian:6.12", plugin)
+    for w in explain.explain_functions("6.12", new, "6.1", old):
+        mprotect = next(p for p in w.paths if p.stay == "syscall_mprotect")
+        assert mprotect.entry == "__x64_sys_mprotect" and mprotect.per_unit_baseline
+        assert mprotect.per_unit_baseline <= mprotect.stay_per_unit_baseline
+        assert mprotect.rows and all(r.change for r in mprotect.rows)
+        assert "__x64_sys_mprotect" in fmt.call_path(mprotect, w.unit)

@@ -1,0 +1,483 @@
+/*
+ * calls.h - inclusive kernel instructions by function (calls=PATH, with
+ * blocks=on and stays=PATH): a function and everything it calls.
+ *
+ * Included by insns.c, whose blocks, vCPUs, windows and this boot's _text
+ * (found by stays=) it uses.  Per vCPU a shadow call stack follows the
+ * kernel's calls: a kernel block whose last instruction is a call (E8
+ * rel32, FF /2) pushes a frame (the return address, the running kernel
+ * count after the block); the next block entered is the callee's entry.  A
+ * block that starts at the return address of a frame (searched from the
+ * top, CALL_SEARCH deep) pops down to it, and each popped frame's entry
+ * gets (count now - count at push) and one call, under its path's label,
+ * pending in every window open on the vCPU like the blocks.  A frame's path
+ * is the one of the frame below it; a frame that has none takes the
+ * syscall its entry names (__x64_sys_NAME, as stays= names a stay), or,
+ * in a stay that is no syscall's, the stay's label (fault, interrupt, ...):
+ * so a syscall's path holds its entry function and what that called, not
+ * the entry and exit code around it.  Returns are found by where they land,
+ * not by the ret opcode, so returns through the return thunk count too.
+ *
+ * PATH's lines (offsets from _text, hex), from the kernel's symbols:
+ *   "F OFFSET"       a function starts here,
+ *   "T OFFSET SIZE"  a thunk (retpoline, return thunk): its blocks are
+ *                    passed through, so an indirect call's callee is the
+ *                    first block after the thunk, and its own calls and
+ *                    jumps push nothing,
+ *   "X OFFSET SIZE"  the context switch (__switch_to_asm): the stack is
+ *                    another task's from here.
+ * A function start entered neither by a call nor by a return (a tail call:
+ * jmp to another function) pushes a frame that returns with the frame
+ * below it.  Recursion counts once: a popped frame whose entry is also in
+ * a deeper frame adds nothing.  Interrupts and faults taken in the kernel
+ * are not calls: the handler's calls nest above the interrupted frames,
+ * whose totals include them (as a stay's does); entry code (stays=' A, S,
+ * E ranges) never pushes a tail frame.
+ *
+ * A context switch parks the task's stack (PARKED per vCPU) and the next
+ * task starts with an empty one.  Every task comes back through the same
+ * return from __switch_to_asm and then returns to where it called the
+ * scheduler from, so a parked stack whose top frames the resumed task's
+ * returns land on, and that alone matched the most of them (two at least),
+ * is that task's: it is taken back and popped as far as they went.  A
+ * function that switched away so counts what ran until its task came back,
+ * as a stay does (inside the window: a frame older than a window counts
+ * from the window's start).  The stack is dropped (not counted) when the vCPU runs
+ * user code, and frames are dropped past CALL_DEPTH and when a vCPU has
+ * more parked stacks than PARKED (the oldest); the frames dropped inside a
+ * window are reported ("cut"), and those past CALL_DEPTH ("overflow").
+ */
+
+#define CALL_DEPTH 128
+#define CALL_SEARCH 32
+#define NO_ENTRY UINT32_MAX
+#define MAX_RANGES 256
+#define PLAIN 1					/* a block that starts nothing PATH names */
+#define PARKED 8
+
+struct frame {
+	uint64_t ret;				/* the return address the frame ends at */
+	uint64_t start;				/* the vCPU's kernel count when it began */
+	uint32_t entry;				/* the callee's first block (slot), or NO_ENTRY */
+	int32_t path;				/* the path's label, -1 none */
+	uint8_t tail;				/* entered by a jump: returns with the frame below */
+};
+
+/* A switched-out task's stack. */
+struct parked {
+	struct frame f[CALL_DEPTH];
+	int depth;				/* 0: a free place */
+	int matched;				/* resuming: its top frames the returns landed on */
+	uint64_t when;				/* parked at this count: the oldest goes first */
+};
+
+struct call_stack {
+	struct frame f[CALL_DEPTH];
+	int depth;
+	uint8_t entering;			/* the top frame's callee is the next block */
+	uint8_t switching, resuming;		/* in __switch_to_asm; after it, task not known */
+	uint32_t all_seen[MM_MAX_WINDOWS];	/* the all-vCPU windows' all_gen seen here */
+	uint64_t all_start[MM_MAX_WINDOWS];	/* their start in this vCPU's kernel count */
+	GHashTable *pending[MM_MAX_WINDOWS];	/* call_key -> insns, calls */
+	struct parked parked[PARKED];
+} __attribute__((aligned(64)));
+
+/* Per block slot: its last call's return address (0: none), and what it starts. */
+struct call_site {
+	uint64_t ret;
+	int8_t kind;				/* 0 not known yet; PLAIN, 'F', 'T', 'X', 'E' */
+};
+
+struct call_range {
+	uint64_t offset, size;
+	char type;				/* T or X */
+};
+
+static gboolean calls;				/* calls=PATH */
+static struct call_stack *call_stacks;
+static struct call_site *call_sites;		/* per block slot */
+static GHashTable *incl[MM_MAX_WINDOWS];	/* per window, call_key -> insns, calls */
+static GHashTable *function_starts;		/* offsets from _text */
+static struct call_range call_ranges[MAX_RANGES];
+static int n_call_ranges;
+static uint64_t frames_cut[MM_MAX_WINDOWS];	/* dropped while the window was open */
+static uint64_t frames_overflow;		/* past CALL_DEPTH, in the whole run */
+static uint8_t *syscall_labels;			/* per stays= label: a syscall's */
+
+/* calls=PATH: the function starts, thunks and the context switch.  0 on success. */
+static int read_calls(const char *path)
+{
+	char line[128], type;
+	unsigned long long offset, size;
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	function_starts = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free, NULL);
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, "F %llx", &offset) == 1) {
+			uint64_t *key = g_new(uint64_t, 1);
+			*key = offset;
+			g_hash_table_add(function_starts, key);
+		} else if (sscanf(line, "%c %llx %llx", &type, &offset, &size) == 3 &&
+			   (type == 'T' || type == 'X') && n_call_ranges < MAX_RANGES) {
+			call_ranges[n_call_ranges++] = (struct call_range){ offset, size, type };
+		} else {
+			break;
+		}
+	}
+	const int bad = !feof(f);
+	fclose(f);
+	return bad ? -1 : 0;
+}
+
+/* Does `insn` call (E8 rel32, or FF /2), after prefixes (cs for retpolines, REX)? */
+static int is_call(struct qemu_plugin_insn *insn)
+{
+	const uint8_t *b = qemu_plugin_insn_data(insn);
+	const size_t n = qemu_plugin_insn_size(insn);
+	size_t i = 0;
+	while (i < n && (b[i] == 0x2e || b[i] == 0x3e || (b[i] & 0xf0) == 0x40))
+		i++;
+	return i < n && (b[i] == 0xe8 || (b[i] == 0xff && i + 1 < n && ((b[i + 1] >> 3) & 7) == 2));
+}
+
+/* At translation: the block's return address when its last instruction calls. */
+static void calls_trans(struct qemu_plugin_tb *tb, struct block *b)
+{
+	const size_t n = qemu_plugin_tb_n_insns(tb);
+	uint64_t end = qemu_plugin_tb_vaddr(tb);
+	for (size_t i = 0; i < n; i++)
+		end += qemu_plugin_insn_size(qemu_plugin_tb_get_insn(tb, i));
+	if (is_call(qemu_plugin_tb_get_insn(tb, n - 1)))
+		__atomic_store_n(&call_sites[b - blocks].ret, end, __ATOMIC_RELAXED);
+}
+
+/* What block `b` starts: a thunk, the switch, entry code, a function, or PLAIN. */
+static int8_t site_kind(struct block *b)
+{
+	struct call_site *s = &call_sites[b - blocks];
+	int8_t kind = __atomic_load_n(&s->kind, __ATOMIC_RELAXED);
+	if (kind)
+		return kind;
+	const uint64_t offset = b->vaddr - text_base;
+	char type = 0;
+	for (int i = 0; i < n_call_ranges && !kind; i++)
+		if (offset - call_ranges[i].offset < call_ranges[i].size)
+			kind = call_ranges[i].type;
+	if (!kind && entry_label(b->vaddr, &type) != LABEL_OTHER)
+		kind = 'E';
+	if (!kind && g_hash_table_contains(function_starts, &offset))
+		kind = 'F';
+	if (!kind)
+		kind = PLAIN;
+	__atomic_store_n(&s->kind, kind, __ATOMIC_RELAXED);
+	return kind;
+}
+
+/* 1 when pushed; past CALL_DEPTH the frame is counted as an overflow and dropped. */
+static int push_frame(struct call_stack *cs, uint64_t ret, uint64_t start, uint32_t entry,
+		      uint8_t tail)
+{
+	if (cs->depth == CALL_DEPTH) {
+		__atomic_fetch_add(&frames_overflow, 1, __ATOMIC_RELAXED);
+		return 0;
+	}
+	cs->f[cs->depth++] = (struct frame){ ret, start, entry, -1, tail };
+	return 1;
+}
+
+/* The top frame's entry is `b` (slot): its path, from the frame below, the syscall `b`
+ * names, or the stay's when that is no syscall's. */
+static void enter(struct vcpu *v, struct call_stack *cs, struct block *b)
+{
+	struct frame *f = &cs->f[cs->depth - 1];
+	const int32_t name = block_name(b);
+	f->entry = (uint32_t)(b - blocks);
+	if (cs->depth > 1 && f[-1].path >= 0)
+		f->path = f[-1].path;
+	else if (name >= 0)
+		f->path = name;
+	else if (v->in_kernel && v->stay_label >= 0 && !syscall_labels[v->stay_label])
+		f->path = v->stay_label;
+}
+
+/* An entry slot under a stay's label (-1: none) as one hash key. */
+static gpointer call_key(int32_t label, uint32_t slot)
+{
+	return GSIZE_TO_POINTER((gsize)(label + 2) << 32 | slot);
+}
+
+/* `n` instructions and `calls` calls into `table`'s entry for `key`. */
+static void add_calls(GHashTable *table, gpointer key, uint64_t n, uint64_t calls)
+{
+	uint64_t *sum = g_hash_table_lookup(table, key);
+	if (!sum) {
+		sum = g_new0(uint64_t, 2);
+		g_hash_table_insert(table, key, sum);
+	}
+	sum[0] += n;
+	sum[1] += calls;
+}
+
+static GHashTable *new_calls_table(void)
+{
+	return g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
+}
+
+/* A popped frame's entry gets its instructions and a call, in the vCPU's open windows. */
+static void credit(unsigned int vcpu, struct call_stack *cs, int j, uint64_t now)
+{
+	const uint32_t e = cs->f[j].entry;
+	struct vcpu *v = &vcpus[vcpu];
+	if (e == NO_ENTRY)
+		return;
+	for (int k = 0; k < j; k++)	/* recursion: the deepest frame of a function counts */
+		if (cs->f[k].entry != NO_ENTRY && blocks[cs->f[k].entry].vaddr == blocks[e].vaddr)
+			return;
+	const uint64_t start = cs->f[j].start;
+	const gpointer key = call_key(cs->f[j].path, e);
+	for (uint32_t open = v->open; open; open &= open - 1) {
+		const int w = __builtin_ctz(open);
+		if (!cs->pending[w])	/* first use: this vCPU's thread only */
+			cs->pending[w] = new_calls_table();
+		add_calls(cs->pending[w], key, now - MAX(start, v->start[w][KERNEL]), 1);
+	}
+	uint32_t all = inline_counts ? 0 : __atomic_load_n(&all_open, __ATOMIC_RELAXED);
+	if (!all)
+		return;
+	g_mutex_lock(&lock);
+	for (all &= all_open; all; all &= all - 1) {
+		const int w = __builtin_ctz(all);
+		add_calls(incl[w], key, now - MAX(start, cs->all_start[w]), 1);
+	}
+	g_mutex_unlock(&lock);
+}
+
+/* Several vCPUs: where each window over every vCPU began in this vCPU's count
+ * (at its first block inside it), so a frame older than a window counts only
+ * its part inside. */
+static void see_all_windows(struct call_stack *cs, uint64_t now)
+{
+	for (uint32_t all = __atomic_load_n(&all_open, __ATOMIC_RELAXED); all; all &= all - 1) {
+		const int w = __builtin_ctz(all);
+		const uint32_t gen = __atomic_load_n(&all_gen[w], __ATOMIC_RELAXED);
+		if (cs->all_seen[w] != gen) {
+			cs->all_seen[w] = gen;
+			cs->all_start[w] = now;
+		}
+	}
+}
+
+/* Does the block at `vaddr` land on a frame's return address?  Then pop to it. */
+static int land(unsigned int vcpu, struct call_stack *cs, uint64_t vaddr, uint64_t now)
+{
+	for (int i = cs->depth - 1; i >= 0 && i >= cs->depth - CALL_SEARCH; i--) {
+		if (cs->f[i].ret != vaddr)
+			continue;
+		while (i > 0 && cs->f[i].tail)	/* a tail call returns with its caller */
+			i--;
+		for (int j = cs->depth - 1; j >= i; j--)
+			credit(vcpu, cs, j, now);
+		cs->depth = i;
+		return 1;
+	}
+	return 0;
+}
+
+/* Is `b` the entry of the frame's function (a jump back to its own start)? */
+static int same_function(const struct frame *f, const struct block *b)
+{
+	return f->entry != NO_ENTRY && blocks[f->entry].vaddr == b->vaddr;
+}
+
+/* `n` frames dropped, not counted: cut in the windows open on the vCPU. */
+static void count_cut(unsigned int vcpu, int n)
+{
+	uint32_t open = vcpus[vcpu].open;
+	if (!inline_counts)
+		open |= __atomic_load_n(&all_open, __ATOMIC_RELAXED);
+	for (; open && n; open &= open - 1)
+		__atomic_fetch_add(&frames_cut[__builtin_ctz(open)], (uint64_t)n, __ATOMIC_RELAXED);
+}
+
+/* The stack cannot be followed on: its frames are dropped. */
+static void cut(unsigned int vcpu, struct call_stack *cs)
+{
+	count_cut(vcpu, cs->depth);
+	cs->depth = 0;
+	cs->entering = 0;
+}
+
+/* The task switches out: its stack parked (in place of the oldest when all are
+ * taken), the next task's empty, and every other parked stack a candidate. */
+static void park(unsigned int vcpu, struct call_stack *cs, uint64_t now)
+{
+	struct parked *p = &cs->parked[0];
+	for (int k = 1; k < PARKED && p->depth; k++)
+		if (!cs->parked[k].depth || cs->parked[k].when < p->when)
+			p = &cs->parked[k];
+	for (int k = 0; k < PARKED; k++)
+		cs->parked[k].matched = 0;
+	count_cut(vcpu, p->depth);
+	memcpy(p->f, cs->f, sizeof(cs->f[0]) * (size_t)cs->depth);
+	p->depth = cs->depth;
+	p->matched = -1;		/* a task does not switch to itself */
+	p->when = now;
+	cs->depth = 0;
+	cs->entering = 0;
+	cs->resuming = 1;
+}
+
+/* The parked stack that alone matched the most returns, `least` frames at
+ * least, is the resumed task's: taken back, its matched frames popped. */
+static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now, int least)
+{
+	struct parked *best = NULL;
+	int tie = 0;
+	for (int k = 0; k < PARKED; k++) {
+		struct parked *p = &cs->parked[k];
+		if (p->depth && p->matched > (best ? best->matched : 0)) {
+			best = p;
+			tie = 0;
+		} else if (best && p->depth && p->matched == best->matched) {
+			tie = 1;
+		}
+	}
+	if (!best || tie || best->matched < least)
+		return;
+	count_cut(vcpu, cs->depth);	/* left by returning below them */
+	memcpy(cs->f, best->f, sizeof(cs->f[0]) * (size_t)best->depth);
+	cs->depth = best->depth;
+	for (int j = cs->depth - 1; j >= best->depth - best->matched; j--)
+		credit(vcpu, cs, j, now);
+	cs->depth = best->depth - best->matched;
+	cs->entering = cs->resuming = 0;
+	best->depth = 0;
+}
+
+/* Resuming: does the block return into parked stacks?  Each one it does
+ * matches one frame more (a tail call's with its caller). */
+static int resume(unsigned int vcpu, struct call_stack *cs, uint64_t vaddr, uint64_t now)
+{
+	int hit = 0;
+	for (int k = 0; k < PARKED; k++) {
+		struct parked *p = &cs->parked[k];
+		int i = p->depth - p->matched - 1;
+		if (p->matched < 0 || i < 0 || p->f[i].ret != vaddr)
+			continue;
+		while (i > 0 && p->f[i].tail)
+			i--;
+		p->matched = p->depth - i;
+		hit = 1;
+	}
+	if (hit)
+		adopt(vcpu, cs, now, 2);
+	return hit;
+}
+
+/* A kernel block on `vcpu`, before its instructions count. */
+static void calls_block(unsigned int vcpu, struct block *b)
+{
+	struct call_stack *cs = &call_stacks[vcpu];
+	const uint64_t now = vcpus[vcpu].insns[KERNEL];
+	const uint32_t slot = (uint32_t)(b - blocks);
+	if (!__atomic_load_n(&text_base, __ATOMIC_RELAXED))
+		return;
+	const int8_t kind = site_kind(b);
+	if (!inline_counts)
+		see_all_windows(cs, now);
+	if (kind == 'X' && !cs->switching)
+		park(vcpu, cs, now);
+	cs->switching = kind == 'X';
+	if (kind == 'X' || kind == 'T')
+		return;
+	if (cs->entering) {
+		cs->entering = 0;
+		if (kind != 'E')	/* 'E': an interrupt came first, the callee is unknown */
+			enter(&vcpus[vcpu], cs, b);
+	} else if (!land(vcpu, cs, b->vaddr, now) &&
+		   !(cs->resuming && resume(vcpu, cs, b->vaddr, now)) && kind == 'F' && cs->depth &&
+		   !same_function(&cs->f[cs->depth - 1], b) &&
+		   push_frame(cs, cs->f[cs->depth - 1].ret, now, slot, 1)) {
+		enter(&vcpus[vcpu], cs, b);	/* a tail call */
+	}
+	const uint64_t ret = __atomic_load_n(&call_sites[slot].ret, __ATOMIC_RELAXED);
+	if (ret)
+		cs->entering = push_frame(cs, ret, now + b->n_insns, NO_ENTRY, 0);
+}
+
+/* A user block on `vcpu`: no kernel frame outlives it (a resumed task's
+ * parked stack is taken back first, and the frames it returned through). */
+static void calls_user(unsigned int vcpu)
+{
+	struct call_stack *cs = &call_stacks[vcpu];
+	if (cs->resuming)
+		adopt(vcpu, cs, vcpus[vcpu].insns[KERNEL], 2);
+	cs->resuming = cs->switching = 0;
+	cut(vcpu, cs);
+}
+
+/* Window w ended on `v`: its pending inclusive counts into the sums (under `lock`)
+ * when `commit`, or dropped. */
+static void calls_settle(struct vcpu *v, unsigned w, gboolean commit)
+{
+	GHashTable *pending = call_stacks[v - vcpus].pending[w];
+	GHashTableIter it;
+	gpointer key, sum;
+	if (!pending)
+		return;
+	g_hash_table_iter_init(&it, pending);
+	while (commit && g_hash_table_iter_next(&it, &key, &sum))
+		add_calls(incl[w], key, ((uint64_t *)sum)[0], ((uint64_t *)sum)[1]);
+	g_hash_table_remove_all(pending);
+}
+
+/* A warm-up ended (under `lock`): inclusive counts sum the measured samples only. */
+static void calls_reset(void)
+{
+	for (int w = 0; w < MM_MAX_WINDOWS; w++)
+		g_hash_table_remove_all(incl[w]);
+}
+
+/* At exit: per window, each entry's inclusive instructions and calls by stay label
+ * ("" for none): [address, label, insns, calls]. */
+static void write_calls(void)
+{
+	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
+		GHashTableIter it;
+		gpointer key, sum;
+		const char *sep = "";
+		fprintf(out, "{\"kind\": \"calls\", \"window\": %d, \"cut\": %" PRIu64
+			", \"overflow\": %" PRIu64 ", \"entries\": [", w, frames_cut[w],
+			frames_overflow);
+		g_hash_table_iter_init(&it, incl[w]);
+		while (g_hash_table_iter_next(&it, &key, &sum)) {
+			const gsize k = GPOINTER_TO_SIZE(key);
+			const int32_t label = (int32_t)(k >> 32) - 2;
+			fprintf(out, "%s[%" PRIu64 ", \"%s\", %" PRIu64 ", %" PRIu64 "]", sep,
+				blocks[k & 0xffffffffu].vaddr, label >= 0 ? labels[label] : "",
+				((uint64_t *)sum)[0], ((uint64_t *)sum)[1]);
+			sep = ", ";
+		}
+		fputs("]}\n", out);
+	}
+}
+
+/* At load: calls=PATH read and the stacks made; 0 on success. */
+static int calls_install(const char *path)
+{
+	if (read_calls(path))
+		return -1;
+	call_stacks = aligned_alloc(64, sizeof(*call_stacks) * (size_t)n_vcpus);
+	call_sites = calloc(MAX_BLOCKS, sizeof(*call_sites));
+	syscall_labels = calloc(MAX_LABELS, 1);
+	if (!call_stacks || !call_sites || !syscall_labels)
+		return -1;
+	for (int l = 0; l < n_labels; l++)
+		syscall_labels[l] = g_str_has_prefix(labels[l], "syscall_");
+	for (int w = 0; w < MM_MAX_WINDOWS; w++)
+		incl[w] = new_calls_table();
+	memset(call_stacks, 0, sizeof(*call_stacks) * (size_t)n_vcpus);
+	calls = TRUE;
+	return 0;
+}
