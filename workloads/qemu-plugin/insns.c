@@ -65,7 +65,8 @@
  *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
  * way of counting (to measure what each costs; README); blocks=on;
- * stays=PATH.
+ * stays=PATH; calls=PATH (inclusive counts by function, with blocks=on and
+ * stays=: calls.h).
  *
  * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
  * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
@@ -286,6 +287,8 @@ static int32_t block_name(struct block *b)
 	return name;
 }
 
+#include "calls.h"
+
 static void stay_block(struct vcpu *v, struct block *b)
 {
 	if (!v->in_kernel)
@@ -345,6 +348,8 @@ static void count_user_block(unsigned int vcpu, void *udata)
 {
 	uintptr_t packed = (uintptr_t)udata;
 	struct vcpu *v = &vcpus[vcpu];
+	if (calls)
+		calls_user(vcpu);
 	if (v->in_kernel)
 		end_stay(v);
 	v->after_syscall = packed & 1;
@@ -359,6 +364,8 @@ static void count_kernel_block(unsigned int vcpu, void *udata)
 	struct block *b = udata;
 	struct vcpu *v = &vcpus[vcpu];
 	const uint32_t slot = (uint32_t)(b - blocks);
+	if (calls)
+		calls_block(vcpu, b);
 	v->insns[KERNEL] += b->n_insns;
 	if (!inline_counts)
 		count_all(KERNEL, b->n_insns, by_block ? b : NULL);
@@ -381,6 +388,8 @@ static void count_kernel_block(unsigned int vcpu, void *udata)
 /* Window w ended on `v`: add its pending blocks to the sums (`commit`) or drop them. */
 static void settle_blocks(struct vcpu *v, unsigned w, gboolean commit)
 {
+	if (calls)
+		calls_settle(v, w, commit);
 	if (!v->pending[w])
 		return;
 	for (guint i = 0; i < v->touched[w]->len; i++) {
@@ -454,6 +463,8 @@ static void write_record(const char *kind)
 	if (by_block && !strcmp(kind, "warmup"))	/* blocks sum the measured samples only */
 		for (uint32_t i = 0; i < n_blocks; i++)
 			memset(blocks[i].insns, 0, sizeof(blocks[i].insns));
+	if (calls && !strcmp(kind, "warmup"))
+		calls_reset();
 	g_mutex_unlock(&lock);
 }
 
@@ -569,7 +580,7 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 {
 	const size_t n = qemu_plugin_tb_n_insns(tb);
 	const int side = qemu_plugin_tb_vaddr(tb) >= KERNEL_HALF ? KERNEL : USER;
-	struct block *b;
+	struct block *b = NULL;
 	(void)id;
 	if (blocks && side == KERNEL && (b = block_at(qemu_plugin_tb_vaddr(tb), n)))
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_kernel_block, QEMU_PLUGIN_CB_NO_REGS, b);
@@ -582,6 +593,8 @@ static void tb_trans(qemu_plugin_id_t id, struct qemu_plugin_tb *tb)
 	else
 		qemu_plugin_register_vcpu_tb_exec_cb(tb, count_block, QEMU_PLUGIN_CB_NO_REGS,
 						     (void *)(uintptr_t)(n << 1 | side));
+	if (calls && b)
+		calls_trans(tb, b);
 	if (events)
 		events_trans(tb, side, n);
 	if (side == KERNEL)
@@ -617,6 +630,8 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 		}
 		fputs("]}\n", out);
 	}
+	if (calls)
+		write_calls();
 	fprintf(out, "{\"kind\": \"exit\", \"kernel\": %" PRIu64 ", \"user\": %" PRIu64 "}\n",
 		total[KERNEL], total[USER]);
 	fclose(out);
@@ -625,7 +640,7 @@ static void at_exit(qemu_plugin_id_t id, void *udata)
 QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_t *info,
 					   int argc, char **argv)
 {
-	const char *path = NULL, *mode = NULL, *stays_path = NULL;
+	const char *path = NULL, *mode = NULL, *stays_path = NULL, *calls_path = NULL;
 	for (int i = 0; i < argc; i++) {
 		if (g_str_has_prefix(argv[i], "out="))
 			path = argv[i] + 4;
@@ -637,6 +652,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			;
 		else if (g_str_has_prefix(argv[i], "stays="))
 			stays_path = argv[i] + 6;
+		else if (g_str_has_prefix(argv[i], "calls="))
+			calls_path = argv[i] + 6;
 		else {
 			fprintf(stderr, "mmlab insns plugin: unknown argument '%s'\n", argv[i]);
 			return -1;
@@ -677,6 +694,11 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			fprintf(stderr, "mmlab insns plugin: no memory for blocks=on or stays=\n");
 			return -1;
 		}
+	}
+	if (calls_path && (!by_block || !stays || calls_install(calls_path))) {
+		fprintf(stderr, "mmlab insns plugin: calls=%s: needs blocks=on and stays=, and "
+			"lines 'F OFFSET' or 'T|X OFFSET SIZE'\n", calls_path);
+		return -1;
 	}
 	fprintf(out, "{\"kind\": \"start\", \"vcpus\": %d, \"mode\": \"%s\"}\n", n_vcpus,
 		inline_counts ? "inline" : "callback");

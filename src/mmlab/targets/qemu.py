@@ -253,10 +253,10 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
                     warmups: int | None, settings: HostSettings, plugin: Path,
                     cache: Path | None = None) -> functions.FunctionInsns:
     """One TCG boot counting the kernel's instructions per function inside
-    the timed windows (attribution/functions.py): the plugin with
-    blocks=on, the workload with --insns, and the kernel's `_text` printed
-    afterwards for the KASLR offset.  A kernel that runs under KVM here has
-    no such counts (MmlabError)."""
+    the timed windows (attribution/functions.py): the plugin with blocks=on,
+    stays= and calls= (inclusive), the workload with --insns, and the
+    kernel's `_text` printed afterwards for the KASLR offset.  A kernel that
+    runs under KVM here has no such counts (MmlabError)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
     if accel != "tcg":
@@ -267,7 +267,7 @@ def count_functions(guest: Guest, workload: Workload, params: Mapping[str, objec
                           kernel=guest.kernel, after=functions.SCRIPT_AFTER)
     boot, _ = start(guest, script, accel, cache, settings.swap,
                     _archives(workload, params, guest.kernel, settings.swap, cache), plugin,
-                    ("blocks=on",))
+                    ("blocks=on", *stays.plugin_args(guest, cache), *functions.calls_args(symbols)))
     got, stderr = guest_samples(boot, guest, workload, samples)
     return functions.attribute(workload, got, boot.plugin_output, stderr, symbols,
                                guest.kernel.version)
