@@ -80,10 +80,11 @@ if TYPE_CHECKING:
 READY = "MMLAB-READY"
 COUNTED_STATES = 3   # saved boots per kernel where a profile counts: the default
 # Snapshots kept: the most recently used, up to this many bytes (about 40 MB
-# each for a 1 GiB guest, so some 400): every guest of a suite over every
-# release (the seeds suite's ~190, the broad suite's) stays between runs, as
-# its kernels do, and a suite's confirmations find their cells' guests saved.
-KEEP_BYTES = 16 << 30
+# each for a 1 GiB guest, so some 1,000): every guest of a suite over every
+# release (the seeds suite's ~190, the broad suite's), three saved boots each
+# where it counts, stays between runs, as its kernels do, and a suite's
+# confirmations find their cells' guests saved.
+KEEP_BYTES = 40 << 30
 SAVE_TIMEOUT_S = 120
 
 
