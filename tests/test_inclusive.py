@@ -8,6 +8,7 @@ import gzip
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from mmlab import workloads
 from mmlab.attribution import explain, functions
@@ -15,6 +16,7 @@ from mmlab.attribution.functions import FunctionChange, FunctionInsns, SymbolTab
 from mmlab.kernels import images, qemu_plugin
 from mmlab.machine.knobs import HostSettings
 from mmlab.report import fmt
+from mmlab.report.terminal.attribution import functions_table
 from mmlab.targets import boot, qemu
 
 # ---------------------------------------------------------------- renames, pure
@@ -107,6 +109,17 @@ def test_explain_shows_each_syscalls_inclusive_path_with_renames_paired():
     alone = explain.explain_functions("6.12", arm)[0].paths[1]
     assert alone.per_unit_baseline is None and [r.function for r in alone.rows][:1] == [
         "change_protection"]
+
+
+def test_the_terminal_shows_a_rename_as_one_row():
+    base = counted({"other": {"change_pte_range": 80.0, "flush_tlb_mm_range": 10.0}}, {})
+    arm = counted({"other": {"change_pte_range.isra.0": 80.5, "flush_tlb_mm_range": 12.0}}, {})
+    (w,) = explain.explain_functions("6.12", arm, "6.1", base)
+    out = Console(width=200, record=True)
+    out.print(functions_table(w))
+    shown = out.export_text()
+    assert "renamed change_pte_range -> change_pte_range.isra.0" in shown
+    assert shown.count("change_pte_range") == 2       # the one row, not a gone and a new one
 
 
 # ---------------------------------------------------------------- a guest

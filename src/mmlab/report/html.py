@@ -41,7 +41,8 @@ TEMPLATES = jinja2.Environment(
     autoescape=True, undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
 TEMPLATES.filters.update(num=fmt.num, pct=fmt.pct, change=fmt.change, ratio=fmt.ratio, ci=fmt.ci,
                          p_value=fmt.p_value, signed=fmt.signed, verdict_class=fmt.verdict_class,
-                         verdict_label=fmt.verdict_label, beside_trials=fmt.beside_trials)
+                         verdict_label=fmt.verdict_label, beside_trials=fmt.beside_trials,
+                         call_path=fmt.call_path)
 # The dashboard's templates test for values a change may lack, so undefined is no error.
 DASHBOARD = jinja2.Environment(loader=jinja2.PackageLoader("mmlab.report", "templates"),
                                finalize=shown, autoescape=True, trim_blocks=True,
@@ -70,7 +71,7 @@ def reason(e: Evidence) -> str:
 
 DASHBOARD.filters.update(num=fmt.num, value=fmt.value, signed=fmt.signed, change=fmt.change,
                          step=fmt.step, ci=fmt.ci, spread=fmt.spread, outcome_class=outcome_class,
-                         reason=reason, safe_name=safe_name)
+                         reason=reason, safe_name=safe_name, call_path=fmt.call_path)
 
 
 def data_uri(png: bytes) -> str:
