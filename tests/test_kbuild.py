@@ -4,13 +4,15 @@ the config check, on a tiny stand-in tree.  A real build is a slow test."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from mmlab.errors import MmlabError
-from mmlab.kernels import catalog, images, kbuild
+from mmlab.kernels import catalog, images, kbuild, series
 from mmlab.targets import boot
 
 PATCHES = Path(__file__).resolve().parents[1] / "experiments" / "patches"
@@ -188,3 +190,136 @@ def test_debian_sources_come_from_the_catalog(monkeypatch):
                                            "trixie-backports")
     with pytest.raises(MmlabError, match=r"no linux-source-6.19 \(sources it has: 6.12, 7.3\)"):
         kbuild.debian_source("6.19")
+
+
+@pytest.mark.slow
+def test_a_patched_kernel_is_an_incremental_build_of_the_kept_base(capsys):
+    """The base's build tree is kept; a one-line patch rebuilds its object
+    and the link, and a series builds each patch on the one before's tree.
+    About 6 minutes on 2 cores when the base is not kept yet, 2 when it is:
+    `make test-slow`."""
+    from mmlab import workloads
+    from mmlab.machine.knobs import HostSettings
+    from mmlab.targets import qemu
+    seed003 = PATCHES / "seed003-zap-set-referenced-6.12.patch"
+    seed004 = PATCHES / "seed004-ksm-rmap-walk-range-6.12.patch"
+    base = kbuild.build("debian-source:6.12")
+    start = time.monotonic()
+    one_line = kbuild.build("debian-source:6.12", [seed003])
+    took = time.monotonic() - start
+    _, ksm, both = kbuild.build_series("debian-source:6.12", [seed004, seed003], [])
+    tree, _ = kbuild.source_tree("debian-source:6.12")
+    assert series.read([seed004])[0].functions(tree) == [("mm/ksm.c", "rmap_walk_ksm")]
+    assert "mm/memory.o" in compiled(one_line) and len(compiled(one_line)) <= 6
+    assert "mm/ksm.o" in compiled(ksm) and "mm/memory.o" not in compiled(ksm)
+    assert "mm/memory.o" in compiled(both) and "mm/ksm.o" not in compiled(both)   # on ksm's tree
+    assert len(compiled(ksm)) <= 6 and len(compiled(both)) <= 6
+    assert base.details["compiler"].startswith("gcc") and one_line.details["make_s"] > 0
+    with capsys.disabled():
+        print(f"\nmake: base {base.details['make_s']} s, one-line patch "
+              f"{one_line.details['make_s']} s ({took:.1f} s in all), series "
+              f"{ksm.details['make_s']} s and {both.details['make_s']} s; compiled "
+              f"{compiled(one_line)}, {compiled(ksm)}, {compiled(both)}")
+    guest = boot.Guest(both, vcpus=1, memory_mb=256, timeout_s=300)
+    (s,) = qemu.sample(guest, workloads.get("ksm-rmap"), {"vmas": 200}, 1, 0, HostSettings())
+    assert s.state["kernel"] == both.version and not s.errors
+
+
+FAKE_MAKEFILE = """\
+OBJS := mm/ksm.o mm/memory.o
+TOOL_BUILT_IN := $(shell cat .tool.cmd 2>/dev/null)
+bzImage: $(OBJS)
+\tmkdir -p arch/x86/boot include/generated
+\tcat $(OBJS) > arch/x86/boot/bzImage
+\tcp arch/x86/boot/bzImage System.map
+\techo '#define LINUX_COMPILER\t"gcc (fake) 1.0"' > include/generated/compile.h
+%.o: %.c tool
+\t@echo '  CC      $@'
+\tcp $< $@
+tool: tool.c $(if $(filter $(CURDIR),$(TOOL_BUILT_IN)),,FORCE)
+\t@echo '  CC      $@'
+\tcp $< $@
+\techo $(CURDIR) > .tool.cmd
+FORCE:
+kernelrelease:
+\t@echo 6.99.0-fake
+"""
+
+
+@pytest.fixture
+def made_tree(tmp_path, monkeypatch) -> Path:
+    """A stand-in kernel tree built by a real make, whose objects are written
+    in place (as a compiler's output is), with a tool every object depends
+    on that is built again when the folder its command names is not the
+    tree's (as objtool is), and a private kernel cache."""
+    monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(tmp_path / "cache" / "kernels"))
+    monkeypatch.setattr(kbuild, "configure",
+                        lambda tree, fragments: (tree / ".config").write_text("CONFIG_KSM=y\n"))
+    t = tmp_path / "linux"
+    (t / "mm").mkdir(parents=True)
+    (t / "Makefile").write_text(FAKE_MAKEFILE)
+    (t / "Kconfig").write_text("")
+    (t / "mm" / "ksm.c").write_text("ksm 1\n")
+    (t / "mm" / "memory.c").write_text("memory 1\n")
+    (t / "tool.c").write_text("objtool\n")
+    return t
+
+
+def diff_of(tmp_path: Path, name: str, path: str, old: str, new: str) -> Path:
+    a, b = tmp_path / name / "a" / path, tmp_path / name / "b" / path
+    a.parent.mkdir(parents=True), b.parent.mkdir(parents=True)
+    a.write_text(old), b.write_text(new)
+    diff = subprocess.run(["diff", "-u", f"a/{path}", f"b/{path}"], cwd=tmp_path / name,
+                          capture_output=True, text=True).stdout
+    (tmp_path / f"{name}.patch").write_text(diff)
+    return tmp_path / f"{name}.patch"
+
+
+def compiled(k: images.Kernel) -> list[str]:
+    return sorted(re.findall(r"^\s+CC\s+(\S+)$", (Path(k.dir) / "build.log").read_text(), re.M))
+
+
+def test_a_series_is_built_patch_by_patch_on_the_kept_base(made_tree, tmp_path):
+    p1 = diff_of(tmp_path, "p1", "mm/ksm.c", "ksm 1\n", "ksm 2\n")
+    p2 = diff_of(tmp_path, "p2", "mm/memory.c", "memory 1\n", "memory 2\n")
+    base, k1, k2 = kbuild.build_series(str(made_tree), [p1, p2], [])
+    assert compiled(base) == ["mm/ksm.o", "mm/memory.o", "tool"]
+    assert compiled(k1) == ["mm/ksm.o"] and compiled(k2) == ["mm/memory.o"]   # incremental
+    image = lambda k: (Path(k.dir) / "vmlinuz").read_text()                  # noqa: E731
+    assert image(base) == "ksm 1\nmemory 1\n" and image(k1) == "ksm 2\nmemory 1\n"
+    assert image(k2) == "ksm 2\nmemory 2\n"
+    assert k2.details["compiler"] == "gcc (fake) 1.0" and k2.details["make_s"] >= 0
+    kept = kbuild.build_cache() / "bases" / base.details["build_key"][:16]
+    assert (kept / "tree" / "mm" / "ksm.o").read_text() == "ksm 1\n"       # never written through
+    assert (made_tree / "mm" / "ksm.c").read_text() == "ksm 1\n"            # pristine untouched
+    assert kbuild.build(str(made_tree), [p1, p2]).dir == k2.dir              # a cache hit
+    # A second check against the cached base builds only the patched side.
+    made = (kept / "outputs").stat().st_mtime_ns
+    p3 = diff_of(tmp_path, "p3", "mm/memory.c", "memory 1\n", "memory 3\n")
+    k3 = kbuild.build(str(made_tree), [p3], name="p3")
+    assert compiled(k3) == ["mm/memory.o"] and image(k3) == "ksm 1\nmemory 3\n"
+    assert (kept / "outputs").stat().st_mtime_ns == made and k3.name == "build:p3"
+    a, b = kbuild.ab_pair(str(made_tree), [p3], [])
+    assert (a.dir, b.dir) == (base.dir, k3.dir)
+
+
+def test_a_later_patch_that_conflicts_is_refused_before_anything_is_built(made_tree, tmp_path):
+    p1 = diff_of(tmp_path, "p1", "mm/ksm.c", "ksm 1\n", "ksm 2\n")
+    clash = diff_of(tmp_path, "clash", "mm/ksm.c", "ksm 1\n", "ksm 3\n")
+    with pytest.raises(MmlabError, match=r"patch .*clash.patch does not apply: mm/ksm.c: Hunk #1"):
+        kbuild.build_series(str(made_tree), [p1, clash], [])
+    assert not kbuild.build_cache().exists() and not images.cached()
+    with pytest.raises(MmlabError, match="no such file"):
+        kbuild.build(str(made_tree), [tmp_path / "nope.patch"])
+
+
+def test_a_patch_that_changes_kconfig_gets_the_config_made_again(made_tree, tmp_path,
+                                                                  monkeypatch):
+    configured = []
+    monkeypatch.setattr(kbuild, "configure", lambda tree, fragments: configured.append(tree) or
+                        (tree / ".config").write_text(f"CONFIG_KSM=y\n#{len(configured)}\n"))
+    p1 = diff_of(tmp_path, "p1", "Kconfig", "", "config X\n")
+    p2 = diff_of(tmp_path, "p2", "mm/ksm.c", "ksm 1\n", "ksm 2\n")
+    base, k1, k2 = kbuild.build_series(str(made_tree), [p1, p2], [])
+    assert len(configured) == 2                       # the base, then after the Kconfig patch
+    assert compiled(k2) == ["mm/ksm.o"]

@@ -41,6 +41,9 @@ the catalog has, from the first to the last.
   specs.py     kernel names and release ranges resolved against the catalog
   modules.py   the modules a guest loads for swap
   images.py    the kernel cache: fetch, register, look up
-  kbuild.py    kernels built from source, patch A/B pairs, commit builds
+  kbuild.py    kernels built from source (a base's built tree kept, a patched
+               kernel an incremental rebuild of it), patch A/B pairs, commit builds
+  series.py    a patch series read from format-patch files or an mbox, and the
+               files and functions each patch changes
   qemu_plugin.py  mmlab's TCG plugin, built against Debian's qemu source
 """

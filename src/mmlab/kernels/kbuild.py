@@ -2,9 +2,13 @@
 
 SOURCE is `debian-source:7.3` (the newest linux-source-7.3 package of any
 suite, fetched with mmlab's own apt and unpacked once into the cache; nothing
-is installed on the host) or a path to a kernel tree.  Each build
-works in a hard-linked copy of the pristine tree (GNU patch replaces the
-files it changes, so the pristine tree is never touched), starts from
+is installed on the host) or a path to a kernel tree.  A base (a source
+and its fragments, no patch) is built once in a hard-linked copy of the
+pristine tree (GNU patch replaces the files it changes, so the pristine tree
+is never touched) and that tree is kept; a patched kernel is an incremental
+rebuild of a copy of it (copy_base says how make is kept from rebuilding
+everything), and a series is applied patch by patch, each build reusing the
+previous one's tree.  The base starts from
 tinyconfig plus BASE_FRAGMENT (what the workloads, the QEMU target and the
 in-guest tracing need: madvise, /proc/sys, smaps/pagemap, THP, KSM, swap,
 zram and a virtio disk for guest swap, NUMA from ACPI for `numa_nodes`,
@@ -21,13 +25,16 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import tarfile
+import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from mmlab.errors import MmlabError
-from mmlab.kernels import catalog, images, versions
+from mmlab.kernels import catalog, images, series, versions
 from mmlab.machine import paths, proc
 
 BASE_FRAGMENT = """\
@@ -240,43 +247,180 @@ def configure(tree: Path, fragments: list[Path]) -> None:
 
 def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | None = None,
           name: str | None = None, on_line: Callable[[str], None] | None = None) -> images.Kernel:
-    patches, fragments = list(patches or []), list(fragments or [])
+    """The kernel of `spec` with `patches` applied in order: an incremental
+    build on the base's kept tree (see build_series), the patches between
+    applied but not built."""
+    return build_series(spec, list(patches or []), list(fragments or []), name, on_line,
+                        every=False)[-1]
+
+
+def build_series(spec: str, patches: list[Path], fragments: list[Path], name: str | None = None,
+                 on_line: Callable[[str], None] | None = None,
+                 every: bool = True) -> list[images.Kernel]:
+    """[base, base + patch 1, ..., base + every patch]: the base is built once
+    and its tree kept; the patches are applied one by one to a copy of it,
+    each an incremental build of the tree the one before left (make rebuilds
+    the objects a patch changed, and the link).  A kernel already cached is
+    not built again; `name` names the last one.  With `every` false only the
+    base and the last are built (and returned)."""
+    for p in patches:
+        if not p.is_file():
+            raise MmlabError(f"--patch {p}: no such file")
     for f in fragments:
         check_fragment(f)
     tree, source_id = source_tree(spec)
-    key = build_key(source_id, patches, fragments)
-    kname = f"build:{name or key[:12]}"
-    for k in images.cached():
-        if k.details.get("build_key") == key:
-            return k
-    work = build_cache() / key[:16]
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    copy = work / "tree"
-    _run(["cp", "-al", str(tree), str(copy)], what="hard-linked copy of the source")
-    try:
+    keys: list[str | None] = [build_key(source_id, patches[:i], fragments)
+                              for i in range(len(patches) + 1)]
+    names = [f"build:{str(k)[:12]}" for k in keys[:-1]] + [f"build:{name or str(keys[-1])[:12]}"]
+    if not every:
+        keys[1:-1] = [None] * (len(keys) - 2)
+    found = {k.details.get("build_key"): k for k in images.cached()}
+    if all(k in found for k in keys if k):
+        return [found[k] for k in keys if k]
+    check_applies(tree, patches)
+    base = kept_base(tree, fragments, str(keys[0]), on_line)
+    kernels = [found.get(keys[0]) or _register(base / "tree", names[0], str(keys[0]), source_id,
+                                               [], fragments, base / "build.log")]
+    if not patches:
+        return kernels
+    work = build_cache() / str(keys[-1])[:16]
+    with paths.filling(work):
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        copy = work / "tree"
+        copy_base(base, copy)
+        try:
+            kernels += _build_on(copy, patches, fragments, list(zip(keys[1:], names[1:])),
+                                 found, source_id, on_line)
+        finally:
+            shutil.rmtree(copy, ignore_errors=True)
+    return kernels
+
+
+def _build_on(tree: Path, patches: list[Path], fragments: list[Path],
+              wanted: list[tuple[str | None, str]], found: dict, source_id: str,
+              on_line: Callable[[str], None] | None) -> list[images.Kernel]:
+    """Apply each patch to `tree` and build the kernels wanted (a key) and
+    not `found` yet.  A patch that touches a Kconfig file gets the config
+    made again before the next build (the same fragments, checked the same
+    way)."""
+    kernels, reconfigure = [], False
+    for i, (p, (key, kname)) in enumerate(zip(patches, wanted), 1):
+        apply_patch(tree, p)
+        reconfigure |= any(Path(f).name.startswith("Kconfig")
+                           for f in series.paths_in(p.read_text(errors="replace")))
+        if key is None or key in found:
+            kernels += [found[key]] if key else []
+            continue
+        if reconfigure:
+            configure(tree, fragments)
+            reconfigure = False
+        log = tree.parent / "build.log"
+        _make(tree, log, on_line)
+        kernels.append(_register(tree, kname, key, source_id, patches[:i], fragments, log))
+    return kernels
+
+
+def kept_base(tree: Path, fragments: list[Path], key: str,
+              on_line: Callable[[str], None] | None = None) -> Path:
+    """The folder of the base's kept build: `tree` (a hard-linked copy of the
+    pristine source, configured and built) and `outputs`, the files the
+    build made (written last: a folder without it is built again)."""
+    base = build_cache() / "bases" / key[:16]
+    with paths.filling(base):
+        if (base / "outputs").is_file():
+            return base
+        shutil.rmtree(base, ignore_errors=True)
+        base.mkdir(parents=True)
+        _run(["cp", "-al", str(tree), str(base / "tree")], what="hard-linked copy of the source")
+        configure(base / "tree", fragments)
+        _make(base / "tree", base / "build.log", on_line)
+        (base / "outputs").write_text("".join(f"{rel}\n" for rel in _made_files(base / "tree")))
+    return base
+
+
+def _made_files(tree: Path) -> list[str]:
+    """The regular files of a just-built tree that the build made: those
+    with one link (every source file is also linked from the pristine tree)."""
+    made = []
+    for top, _, files in os.walk(tree):
+        for f in files:
+            st = os.lstat(os.path.join(top, f))
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
+                made.append(os.path.relpath(os.path.join(top, f), tree))
+    return sorted(made)
+
+
+def copy_base(base: Path, dest: Path) -> None:
+    """A tree to build a patched kernel in: the base's sources hard-linked
+    (GNU patch replaces a file it changes, it never writes into it) and the
+    base's build outputs copied, because make, the compiler and fixdep
+    write into the files they remake.  Every file keeps its modification
+    time to the nanosecond, so make sees only what a patch touches (patch
+    gives the files it changes the current time) as newer than its objects.
+    The kernel's own commands name paths relative to the tree, but objtool
+    is built with absolute ones: its saved commands and dependencies (.cmd
+    and .d files) name the copy instead, or its changed command line would
+    rebuild it, and every object depends on objtool."""
+    _run(["cp", "-al", str(base / "tree"), str(dest)], what="hard-linked copy of the base")
+    old, new = str(base / "tree").encode(), str(dest).encode()
+    for rel in (base / "outputs").read_text().splitlines():
+        target = dest / rel
+        tmp = target.with_name(target.name + ".mmlab-copy")
+        data = (base / "tree" / rel).read_bytes() if rel.endswith((".cmd", ".d")) else b""
+        if old in data:
+            tmp.write_bytes(data.replace(old, new))
+            shutil.copystat(base / "tree" / rel, tmp)
+        else:
+            shutil.copy2(base / "tree" / rel, tmp)
+        os.replace(tmp, target)
+
+
+def check_applies(tree: Path, patches: list[Path]) -> None:
+    """Every patch applied in order to a scratch copy of only the files the
+    series names (in the system's temporary folder, removed after), so one
+    that is missing or does not apply (a later patch that conflicts with an
+    earlier one too) fails before anything is made or built."""
+    with tempfile.TemporaryDirectory(prefix="mmlab-patch-check-") as tmp:
+        scratch = Path(tmp)
         for p in patches:
-            apply_patch(copy, p)
-        configure(copy, fragments)
-        log = work / "build.log"
-        _make(copy, log, on_line)
-        release = _run(["make", "-s", "kernelrelease"], cwd=copy).strip()
-        details = {"build_key": key, "source": source_id,
-                   "patches": [{"file": str(p),
-                                "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-                               for p in patches],
-                   "fragments": [str(f) for f in fragments]}
-        k = images.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
-                          copy / "arch/x86/boot/bzImage", copy / ".config", details=details)
-        shutil.copyfile(log, Path(k.dir) / "build.log")
-        k.keep_symbols((copy / "System.map").read_bytes())
-        return k
-    finally:
-        shutil.rmtree(copy, ignore_errors=True)
+            for rel in series.paths_in(p.read_text(errors="replace")):
+                if (tree / rel).is_file() and not (scratch / rel).exists():
+                    (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(tree / rel, scratch / rel)
+        for p in patches:
+            apply_patch(scratch, p)
+
+
+def _register(tree: Path, kname: str, key: str, source_id: str, patches: list[Path],
+              fragments: list[Path], log: Path) -> images.Kernel:
+    """Store a built tree's image under `kname`, with its inputs, compiler and log."""
+    release = _run(["make", "-s", "kernelrelease"], cwd=tree).strip()
+    took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)
+    details = {"build_key": key, "source": source_id, "compiler": compiler(tree),
+               "make_s": float(took[-1]) if took else None,
+               "patches": [{"file": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+                           for p in patches],
+               "fragments": [str(f) for f in fragments]}
+    k = images.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
+                     tree / "arch/x86/boot/bzImage", tree / ".config", details=details)
+    shutil.copyfile(log, Path(k.dir) / "build.log")
+    k.keep_symbols((tree / "System.map").read_bytes())
+    return k
+
+
+def compiler(tree: Path) -> str:
+    """The compiler and linker a built tree names (include/generated/compile.h)."""
+    header = tree / "include/generated/compile.h"
+    text = header.read_text(errors="replace") if header.is_file() else ""
+    m = re.search(r'^#define LINUX_COMPILER\s+"(.*)"$', text, re.M)
+    return m.group(1) if m else "unknown"
 
 
 def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
-    jobs = str(os.cpu_count() or 1)
+    """make bzImage with every core; the log, and the seconds it took as its
+    last line (what a report says of where a check's time went)."""
+    jobs, start = str(os.cpu_count() or 1), time.monotonic()
     with open(log, "w") as out:
         make = subprocess.Popen(["make", f"-j{jobs}", "bzImage"], cwd=tree, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -289,6 +433,8 @@ def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
     if rc:
         tail = log.read_text().strip().splitlines()[-8:]
         raise MmlabError(f"kernel build failed (log {log}): " + " | ".join(tail))
+    with open(log, "a") as out:
+        out.write(f"mmlab: make took {time.monotonic() - start:.1f} s\n")
 
 
 
@@ -320,26 +466,13 @@ def checkout(tree: Path, commit: str) -> Path:
 def ab_pair(spec: str, patches: list[Path], fragments: list[Path],
             on_line: Callable[[str], None] | None = None) -> tuple[images.Kernel, images.Kernel]:
     """A (unpatched) and B (patched) from the same source and fragments.
-    Every patch is checked first, in order, in a scratch copy of the tree,
-    so one that is missing or does not apply fails before minutes of
-    building A."""
-    for p in patches:
-        if not p.is_file():
-            raise MmlabError(f"--patch {p}: no such file")
-    for f in fragments:
-        check_fragment(f)
-    tree, _ = source_tree(spec)
-    scratch = build_cache() / "patch-check"
-    shutil.rmtree(scratch, ignore_errors=True)
-    scratch.parent.mkdir(parents=True, exist_ok=True)
-    _run(["cp", "-al", str(tree), str(scratch)], what="hard-linked copy of the source")
-    try:
-        for p in patches:
-            apply_patch(scratch, p)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return (build(spec, [], fragments, None, on_line),
-            build(spec, patches, fragments, None, on_line))
+    B is an incremental build on A's kept tree; every patch is checked
+    first (check_applies), so one that is missing or does not apply fails
+    before minutes of building A."""
+    if not patches:
+        raise MmlabError("ab: no --patch given (B is A with the patches)")
+    a, *_, b = build_series(spec, patches, fragments, None, on_line, every=False)
+    return a, b
 
 
 def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
