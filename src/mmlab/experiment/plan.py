@@ -101,12 +101,15 @@ class Plan(BaseModel):
         return n
 
     def tests(self) -> int:
-        """The family each look corrects over: pairs x metrics (a profile of
-        one arm is run as a pair by `ab` and `narrow`)."""
+        """The family each look corrects over: pairs x timed metrics (a
+        profile of one arm is run as a pair by `ab` and `narrow`); a count
+        is judged by the count rule, outside it, from 3 rounds."""
         pairs = sum(baseline_for(self, a) is not None for a in self.arms) or 1
-        return pairs * len(self.profile.metrics)
+        return pairs * sum(not insns.counted(self.workload, m) for m in self.profile.metrics)
 
     def warnings(self) -> list[str]:
+        if not self.tests():
+            return []
         p, n, alpha = self.smallest_p(), self.profile.rounds_at_most, self.profile.alpha
         never = ("this profile can show 'no change' but never a significant regression or "
                  "improvement")

@@ -8,6 +8,7 @@ benchmath Thresholds, one object carries every threshold.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -147,6 +148,52 @@ def outcomes(low, high, margin_low, margin_high, p_adjusted, alpha: float,
         return np.where(inside, NO_CHANGE, np.where(sig & (margin_low > up), HIGHER,
                                                     np.where(sig & (margin_high < down), LOWER,
                                                              UNDECIDED)))
+
+
+# ---------------------------------------------------------------- counts
+
+# A count's floor by what it counts: a whole window (a command, a timed
+# call) is mostly page clearing and faulting, where one path's step is
+# diluted, so its floor stays the tracker's 1 %; one syscall's, fault's or
+# function's path is narrower and measured tighter, so a step of a few
+# tenths of a percent in it is news; calls per window are whole numbers,
+# but interrupts among them follow the host's clock (docs/verdicts.md).
+COUNT_FLOORS = {"window": 0.01, "path": 0.0025, "calls": 0.01}
+COUNT_NOISES = 3.0      # a count step must exceed this many robust CVs (selftest changepoints)
+STAY = re.compile(r".+_(syscall_\w+|fault|exception_\w+|interrupt|other)_"
+                  r"(calls|kernel_insns_per_\w+)")
+
+
+def count_family(metric: str) -> str:
+    """Which floor a counted metric has, by its name: a stay's calls, a
+    stay's (or any narrower path's) instructions, or a whole window's."""
+    m = STAY.fullmatch(metric)
+    if m is None:
+        return "window"
+    return "calls" if m[2] == "calls" else "path"
+
+
+def count_outcomes(step, noise, low, high, floor: float,
+                   noises: float = COUNT_NOISES) -> np.ndarray:
+    """The count rule on log figures, elementwise (stats.separation gives
+    them): a count is deterministic up to a small measured noise, so no
+    p-value is asked (a rank test of few rounds cannot reach alpha, and at
+    zero spread a t-test flags any step).  LKP's range separation with a
+    noise margin:
+    HIGHER / LOWER  the two sets do not overlap (`low` > 0 or `high` < 0:
+               the smallest and largest log ratio of any trial to any) and
+               the step of the medians exceeds both `noises` robust CVs of
+               the noisier arm and the metric's `floor`;
+    NO_CHANGE  every trial lies within the floor of every other's;
+    UNDECIDED  otherwise (a step within the noise, or overlapping sets
+               with a spread beyond the floor)."""
+    step, noise, low, high = (np.asarray(x, dtype=float) for x in (step, noise, low, high))
+    margin = np.maximum(math.log1p(floor), noises * noise)
+    with np.errstate(invalid="ignore"):
+        inside = (low >= math.log1p(-floor)) & (high <= math.log1p(floor))
+        return np.where((low > 0) & (step > margin), HIGHER,
+                        np.where((high < 0) & (step < -margin), LOWER,
+                                 np.where(inside, NO_CHANGE, UNDECIDED)))
 
 
 def verdict_of(outcome: int, higher_is_better: bool) -> Verdict:

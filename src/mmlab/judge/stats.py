@@ -94,7 +94,29 @@ def paired_noise(d) -> np.ndarray:
     return robust_sd(d) / math.sqrt(2)
 
 
-# ---------------------------------------------------------------- criteria and looks
+@dataclass(frozen=True)
+class Separation:
+    """Per row, on the log scale, what the count rule reads
+    (criteria.count_outcomes): the step of the medians, the noisier arm's
+    robust CV, and the smallest and largest log ratio of any trial of the
+    arm to any of the baseline (the sets are apart where these share a
+    sign)."""
+    step: np.ndarray
+    noise: np.ndarray
+    low: np.ndarray
+    high: np.ndarray
+
+
+def separation(a, b) -> Separation:
+    """The count rule's figures of arm values `a` against baseline values
+    `b` (rows of positive trials; the rounds' pairing does not enter: a
+    count carries no drift for a pair to cancel)."""
+    la, lb = (np.log(np.atleast_2d(np.asarray(x, dtype=float))) for x in (a, b))
+    return Separation(np.median(la, -1) - np.median(lb, -1),
+                      np.maximum(robust_sd(la), robust_sd(lb)),
+                      la.min(-1) - lb.max(-1), la.max(-1) - lb.min(-1))
+
+
 
 
 # ---------------------------------------------------------------- vectorised inference

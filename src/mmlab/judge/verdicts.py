@@ -14,6 +14,7 @@ asks it after every look, so a run and a later report agree.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -23,6 +24,7 @@ from mmlab.experiment.plan import Plan, pairs
 from mmlab.judge import audit, comparison, controls, criteria, measurements, order, stats
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.measurements import Measurements
+from mmlab.workloads import insns
 from mmlab.workloads.samples import Sample
 
 
@@ -82,6 +84,7 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
                 overrule[key] = "; ".join(map(str, relevant))
 
     observed = {(m, arm): measured.observations(arm, m) for m, a, b in keys for arm in (a, b)}
+    counted = {m for m, _, _ in keys if insns.counted(wl, m)}
     final: dict[tuple[str, str, str], comparison.Comparison] = {}
     decided: set[tuple[str, str, str]] = set()
     for look, rounds in _looks_reached(crit, measured):
@@ -89,8 +92,10 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
                                     observed[(key[0], key[2])].upto(rounds), crit, look)
                 for key in keys if key not in decided}
         # The family of this look: the tests still open (a decided comparison
-        # claims nothing new), not overruled by the audit.
-        family = [k for k, e in ests.items() if k not in overrule and np.isfinite(e.p_value)]
+        # claims nothing new), not overruled by the audit; a count is judged
+        # by the count rule, not by its p.
+        family = [k for k, e in ests.items() if k not in overrule and np.isfinite(e.p_value)
+                  and k[0] not in counted]
         adjusted = dict(zip(family, stats.adjust(np.array([ests[k].p_value for k in family]),
                                                  crit.correction))) if family else {}
         correction = (f"Holm over {len(family)} tests" if crit.correction == "holm"
@@ -98,6 +103,10 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
         for key, e in ests.items():
             c = comparison.of_estimate(*key, e, adjusted.get(key, e.p_value),
                              wl.metric(key[0]).higher_is_better, crit, look, rounds, correction)
+            if key[0] in counted and not e.problem:
+                c = by_count(c, observed[(key[0], key[1])].upto(rounds).values,
+                             observed[(key[0], key[2])].upto(rounds).values,
+                             wl.metric(key[0]).higher_is_better)
             final[key] = c
             if c.verdict.decisive and key not in overrule:
                 decided.add(key)
@@ -122,6 +131,32 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
            for c in out]
     return Judgement(out, findings, arm_findings, crit, measured.rounds, next_rounds, stopped,
                      controls.matched(plan, out), frozenset(measurements.tcg_arms(samples)))
+
+
+def by_count(c: comparison.Comparison, a, b, higher_is_better: bool) -> comparison.Comparison:
+    """A counted metric's comparison judged by the count rule
+    (criteria.count_outcomes on stats.separation), its ratio the medians':
+    counts are deterministic up to a noise they measure themselves, so the
+    rounds needed are those that measure it, not those a rank test needs."""
+    sep = stats.separation(a, b)
+    step, noise, low, high = (float(x[0]) for x in (sep.step, sep.noise, sep.low, sep.high))
+    family = criteria.count_family(c.metric)
+    floor = criteria.COUNT_FLOORS[family]
+    outcome = int(criteria.count_outcomes(step, noise, low, high, floor))
+    margin = max(math.log1p(floor), criteria.COUNT_NOISES * noise)
+    rule = (f"{criteria.COUNT_NOISES:g} robust CVs ({noise:.3%}) and the {family} floor "
+            f"{floor:.2%}")
+    if outcome == criteria.NO_CHANGE:
+        why = f"counted: every trial within ±{floor:.2%} of every other (the {family} floor)"
+    elif outcome != criteria.UNDECIDED:
+        why = f"counted: {math.expm1(step):+.3%}, the sets apart and beyond {rule}"
+    elif abs(step) > margin:
+        why = f"counted: {math.expm1(step):+.3%}, but the sets overlap"
+    else:
+        why = f"counted: {math.expm1(step):+.3%}, not beyond {rule}"
+    return replace(c, verdict=criteria.verdict_of(outcome, higher_is_better), reason=why,
+                   ratio=math.exp(step), p_adjusted=float("nan"), correction="",
+                   method="count rule (range separation)")
 
 
 def _looks_reached(crit: criteria.Criteria, measured: Measurements) -> list[tuple[int, int]]:

@@ -43,6 +43,7 @@ from mmlab.kernels import specs
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
 from mmlab.store import Store, Trial
+from mmlab.track import changepoints
 from mmlab.track.releases import ACROSS, Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
 from mmlab.workloads import insns
@@ -210,7 +211,7 @@ def line_profiles(suite: Suite, line: Line) -> list[Tracked]:
     if line.kind == ACROSS or suite.branch_metrics == "all":
         return suite.profiles
     counted = [t.model_copy(update={"metrics": [m for m in t.metrics
-                                                if t.plan.workload.metric(m).unit == insns.UNIT]})
+                                                if insns.counted(t.plan.workload, m)]})
                for t in suite.profiles]
     return [t for t in counted if t.metrics]
 
@@ -412,8 +413,14 @@ class Judgements:
         if exp_id not in self.memo:
             plan = self.store.plan(exp_id)
             measured = self.store.measurements(exp_id)
-            self.memo[exp_id] = Judged(plan, measured, verdicts.judge(plan, measured))
+            self.memo[exp_id] = Judged(plan, measured, verdicts.judge(
+                plan, measured, [*plan.profile.metrics, *followed(plan, measured)]))
         return self.memo[exp_id]
+
+    def followed(self, exp_id: int) -> list[str]:
+        """The counts the experiment's trials hold beyond its profile's metrics."""
+        j = self[exp_id]
+        return followed(j.plan, j.measured)
 
     def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
         j = self[exp_id]
@@ -424,13 +431,26 @@ class Judgements:
         self.memo.pop(exp_id, None)
 
 
+def followed(plan: Plan, measured: Measurements) -> list[str]:
+    """The counts a counting pass stored beyond the profile's metrics,
+    which the tracker follows too: every syscall's, fault's and
+    exception's (a profile naming one of them has them all counted), and
+    any other count narrower than a window (by function) the trials hold,
+    in name order; not the windows' own, which the profile chose among."""
+    wl = plan.workload
+    held = {k for t in measured.trials for s in t.samples for k in s.metrics}
+    return sorted(m for m in held - set(plan.profile.metrics) - wl.window_metrics()
+                  if wl.stay_metric(m) is not None or changepoints.is_count(m))
+
+
 def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
            judged: Judgements) -> list[Series]:
     """Every (profile, metric, series) over its releases in release order,
     read back from the stored cells, each judged as `compare` judges it;
     releases with no cell yet, or no ratio for the metric (its trials
-    failed), are left out.  A line's series are of what its cells measure
-    (line_profiles: a counts-only branch has no time series)."""
+    failed, or it made no such call), are left out.  A line's series are of
+    what its cells measure (line_profiles: a counts-only branch has no time
+    series), and of every other count its cells hold (`followed`)."""
     have = stored(store, suite)
     out = []
     measured = {line.kind: {t.name: t for t in line_profiles(suite, line)} for line in lines}
@@ -439,7 +459,11 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
             tracked = measured[line.kind].get(profile.name)
             if tracked is None:
                 continue
-            for metric in tracked.metrics:
+            ids = [have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
+                   for r in line.releases]
+            extra = sorted({m for i in ids if i is not None for m in judged.followed(i)}
+                           - set(tracked.metrics))
+            for metric in [*tracked.metrics, *extra]:
                 points = []
                 for r in line.releases:
                     if (r.name, r.version) == (ref.name, ref.version):

@@ -19,10 +19,12 @@ Pinpoint does for commits:
 2. *Confirmation*: a candidate between releases A and B becomes a change
    only when exactly that pair is measured again, B against A, interleaved,
    with adaptive looks (`confirm(A, B)`), and mmlab's own verdict says so.
-   Instruction counts (CVs under 0.3 %) are judged by magnitude: the step
-   must exceed both `count_cvs` times the pair's robust CV and
-   `count_tolerance`, with its interval clear of 1 (a t-test gives p = 0 for
-   any step at zero variance, so no p-value is asked for).  Times need the
+   Instruction counts (CVs under 0.3 %) are judged by the count rule,
+   in the tracker as in `compare` (criteria.count_outcomes): the two sets
+   apart, and the step beyond both a few robust CVs of their own noise and
+   a floor per kind of count (a whole command's 1 %, a syscall's path's
+   0.25 %): a t-test gives p = 0 for any step at zero variance, and a rank
+   test of few rounds cannot reach alpha, so no p-value is asked for.  Times need the
    verdict's significance and its tolerance, and then Benjamini-Hochberg
    over every time comparison the run's confirmations made (`family`), so
    the share of false changes is bounded over all profiles, metrics and
@@ -47,7 +49,7 @@ from ruptures.base import BaseCost
 from scipy.stats import false_discovery_control
 
 from mmlab.judge.comparison import Comparison
-from mmlab.judge.criteria import Criteria, Verdict
+from mmlab.judge.criteria import COUNT_FLOORS, Criteria, Verdict, count_family
 from mmlab.track.releases import Release
 
 Z90 = 1.6449          # a 90 % interval's half-width in sigmas
@@ -62,15 +64,22 @@ EMULATED = (EMULATED_ONLY, NOT_COUNTED, COUNTS_CHANGED)
 class Thresholds:
     """What makes a candidate and a change, in one object."""
     penalty: float = 2.25          # x log(n) per change point, in weighted units (BIC: 2)
-    min_sigma: float = 0.004       # noise floor on the log scale (counts are near 0)
-    count_cvs: float = 3.0         # a count step must exceed this many robust CVs
-    count_tolerance: float = 0.01  # and this fraction
+    min_sigma: float = 0.004       # noise floor on the log scale (times)
+    count_sigma: float = 0.4       # a count's noise floor: this share of its floor (counts
+    #                                are near 0; a syscall's 0.25 % step must stand out)
+
+    def sigma_floor(self, metric: str) -> float:
+        """The noise floor of `metric`'s series on the log scale."""
+        if not is_count(metric):
+            return self.min_sigma
+        return self.count_sigma * COUNT_FLOORS[count_family(metric)]
     alpha: float = 0.05            # Benjamini-Hochberg over the run's time comparisons
 
 
 def is_count(metric: str) -> bool:
-    """Instruction counts are deterministic enough to need no p-value."""
-    return "_insns_per_" in metric
+    """Instruction counts, and a stay's calls, are deterministic enough to
+    need no p-value (the count rule judges them)."""
+    return "_insns_per_" in metric or count_family(metric) == "calls"
 
 
 def sigmas(ci_pairs: list[tuple[float, float]], floor: float) -> np.ndarray:
@@ -162,22 +171,18 @@ def outcome_of(metric: str, c: Comparison | None, t: Thresholds = Thresholds()) 
     if c.verdict == Verdict.NOT_COMPARABLE:
         return "state change"
     if is_count(metric):
-        if not (math.isfinite(c.ci_low) and math.isfinite(c.ci_high)):
-            return "unknown"
-        floor = max(t.count_cvs * max(c.rcv, c.rcv_baseline), t.count_tolerance)
-        if not (c.ci_low > 1 or c.ci_high < 1) or abs(c.ratio - 1) <= floor:
-            return "same"
-        return "regression" if c.ratio > 1 else "improvement"   # counts: lower is better
+        if not c.method:
+            return "unknown"                 # no estimate: too few trials
+        return str(c.verdict) if c.verdict.changed else "same"
     if c.verdict.changed:
         return str(c.verdict)
     return "same" if c.verdict == Verdict.NO_CHANGE else "unknown"
 
 
-def why(metric: str, c: Comparison, outcome: str, t: Thresholds = Thresholds()) -> str:
+def why(metric: str, c: Comparison, outcome: str) -> str:
     """In a few words, why the tracker's outcome of a confirmation differs
-    from the verdict beside it ("" where the two agree): counts are judged
-    by magnitude, not by the verdict's tolerance, which is for times; an
-    emulated time step by the pair's counts."""
+    from the verdict beside it ("" where the two agree): an emulated time
+    step is decided by the pair's counts."""
     if outcome == EMULATED_ONLY:
         return "it is emulated time, and the pair's instruction counts did not change"
     if outcome == NOT_COUNTED:
@@ -185,15 +190,6 @@ def why(metric: str, c: Comparison, outcome: str, t: Thresholds = Thresholds()) 
     if outcome == COUNTS_CHANGED:
         return ("it is emulated time; the pair's instruction counts changed, and that change "
                 "is reported on its own")
-    if not is_count(metric):
-        return ""
-    floor = max(t.count_cvs * max(c.rcv, c.rcv_baseline), t.count_tolerance)
-    if outcome in CONFIRMED and c.verdict != outcome:
-        return (f"counts are judged by size, and a step past {floor:.1%} is a change (the "
-                "verdict's tolerance is for times)")
-    if outcome == "same" and c.verdict.changed:
-        return (f"counts are judged by size, and a step within {floor:.1%} "
-                f"({t.count_cvs:g} robust CVs) is none")
     return ""
 
 
@@ -205,6 +201,14 @@ def counted(outcomes: list[str]) -> str | None:
     if any(o in CONFIRMED for o in outcomes):
         return "changed"
     return "same" if outcomes and all(o == "same" for o in outcomes) else None
+
+
+def direction(outcomes: list[str]) -> str | None:
+    """The one direction the changed counts of a pair agree on, if they do:
+    what an emulated time step of a profile that counts nothing of its own
+    is, when its pair's counts changed."""
+    found = {o for o in outcomes if o in CONFIRMED}
+    return found.pop() if len(found) == 1 else None
 
 
 def emulated_outcome(time: str, counts: str | None) -> str:
@@ -238,7 +242,7 @@ def find(ident: tuple[str, str, str, str], labels: list[str], ratios: list[float
     when it is not measured: a report that only reads) and its outcome."""
     suite, profile, metric, kind = ident
     out: dict[str, Change] = {}
-    for i in candidates([math.log(r) for r in ratios], sigmas(cis, t.min_sigma), t):
+    for i in candidates([math.log(r) for r in ratios], sigmas(cis, t.sigma_floor(metric)), t):
         tried = []
         for j in located(i, len(labels)):
             c, outcome = confirm(labels[j - 1], labels[j])
@@ -291,7 +295,7 @@ def family(changes: list[Change], tests: dict[Test, tuple[str, Comparison]],
     A run's family is fixed once it ends, so a change keeps its verdict
     when later runs add releases.  An emulated time change whose time was
     confirmed is in the family too; one decided by its counts alone (no
-    time comparison) and counts pass as they are."""
+    time comparison: `confirmation` None) and counts pass as they are."""
     adjusted: dict[Test, float] = {}
     for run in {r for r, _ in tests.values()}:
         ps = {k: sequential_p(c) for k, (r, c) in tests.items() if r == run
@@ -302,6 +306,7 @@ def family(changes: list[Change], tests: dict[Test, tuple[str, Comparison]],
     out = []
     for ch in changes:
         p = adjusted.get((ch.evidence, ch.metric), math.nan) if ch.evidence is not None else 1.0
-        drop = ch.decided and not is_count(ch.metric) and not p < t.alpha
+        drop = ch.decided and ch.confirmation is not None and not is_count(ch.metric) \
+            and not p < t.alpha
         out.append(replace(ch, outcome="unknown") if drop else ch)
     return out

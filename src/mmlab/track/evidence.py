@@ -92,27 +92,31 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
         change, f"{b.name} ({b.version})", f"{a.name} ({a.version})",
         created.strftime("%Y-%m-%dT%H:%M:%SZ"), j.measured.rounds,
         "counts" if all(changepoints.is_count(m) for m in j.plan.profile.metrics) else "times",
-        metrics=_rows(tracked.metrics, judged, exp_id, change.also),
+        metrics=_rows(tracked.metrics, change.metric, judged, exp_id, change.also),
         vmstat=explain.vmstat_changes(samples.get(arm, []), samples.get(base, [])),
         state=_state(samples.get(base, []), samples.get(arm, [])),
         findings=[str(f) for f in j.judgement.findings.get((arm, base), [])],
         functions=_functions(store, exp_id, arm, base, change.metric), commands=commands)
 
 
-def _rows(tracked: list[str], judged: cells.Judgements, exp_id: int,
+def _rows(tracked: list[str], metric: str, judged: cells.Judgements, exp_id: int,
           also: int | None) -> list[MetricRow]:
     """Every tracked metric the pair's confirmations measured, in the
-    suite's order: the change's own class of metric, and the other class
-    where the pair has that confirmation too (they are confirmed apart).
-    An emulated time row's outcome is what the pair's counts make of it."""
+    suite's order, the change's own `metric` where the tracker followed it
+    (a syscall's count), and any other they measured after them (the counts
+    that decided a profile of times): the change's own class of metric,
+    and the other class where the pair has that confirmation too (they are
+    confirmed apart).  An emulated time row's outcome is what the pair's
+    counts make of it."""
     found = [(judged[e], c) for e in (exp_id, also) if e is not None
-             for m in judged[e].plan.profile.metrics
+             for m in dict.fromkeys([*judged[e].plan.profile.metrics, metric])
              if (c := cells.kernel_comparison(judged[e].plan, judged[e].judgement.comparisons,
                                               m))]
     said = changepoints.counted([changepoints.outcome_of(c.metric, c) for _, c in found
                                  if changepoints.is_count(c.metric)])
     rows = [_row(j, c, said) for j, c in found]
-    return sorted(rows, key=lambda r: tracked.index(r.metric))
+    return sorted(rows, key=lambda r: tracked.index(r.metric) if r.metric in tracked
+                  else len(tracked))
 
 
 def _row(j: cells.Judged, c: Comparison, said: str | None) -> MetricRow:

@@ -33,6 +33,7 @@ release pair: the pair's other confirmation gets a copy of them.
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from collections.abc import Callable
@@ -162,20 +163,29 @@ class Confirmations:
             c = self.comparison(got.experiment, metric) if got else None
             return got, c, changepoints.outcome_of(metric, c, t)
         counts = self.get(tracked, kind, "counts", before, after, measure) \
-            if any(changepoints.is_count(m) for m in tracked.metrics) else None
-        said = changepoints.counted(self._outcomes(counts.experiment, t)) if counts else None
+            if class_metrics(tracked, "counts") else None
+        outcomes = self._outcomes(counts.experiment, t) if counts else []
         times = self.get(tracked, kind, "times", before, after,
                          measure and self.confirm_emulated)
         c = self.comparison(times.experiment, metric) if times else None
-        outcome = changepoints.emulated_outcome(changepoints.outcome_of(metric, c, t), said)
-        decided_by_counts = (changepoints.EMULATED_ONLY, changepoints.COUNTS_CHANGED)
+        outcome = changepoints.emulated_outcome(changepoints.outcome_of(metric, c, t),
+                                                changepoints.counted(outcomes) if counts else None)
+        if outcome == changepoints.COUNTS_CHANGED and \
+                not any(map(changepoints.is_count, tracked.metrics)):
+            # no count series of its own reports the counted change: the step takes its side
+            outcome = changepoints.direction(outcomes) or outcome
+        decided_by_counts = (changepoints.EMULATED_ONLY, changepoints.COUNTS_CHANGED,
+                             *changepoints.CONFIRMED)
         return times or (counts if outcome in decided_by_counts else None), c, outcome
 
     def _outcomes(self, exp_id: int, t: Thresholds) -> list[str]:
-        """The outcome of each metric a confirmation judged."""
+        """The outcome of each metric a confirmation judged (its own, and the
+        counts it followed), but one both kernels did not give (a syscall
+        one of them never made)."""
         plan, comps = self.judged.comparisons(exp_id)
-        return [changepoints.outcome_of(m, cells.kernel_comparison(plan, comps, m), t)
-                for m in plan.profile.metrics]
+        found = [cells.kernel_comparison(plan, comps, m)
+                 for m in [*plan.profile.metrics, *self.judged.followed(exp_id)]]
+        return [changepoints.outcome_of(c.metric, c, t) for c in found if c and c.method]
 
     def wanted(self, ask: Callable[[], object]) -> list[Ask]:
         """The confirmations `ask` (finding the changes of some series)
@@ -203,8 +213,8 @@ class Confirmations:
     def _plan(self, ask: Ask) -> Plan:
         """A confirmation's plan before its two kernels: its class's
         metrics and rounds."""
-        metrics = [m for m in ask.tracked.metrics if metric_class(m) == ask.cls]
-        return cells.cell_plan(ask.tracked, *ROUNDS[ask.cls], "none", metrics)
+        return cells.cell_plan(ask.tracked, *ROUNDS[ask.cls], "none",
+                               class_metrics(ask.tracked, ask.cls))
 
     def _note(self, ask: Ask) -> str:
         """The stored key CONFIRM reads back."""
@@ -235,9 +245,9 @@ class Confirmations:
         a change's explanation shows them, and the guest's mm-path trace
         is what made the unmap path's attribution 58 s an arm here (the
         functions alone: 5 s)."""
-        if not any(changepoints.is_count(m) for m in ask.tracked.metrics):
-            return
         plan, comps = self.judged.comparisons(exp_id)
+        if not any(map(changepoints.is_count, [*ask.tracked.metrics, *plan.profile.metrics])):
+            return
         if not any(changepoints.outcome_of(c.metric, c) in changepoints.CONFIRMED for c in comps):
             return
         other = self._sibling(ask.key)
@@ -283,6 +293,20 @@ def only_functions(plan: Plan) -> Plan:
     """`plan` making the attribution runs of instructions by function only."""
     return plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"attribution": ["functions"]})})
+
+
+def class_metrics(tracked: Tracked, cls: str) -> list[str]:
+    """What a confirmation of class `cls` measures: the profile's metrics
+    of that class.  A profile that declares only times (as reporters write
+    them) still has its emulated time steps decided on counts: each
+    window's kernel instructions and its stays (the first window's page
+    faults named, which has every syscall, fault and exception counted:
+    cells.followed), in a guest where the plugin counts them."""
+    mine = [m for m in tracked.metrics if metric_class(m) == cls]
+    windows = tracked.plan.workload.windows
+    if mine or cls == "times" or not windows:
+        return mine
+    return [*(w.kernel_metric for w in windows), f"{windows[0].name}_fault_calls"]
 
 
 def metric_class(metric: str) -> str:
@@ -336,8 +360,19 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         changes += [ch for i in sorted(made) for ch in made[i]]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
+    order = {p.name: i for i, p in enumerate(suite.profiles)}
+    changes.sort(key=lambda c: (order[c.profile], -abs(math.log(size(c)))))
     return TrackResult(ref, found_lines, measured, counted, conf.ran, found, changes, judged,
                        cells.failed(store, measured + conf.ran))
+
+
+def size(change: Change) -> float:
+    """A change's after / before ratio: its confirmation's, else its
+    cells'.  A run's changes are listed under their profile, largest step
+    first, whichever series (the declared metrics', a syscall's) it is in."""
+    c = change.confirmation
+    return c.ratio if c is not None and math.isfinite(c.ratio) and c.ratio > 0 \
+        else change.candidate_ratio
 
 
 def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: Resolver,

@@ -11,7 +11,11 @@ the series' confirmations are one family (`changepoints.family`).
 Noise is lognormal per trial, the same CV on every release, and in one
 case with a heavy tail (a share of trials 30 % slower, as `selftest
 verdicts`' MIX); a series is `releases` long, with steps (cumulative
-ratios) at given releases.
+ratios) at given releases.  A count's confirmation is judged by the count
+rule (verdicts.by_count), at each kind of count's floor: a whole
+command's (1 %) and a syscall's (0.25 %), with the spreads measured
+(docs/tracker.md): 0.01-0.05 % for a whole command, up to 2 % for a short
+syscall's calls, which timer ticks land in.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from mmlab.judge import stats
+from mmlab.judge import stats, verdicts
 from mmlab.judge.comparison import Comparison, of_estimate
 from mmlab.judge.criteria import Criteria
 from mmlab.judge.measurements import Observations
@@ -30,6 +34,7 @@ from mmlab.track.cells import CELL_ROUNDS, COUNT_CELL_ROUNDS
 from mmlab.track.changepoints import Thresholds
 from mmlab.track.session import ROUNDS, metric_class
 
+SYSCALL = "command_syscall_mprotect_kernel_insns_per_call"   # a path's count (its floor 0.25%)
 CELL = {cls: Criteria(min_rounds=rounds, max_rounds=rounds)
         for cls, rounds in (("times", CELL_ROUNDS), ("counts", COUNT_CELL_ROUNDS))}
 CONFIRMATION = {cls: Criteria(min_rounds=low, max_rounds=high, correction="none")
@@ -67,11 +72,17 @@ class Rates:
 CASES = (
     SeriesModel("A/A, times, 5% noise", "x_ns_per_page", 0.05, ()),
     SeriesModel("A/A, counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ()),
+    SeriesModel("A/A, a syscall's counts, 0.02% noise", SYSCALL, 0.0002, ()),
+    SeriesModel("A/A, a syscall's counts, 2% noise (timer ticks)", SYSCALL, 0.02, ()),
     SeriesModel("A/A, times, 2% noise and 5% of trials +30%", "x_ns_per_page", 0.02, (),
          outliers=0.05),
     SeriesModel("10% step in time, 5% noise", "x_ns_per_page", 0.05, ((10, 1.10),), 0.90),
     SeriesModel("2% step in counts, 0.3% noise", "x_kernel_insns_per_page", 0.003, ((10, 1.02),),
          0.99),
+    SeriesModel("0.4% step in a syscall's counts, 0.02% noise", SYSCALL, 0.0002, ((10, 1.004),),
+                0.99),
+    SeriesModel("0.4% step in a whole command's counts (its floor 1%)",
+                "command_kernel_insns_per_run", 0.0002, ((10, 1.004),)),
     SeriesModel("two steps in time (+10% at 6, -10% at 14)", "x_ns_per_page", 0.05,
          ((6, 1.10), (14, 1 / 1.10))),
     SeriesModel("10% step in time in the newest release", "x_ns_per_page", 0.05, ((19, 1.10),)),
@@ -106,9 +117,25 @@ def confirmation(case: SeriesModel, log_step: float, rng: np.random.Generator) -
         b = Observations(tuple(before[:rounds]), r, tuple(2 * i + 1 for i in r))
         e = stats.estimate("after", "before", a, b, crit, look)
         c = of_estimate(metric, "after", "before", e, e.p_value, False, crit, look, rounds, "")
+        if changepoints.is_count(metric):
+            c = verdicts.by_count(c, a.values, b.values, False)
         if c.verdict.decisive:
             break
     return c
+
+
+def cells(after: np.ndarray, before: np.ndarray,
+          crit: Criteria) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Each release's ratio and interval from its cell's log values (rows:
+    releases, columns: rounds) as stats.estimate gives them: paired from
+    MIN_PAIRS rounds, else (a count's cell of 4 rounds) the medians' ratio
+    with the unpaired bootstrap's interval."""
+    if after.shape[-1] >= stats.MIN_PAIRS:
+        cell = stats.paired(after - before, crit.confidence_at(0), crit.margin_at(0))
+        return np.exp(cell.centre), (np.exp(cell.low), np.exp(cell.high))
+    x, y = np.exp(after), np.exp(before)
+    (interval,) = stats.bootstrap_ratio(x, y, (crit.confidence_at(0),))
+    return np.median(x, -1) / np.median(y, -1), interval
 
 
 def one_series(case: SeriesModel, releases: int, rng: np.random.Generator,
@@ -117,8 +144,8 @@ def one_series(case: SeriesModel, releases: int, rng: np.random.Generator,
     truth = _truth(case, releases)
     crit = CELL[metric_class(case.metric)]
     shape = (releases, crit.min_rounds)
-    d = truth[:, None] + case.noise(rng, shape) - case.noise(rng, shape)
-    cell = stats.paired(d, crit.confidence_at(0), crit.margin_at(0))
+    after, before = truth[:, None] + case.noise(rng, shape), case.noise(rng, shape)
+    centre, (low, high) = cells(after, before, crit)
     labels = [str(i) for i in range(releases)]
     tests: dict[changepoints.Test, tuple[str, Comparison]] = {}
     made: dict[tuple[str, str], int] = {}
@@ -129,9 +156,8 @@ def one_series(case: SeriesModel, releases: int, rng: np.random.Generator,
         made[(before, after)] = len(tests)
         tests[(len(tests), case.metric)] = ("run", c)
         return c, changepoints.outcome_of(case.metric, c, t)
-    found = changepoints.find(("sim", "p", case.metric, "across"), labels,
-                              list(np.exp(cell.centre)),
-                              list(zip(np.exp(cell.low), np.exp(cell.high))), confirm, t)
+    found = changepoints.find(("sim", "p", case.metric, "across"), labels, list(centre),
+                              list(zip(low, high)), confirm, t)
     found = [replace(ch, evidence=made[(ch.before, ch.after)]) for ch in found]
     rounds = [c.rounds for _, c in tests.values()]
     return (changepoints.family(found, tests, t), len(tests),

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError, field_validator
 from mmlab.errors import MmlabError
 
 # A metric name carries its unit as a token: advise_ns_per_page, ops_per_s_cpu, sys_s,
-# advise_kernel_insns_per_page.
-UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb|insns)(_|$)")
+# advise_kernel_insns_per_page, command_syscall_mprotect_calls.
+UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb|insns|calls)(_|$)")
 
 
 class Sample(BaseModel):
