@@ -50,6 +50,9 @@ def test_a_counted_plan_rotates_each_arm_over_three_boots_by_round():
     assert seen == {(a.name, k): 2 for a in plan.arms for k in range(3)}
     timed = parse(PROFILE.replace(COUNT, "advise_ns_per_page"))
     assert snapshot.states(timed) == 1
+    # Four rounds (the tracker's counted cells) take two boots twice each.
+    assert snapshot.states(parse(PROFILE)) == 2
+    assert snapshot.states(parse(PROFILE.replace("repetitions = 4", "repetitions = 5"))) == 3
 
 
 def test_the_profile_sets_the_boots_and_a_bad_number_names_its_key():
@@ -59,8 +62,7 @@ def test_the_profile_sets_the_boots_and_a_bad_number_names_its_key():
         parse(PROFILE.replace("warmups = 0", "warmups = 0\nguest_states = 0"))
 
 
-def test_the_first_boot_keeps_its_key_and_others_have_their_own(k612, tmp_path):
-    """A kernel's state 0 is the snapshot saved before boots were several."""
+def test_each_saved_boot_of_a_kernel_has_a_key_of_its_own(k612):
     keys = {k: snapshot._key(boot.Guest(k612, state=k), "tcg", 0, [k612.image])
             for k in range(3)}
     assert len(set(keys.values())) == 3

@@ -126,11 +126,16 @@ class Snapshot:
 def states(plan: Plan) -> int:
     """The saved boots a plan's restored guests rotate over: the profile's
     guest_states, else COUNTED_STATES where it counts instructions (exact
-    counts whose spread would otherwise be one boot's), else one: a timed
-    trial's own noise is larger than the boots' differences seen so far."""
+    counts whose spread would otherwise be one boot's), or 2 where that
+    many divide its planned rounds and 3 do not (the tracker's 4-round
+    cells), so each boot starts as many rounds; else one: a timed trial's
+    own noise is larger than the boots' differences seen so far."""
     if plan.profile.guest_states:
         return plan.profile.guest_states
-    return COUNTED_STATES if insns.wanted(plan.workload, plan.profile.metrics) else 1
+    if not insns.wanted(plan.workload, plan.profile.metrics):
+        return 1
+    rounds = plan.profile.repetitions
+    return 2 if rounds % 2 == 0 and rounds % COUNTED_STATES else COUNTED_STATES
 
 
 def rotation(arm: Arm, plan: Plan) -> int:
