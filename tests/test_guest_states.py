@@ -10,8 +10,9 @@ import collections
 import pytest
 
 from mmlab.errors import MmlabError
-from mmlab.experiment.plan import parse
-from mmlab.judge import audit
+from mmlab.experiment.plan import pairs, parse
+from mmlab.judge import audit, verdicts
+from mmlab.judge.criteria import Verdict
 from mmlab.kernels import qemu_plugin
 from mmlab.run import runner
 from mmlab.store import Store, Trial
@@ -132,3 +133,17 @@ def test_two_saved_boots_of_a_kernel_each_start_half_of_every_arms_rounds(k612, 
         assert [x.split(":")[0] for x in mine] == ["0", "1", "0", "1"]
         assert mine[0] == mine[2] != mine[1] == mine[3]
     assert {labels[a.name, 1] for a in plan.arms} == {labels[plan.arms[0].name, 1]}
+
+
+def test_the_judge_never_decides_a_step_the_choice_of_boot_explains():
+    """The same arm of 1,151 and 1,304 by boot against 1,200 in every boot
+    of its baseline: not comparable; against 1,063: judged as usual."""
+    plan = parse(PROFILE)
+    (pair,) = pairs(plan)
+    arm, base = pair.arm.name, pair.baseline.name
+    apart = _boots(("0:aa", [1151, 1152, 1150]), ("1:bb", [1304, 1303, 1305]))
+    for baseline, comparable in ((1200, False), (1063, True)):
+        flat = _boots(("0:cc", [baseline] * 3), ("1:dd", [baseline + 1] * 3))
+        (c,) = verdicts.judge(plan, {arm: apart, base: flat}).comparisons
+        assert (c.verdict != Verdict.NOT_COMPARABLE) == comparable, c
+        assert comparable or audit.STATES_EXPLAIN in c.reason
