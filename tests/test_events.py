@@ -16,10 +16,12 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import parse
 from mmlab.kernels import qemu_plugin
 from mmlab.machine.knobs import HostSettings
+from mmlab.store import Store
 from mmlab.targets import boot, qemu
 from mmlab.workloads import execwork, insns
 from mmlab.workloads.samples import Sample
 
+from .conftest import mmlab
 from .fake_target import RUSAGE
 
 needs_qemu = pytest.mark.skipif(shutil.which("qemu-system-x86_64") is None,
@@ -41,7 +43,7 @@ def test_an_event_metric_is_a_metric_of_any_window_and_side_with_its_unit_and_he
     wl = pageout()
     m = wl.metric("advise_kernel_ipis_per_page")
     assert (m.unit, m.direction) == ("events", "lower") and "IPIs sent" in m.help
-    assert "kernel" in m.help and "per page in window advise" in m.help
+    assert "kernel" in m.help and "per page in the mean window advise" in m.help
     assert wl.metric("prefault_user_store_bytes_per_page").unit == "bytes"
     assert "perf's instructions" in wl.metric("advise_kernel_retired_insns_per_page").help
     assert {e for e in workloads.EVENTS} >= {"loads", "locked_insns", "invlpgs", "ipis",
@@ -311,3 +313,66 @@ def test_a_two_vcpu_guest_counts_the_ipis_and_tlb_flushes_of_a_shootdown(tmp_pat
         assert m[f"{window}_kernel_locked_insns_per_calls"] > 0  # the mmap lock, at least
     # the whole command, a window over both vCPUs, holds both windows' IPIs
     assert m["command_kernel_ipis_per_run"] >= m["shared_kernel_ipis_per_calls"] * 2 * N_CALLS
+
+
+# ---------------------------------------------------------------- mmlab run --events
+
+def test_mmlab_run_events_asks_for_every_event_of_every_window_and_a_guest():
+    from mmlab.experiment import single
+    plan = single.plan(single.Request("pageout-refault", kernel="debian:6.12",
+                                      count_events=True))
+    asked = plan.profile.metrics
+    assert {"advise_kernel_ipis_per_page", "prefault_user_retired_insns_per_page",
+            "advise_kernel_insns_per_page"} <= set(asked)            # the instructions too
+    assert insns.events_arg(plan.workload, asked) == ("events=on",)
+    with pytest.raises(MmlabError, match="^--events needs a guest kernel"):
+        single.plan(single.Request("pageout-refault", count_events=True))
+
+
+@needs_qemu
+def test_mmlab_run_events_counts_a_command_in_a_guest(tmp_path):
+    """`mmlab run exec --events` counts the whole command's events: a shell
+    running `true` takes faults, so it stores and loads in the kernel, and
+    retires fewer instructions than TCG counts (exec clears pages)."""
+    proc = mmlab("run", "exec", "--kernel", "debian:6.12", "--events", "--samples", "1",
+                 "--json", "--results", str(tmp_path / "r"), "--", "sh", "-c", "true")
+    assert proc.returncode == 0, proc.stderr
+    (s,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    m = s["metrics"]
+    assert m["command_kernel_stores_per_run"] > 0 and m["command_kernel_string_insns_per_run"] > 0
+    assert m["command_kernel_retired_insns_per_run"] < m["command_kernel_insns_per_run"]
+    assert s["state"]["insns_source"].startswith("qemu tcg plugin")
+
+
+# ---------------------------------------------------------------- reports
+
+def test_every_output_with_an_event_figure_says_what_events_count(tmp_path):
+    """compare and the text report (the HTML report takes the same lines):
+    one line defines the events, as one defines the instructions, and an
+    event's figure is the mean window's.  The fake target counts no events,
+    so the figures are absent; the legend follows the profile's metrics."""
+    from mmlab.report import data, fmt, text
+
+    from .test_count_labels import counted_store
+    store = Store(counted_store(tmp_path, metrics='"advise_kernel_ipis_per_page", '
+                                                  '"advise_kernel_insns_per_page"'))
+    d = data.gather(store, 1)
+    legend = fmt.count_legend(d.workload, d.plan.profile.metrics, d.samples)
+    assert legend[-1] == fmt.EVENTS_COUNTED and legend[0].startswith("insns:")
+    assert fmt.EVENTS_COUNTED in " ".join(text.render(d).split())
+    assert "[mean window]" in text.render(d).split("advise_kernel_ipis_per_page")[1][:20]
+    proc = mmlab("compare", "1", "--results", str(tmp_path / "r"))
+    assert proc.returncode == 0 and fmt.EVENTS_COUNTED in " ".join(proc.stdout.split())
+    plain = Store(counted_store(tmp_path / "plain"))
+    d = data.gather(plain, 1)
+    assert fmt.EVENTS_COUNTED not in fmt.count_legend(d.workload, d.plan.profile.metrics,
+                                                      d.samples)
+
+
+def test_every_event_metric_names_its_unit_as_the_sample_contract_asks():
+    """The store refuses a sample whose metric names no unit; every event's
+    name carries one (it is its own, or insns, or bytes)."""
+    from mmlab.workloads.samples import UNIT_TOKEN
+    names = execwork.build(["true"]).event_metrics()
+    assert len(names) == 2 * len(workloads.EVENTS)
+    assert [n for n in names if not UNIT_TOKEN.search(n)] == []

@@ -49,6 +49,11 @@ COMMON = (
     ("count_insns", bool, typer.Option(False, "--insns",
                                        help="also count kernel and user instructions per unit "
                                             "in the timed windows (a separate counting pass)")),
+    ("count_events", bool, typer.Option(False, "--events",
+                                        help="TCG guest only: with the instructions, count "
+                                             "loads, stores, locked instructions, TLB flushes, "
+                                             "IPIs, rep strings and retired instructions (a "
+                                             "slower counting pass)")),
     ("trace_count", str, typer.Option("", "--trace-count", metavar="FUNC,FUNC",
                                       help="guest only: count calls of these functions")),
     ("trace_time", str, typer.Option("", "--trace-time", metavar="FUNC,FUNC",
@@ -189,7 +194,8 @@ def _common(values: dict) -> dict:
     return {"samples": values["samples"], "kernel": values["kernel"],
             "bare_metal": values["bare_metal"], "vcpus": values["vcpus"],
             "memory_mb": values["memory_mb"], "numa_nodes": values["numa_nodes"],
-            "count_insns": values["count_insns"], "trace_count": split(values["trace_count"]),
+            "count_insns": values["count_insns"], "count_events": values["count_events"],
+            "trace_count": split(values["trace_count"]),
             "trace_time": split(values["trace_time"]), "functions": values["functions"],
             "argv": tuple(sys.argv[2:])}
 

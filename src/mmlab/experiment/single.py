@@ -37,6 +37,7 @@ class Request:
     memory_mb: int | None = None
     numa_nodes: int | None = None
     count_insns: bool = False
+    count_events: bool = False
     trace_count: tuple[str, ...] = ()
     trace_time: tuple[str, ...] = ()
     functions: int = 0
@@ -67,7 +68,7 @@ def check(req: Request) -> None:
     for option, value in (("--vcpus", req.vcpus), ("--memory-mb", req.memory_mb),
                           ("--numa-nodes", req.numa_nodes),
                           ("--trace-count", req.trace_count), ("--trace-time", req.trace_time),
-                          ("--functions", req.functions)):
+                          ("--functions", req.functions), ("--events", req.count_events)):
         if value:
             raise MmlabError(f"{option} {why}")
 
@@ -101,7 +102,8 @@ def plan(req: Request) -> Plan:
     check(req)
     refuse_hidden(req.exec_keys, "mmlab run")   # names an exec workload is built with
     wl = workload(req)
-    for option, asked in (("--insns", req.count_insns), ("--functions", req.functions)):
+    for option, asked in (("--insns", req.count_insns), ("--functions", req.functions),
+                          ("--events", req.count_events)):
         if asked and not wl.windows:
             raise MmlabError(f"{option}: {wl.name} has no timed windows to count")
     if req.count_insns and req.kernel == "host":
@@ -109,7 +111,9 @@ def plan(req: Request) -> Plan:
         if not ok:
             raise MmlabError(f"--insns: {why} on this host; a guest counts its instructions "
                              "(--kernel debian:6.12, say)")
-    metrics = [m.name for m in wl.metrics if req.count_insns or m.unit != insns.UNIT]
+    counting = req.count_insns or req.count_events
+    metrics = [m.name for m in wl.metrics if counting or m.unit != insns.UNIT]
+    metrics += wl.event_metrics() if req.count_events else []
     return parse(profile_text(req, metrics), "mmlab run")
 
 

@@ -262,6 +262,12 @@ COUNTED_BY = {
             "window add a little from trial to trial",
     "unrecorded": "from a counter the samples do not name",
 }
+# What an event metric (workloads.EVENTS: a guest's counting pass with events on) counts.
+EVENTS_COUNTED = ("events: the kernel or user loads, stores, bytes, locked, TLB-invalidating, "
+                  "IPI-sending, rep string or retired instructions the metric's name says, per "
+                  "the unit it ends with, counted exactly by QEMU's TCG plugin in the counting "
+                  "pass, from the guest state its trial started in; retired_insns counts a "
+                  "rep-prefixed string instruction once, as perf's instructions on hardware")
 AGREE = 0.01     # an attribution boot's window total this close to the trials' median agrees
 
 
@@ -277,17 +283,18 @@ def count_legend(workload: Workload, metrics: Sequence[str],
     """What every counted figure among `metrics` counts, said once per
     output: one line, or one per source naming its arms where the arms'
     counts came from different counters (a host arm's perf, a guest's
-    plugin); empty without a counted figure."""
+    plugin), and a line for the events; empty without a counted figure."""
     counted = [m for m in metrics if workload.metric(m).unit == insns.UNIT]
     arms_by: dict[str, list[str]] = {}
     for arm, ss in samples.items():
         for source in sorted({count_source(s.state) for s in ss
                               if any(m in s.metrics for m in counted)}):
             arms_by.setdefault(source, []).append(arm)
+    events = [EVENTS_COUNTED] if any(workload.event_metric(m) for m in metrics) else []
     if len(arms_by) < 2:
-        return [f"{COUNTED}, {COUNTED_BY[source]}" for source in arms_by]
+        return [f"{COUNTED}, {COUNTED_BY[source]}" for source in arms_by] + events
     return [f"{COUNTED}:"] + [f"{', '.join(map(printable, arms))}: {COUNTED_BY[source]}"
-                              for source, arms in arms_by.items()]
+                              for source, arms in arms_by.items()] + events
 
 
 FUNCTIONS_LEGEND = ("kernel instructions by function: one attribution boot per arm, counted "

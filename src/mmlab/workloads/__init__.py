@@ -157,9 +157,14 @@ class Workload:
         for w in self.windows:
             for side in ("kernel", "user"):
                 event = name.removeprefix(f"{w.name}_{side}_").removesuffix(f"_per_{w.unit}")
-                if event in EVENTS and name == f"{w.name}_{side}_{event}_per_{w.unit}":
+                if event in EVENTS and name == _event_name(w, side, event):
                     return w, side, event
         return None
+
+    def event_metrics(self) -> list[str]:
+        """Every event metric of its windows (what `mmlab run --events` asks for)."""
+        return [_event_name(w, side, e) for w in self.windows for side in ("kernel", "user")
+                for e in EVENTS]
 
     def event_metric(self, name: str) -> Metric | None:
         """The event metric `name` names (EVENTS, of any window), or None:
@@ -168,9 +173,9 @@ class Workload:
             return None
         w, side, event = found
         unit, what = EVENTS[event]
-        return Metric(name, unit, "lower", f"{side} {what} per {w.unit} in window {w.name} "
-                      "(counted exactly by QEMU's TCG plugin with events on, in a counting "
-                      "pass)")
+        return Metric(name, unit, "lower", f"{side} {what} per {w.unit} in the mean window "
+                      f"{w.name} (counted exactly by QEMU's TCG plugin with events on, in a "
+                      "counting pass)")
 
     def args(self, params: Mapping[str, object]) -> list[str]:
         """mmwork arguments for `params`, each name checked against the table."""
@@ -204,6 +209,10 @@ class Workload:
                             check=False)
         if checked.returncode:
             raise MmlabError(proc.last_words(checked, 1).removeprefix("mmwork: "))
+
+
+def _event_name(window: Window, side: str, event: str) -> str:
+    return f"{window.name}_{side}_{event}_per_{window.unit}"
 
 
 def _stay_metric(name: str, window: Window, stay: str, figure: str) -> Metric:

@@ -14,8 +14,10 @@ from pydantic import BaseModel, ValidationError, field_validator
 from mmlab.errors import MmlabError
 
 # A metric name carries its unit as a token: advise_ns_per_page, ops_per_s_cpu, sys_s,
-# advise_kernel_insns_per_page, command_syscall_mprotect_calls.
-UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb|insns|calls)(_|$)")
+# advise_kernel_insns_per_page, command_syscall_mprotect_calls; an event
+# (workloads.EVENTS) is its own unit: command_kernel_ipis_per_run.
+UNIT_TOKEN = re.compile(r"(^|_)(ns|us|ms|s|per_s|pages|bytes|kb|insns|calls|"
+                        r"loads|stores|invlpgs|invpcids|cr3_writes|ipis)(_|$)")
 
 
 class Sample(BaseModel):
