@@ -39,10 +39,12 @@
  * return from __switch_to_asm and then returns to where it called the
  * scheduler from, so a parked stack whose top frames the resumed task's
  * returns land on, and that alone matched the most of them (two at least),
- * is that task's: it is taken back and popped as far as they went.  A
- * function that switched away so counts what ran until its task came back,
- * as a stay does (inside the window: a frame older than a window counts
- * from the window's start).  The stack is dropped (not counted) when the vCPU runs
+ * is that task's: it is taken back and popped as far as they went.  Its
+ * frames' starts move on by the time the task was away, so a function
+ * counts what its own task ran inside it, not what other tasks ran while it
+ * was switched out (a stay counts those), and a stack taken back wrongly
+ * (another task's, alike up to where they matched) adds little.  A frame
+ * older than a window counts from the window's start.  The stack is dropped (not counted) when the vCPU runs
  * user code, and frames are dropped past CALL_DEPTH and when a vCPU has
  * more parked stacks than PARKED (the oldest); the frames dropped inside a
  * window are reported ("cut"), and those past CALL_DEPTH ("overflow").
@@ -76,6 +78,7 @@ struct call_stack {
 	int depth;
 	uint8_t entering;			/* the top frame's callee is the next block */
 	uint8_t switching, resuming;		/* in __switch_to_asm; after it, task not known */
+	uint64_t resumed;			/* the count when the last switch ended */
 	uint32_t all_seen[MM_MAX_WINDOWS];	/* the all-vCPU windows' all_gen seen here */
 	uint64_t all_start[MM_MAX_WINDOWS];	/* their start in this vCPU's kernel count */
 	GHashTable *pending[MM_MAX_WINDOWS];	/* call_key -> insns, calls */
@@ -348,6 +351,8 @@ static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now, int le
 	count_cut(vcpu, cs->depth);	/* left by returning below them */
 	memcpy(cs->f, best->f, sizeof(cs->f[0]) * (size_t)best->depth);
 	cs->depth = best->depth;
+	for (int j = 0; j < cs->depth; j++)	/* the time away is other tasks' */
+		cs->f[j].start += cs->resumed - best->when;
 	for (int j = cs->depth - 1; j >= best->depth - best->matched; j--)
 		credit(vcpu, cs, j, now);
 	cs->depth = best->depth - best->matched;
@@ -388,6 +393,8 @@ static void calls_block(unsigned int vcpu, struct block *b)
 		see_all_windows(cs, now);
 	if (kind == 'X' && !cs->switching)
 		park(vcpu, cs, now);
+	else if (kind != 'X' && cs->switching)
+		cs->resumed = now;
 	cs->switching = kind == 'X';
 	if (kind == 'X' || kind == 'T')
 		return;

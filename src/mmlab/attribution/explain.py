@@ -83,8 +83,9 @@ class CallPath:
     function's instructions per unit with everything it called, and the
     functions called inside it, each with its own callees (so they overlap
     and do not add up); beside the stay's own count, which also holds the
-    kernel entry and exit code around the entry function and the interrupts
-    taken inside (the per-syscall metrics count stays)."""
+    kernel entry and exit code around the entry function, the interrupts
+    taken there and what other tasks ran while it was switched out (the
+    per-syscall metrics count stays)."""
     stay: str                        # syscall_mprotect, fault, ...
     entry: str                       # __x64_sys_mprotect, or the stay's largest function
     per_unit: float

@@ -331,7 +331,7 @@ def call_path(p: CallPath, unit: str, top: int = 6) -> str:
     def pair(x: float | None, y: float | None) -> str:
         return f"{num(y)} -> {num(x)}" if paired else num(x)
     stay = (f" (the whole {p.stay} stay {pair(p.stay_per_unit, p.stay_per_unit_baseline)}: "
-            "also the kernel entry and exit code and interrupts inside)"
+            "also the kernel entry and exit code, interrupts and other tasks' runs inside)"
             if p.stay_per_unit is not None else "")
     under = ", ".join(f"{r.label} {signed(r.change) if paired else num(r.per_unit)}"
                       for r in p.rows[:top]) or ("nothing moved" if paired else "none")
