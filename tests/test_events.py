@@ -17,7 +17,8 @@ from mmlab.experiment.plan import parse
 from mmlab.kernels import qemu_plugin
 from mmlab.machine.knobs import HostSettings
 from mmlab.store import Store
-from mmlab.targets import boot, qemu
+from mmlab.targets import boot, qemu, stays
+from mmlab.targets.boot import initramfs_cache
 from mmlab.workloads import execwork, insns
 from mmlab.workloads.samples import Sample
 
@@ -287,7 +288,8 @@ int main(int argc, char **argv)
 @needs_qemu
 def test_a_two_vcpu_guest_counts_the_ipis_and_tlb_flushes_of_a_shootdown(tmp_path, k612):
     """mprotect of a page another thread reads on the other vCPU must flush
-    that vCPU's TLB: an IPI per call, and a local invalidation.  Once the
+    that vCPU's TLB: an IPI per call, and a local invalidation, counted in
+    the window and in its mprotect calls.  Once the
     thread has exited, the same calls send (almost) none.  Not exact: the
     reader may be off its vCPU for a call (an interrupt, the scheduler), a
     wakeup may send a reschedule IPI; so the counts are bounded, not
@@ -300,8 +302,20 @@ def test_a_two_vcpu_guest_counts_the_ipis_and_tlb_flushes_of_a_shootdown(tmp_pat
                         metrics_from="key=value", windows=windows)
     guest = boot.Guest(k612, vcpus=2, memory_mb=512)
     (s,) = qemu.sample(guest, wl, insns.counting_params({}), 1, 0, HostSettings(),
-                       plugin=qemu_plugin.ensure(), plugin_extra=("events=on",))
+                       plugin=qemu_plugin.ensure(),
+                       plugin_extra=("events=on", *stays.plugin_args(guest, initramfs_cache())))
     m = s.metrics
+    # Per syscall: the IPIs are mprotect's, and a window opened and closed
+    # in user mode on its vCPU has every kernel event in a stay counted in
+    # it, so the stays' events add up to the window's exactly
+    assert m["shared_syscall_mprotect_kernel_ipis_per_call"] >= 0.5
+    assert m["alone_syscall_mprotect_kernel_ipis_per_call"] < 0.1
+    for window in ("shared", "alone"):
+        for event in ("ipis", "invlpgs", "retired_insns", "stores"):
+            whole = f"{window}_kernel_{event}_per_calls"
+            in_stays = sum(v for k, v in m.items() if k.startswith(f"{window}_")
+                           and k.endswith(f"_kernel_{event}_per_calls") and k != whole)
+            assert in_stays == pytest.approx(m[whole], rel=1e-9), (window, event)
     # 0.885 and 1.0 IPIs per call in two runs here (IPIs wait for the
     # other vCPU: 20,800 kernel instructions per call, 3,400 alone)
     assert m["shared_kernel_ipis_per_calls"] >= 0.5, sorted(m.items())
@@ -376,3 +390,34 @@ def test_every_event_metric_names_its_unit_as_the_sample_contract_asks():
     names = execwork.build(["true"]).event_metrics()
     assert len(names) == 2 * len(workloads.EVENTS)
     assert [n for n in names if not UNIT_TOKEN.search(n)] == []
+
+
+# ---------------------------------------------------------------- per syscall
+
+def test_a_stays_events_are_metrics_of_the_stay_family_and_ask_for_stays_and_events():
+    from mmlab.workloads import syscalls
+    wl = pageout()
+    m = wl.metric("advise_syscall_madvise_kernel_ipis_per_page")
+    assert m.unit == "events" and "IPIs sent" in m.help and "the syscall madvise" in m.help
+    assert wl.metric("prefault_fault_kernel_store_bytes_per_call").unit == "bytes"
+    assert wl.metric("advise_syscall_madvise_kernel_insns_per_call").unit == "insns"  # as before
+    asked = ["advise_syscall_madvise_kernel_retired_insns_per_call"]
+    assert syscalls.wanted(wl, asked) and insns.events_arg(wl, asked) == ("events=blocks",)
+    assert insns.events_arg(wl, ["post_touch_fault_kernel_loads_per_page"]) == ("events=on",)
+    with pytest.raises(MmlabError, match="an event in place of insns"):
+        wl.metric("advise_syscall_madvise_kernel_ipi_per_call")
+
+
+def test_plugin_stay_events_become_per_call_and_per_unit_metrics():
+    from mmlab.workloads import syscalls
+    r = json.loads(record({"ipis": [6, 0]}))
+    r["stays"] = [{}] + [{"syscall_madvise": [2, 600], "fault": [4, 400]}] + [{}] * 6
+    r["stay_events"] = [{}] + [{"syscall_madvise": {"ipis": 6, "stores": 10}}] + [{}] * 6
+    got = [sample({"advise_units": 10.0})]
+    syscalls.from_plugin(pageout(), got, json.dumps(r))
+    m = got[0].metrics
+    assert m["advise_syscall_madvise_kernel_ipis_per_call"] == 3.0       # 6 over 2 calls
+    assert m["advise_syscall_madvise_kernel_ipis_per_page"] == 0.3       # 2 windows, 10 pages
+    assert m["advise_syscall_madvise_kernel_stores_per_call"] == 5.0
+    assert "advise_fault_kernel_ipis_per_call" not in m                  # none counted for it
+    assert m["advise_fault_kernel_insns_per_call"] == 100.0

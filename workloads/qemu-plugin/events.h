@@ -43,6 +43,12 @@
  * vCPUs a window over every vCPU gets each event atomically, as insns.c's
  * count_all.  Each sample record then carries "events": per window,
  * {event: [kernel, user]}.
+ *
+ * With stays= too, each stay (a syscall, a fault, ...: insns.c) gets the
+ * kernel events its vCPU counted from its first block to the user block
+ * that ends it, pending and settled with the stay's own counts, so the
+ * stays' events of a window are exactly those inside its counted stays.
+ * The record then carries "stay_events": per window, {label: {event: n}}.
  */
 #ifndef MMLAB_QEMU_PLUGIN_EVENTS_H
 #define MMLAB_QEMU_PLUGIN_EVENTS_H
@@ -87,6 +93,15 @@ static struct ev_vcpu *ev_vcpus;
 static uint64_t ev_sums[MM_MAX_WINDOWS][2][N_EVENTS];	/* under `lock` */
 static uint64_t ev_all[MM_MAX_WINDOWS][2][N_EVENTS];	/* a window over every vCPU's */
 static GHashTable *ev_kinds;				/* struct ev_block, under `lock` */
+
+/* stays=: per vCPU, its kernel events when its stay began, and its windows'
+ * pending stays' events per label; the settled ones per label and window. */
+struct ev_stays {
+	uint64_t start[N_EVENTS];
+	uint64_t (*pending[MM_MAX_WINDOWS])[N_EVENTS];
+};
+static struct ev_stays *ev_stay_vcpus;
+static uint64_t (*ev_stay_sums)[MM_MAX_WINDOWS][N_EVENTS];	/* under `lock` */
 
 static void ev_add(struct ev_vcpu *v, int side, int e, uint64_t k)
 {
@@ -283,15 +298,77 @@ static int events_arg(const char *arg)
 	return 1;
 }
 
-/* events=, at install: 0 on success. */
-static int events_init(int n)
+/* A stay begins on `vcpu` (stays=). */
+static void events_stay_begin(unsigned int vcpu)
+{
+	memcpy(ev_stay_vcpus[vcpu].start, ev_vcpus[vcpu].n[KERNEL], sizeof(ev_vcpus[vcpu].n[KERNEL]));
+}
+
+/* The stay on `vcpu`, label `l`, ended in window w: its events pending on
+ * the vCPU (`pending`) or into the sums (a window over every vCPU, under `lock`). */
+static void events_stay_end(unsigned int vcpu, int32_t l, unsigned int w, gboolean pending)
+{
+	struct ev_stays *v = &ev_stay_vcpus[vcpu];
+	uint64_t *into = ev_stay_sums[l][w];
+	if (pending) {
+		if (!v->pending[w] && !(v->pending[w] = calloc(MAX_LABELS, sizeof(*v->pending[w]))))
+			abort();
+		into = v->pending[w][l];
+	}
+	for (int e = 0; e < N_EVENTS; e++)
+		into[e] += ev_vcpus[vcpu].n[KERNEL][e] - v->start[e];
+}
+
+/* Window w ended on `vcpu`: its pending stays' events into the sums (`commit`, under `lock`). */
+static void events_stay_settle(unsigned int vcpu, unsigned int w, gboolean commit)
+{
+	struct ev_stays *v = &ev_stay_vcpus[vcpu];
+	if (!v->pending[w])
+		return;
+	for (int l = 0; commit && l < n_labels; l++)
+		for (int e = 0; e < N_EVENTS; e++)
+			ev_stay_sums[l][w][e] += v->pending[w][l][e];
+	memset(v->pending[w], 0, sizeof(*v->pending[w]) * (size_t)n_labels);
+}
+
+/* The record's stays' events (under `lock`): per window, {label: {event: n}}; then afresh. */
+static void events_stay_write(void)
+{
+	fputs("], \"stay_events\": [", out);
+	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
+		const char *sep = "";
+		fputs(w ? ", {" : "{", out);
+		for (int l = 0; l < n_labels; l++) {
+			if (!ev_stay_sums[l][w][EV_RETIRED])	/* no stay of it: it retired nothing */
+				continue;
+			fprintf(out, "%s\"%s\": {", sep, labels[l]);
+			for (int e = 0, first = 1; e < N_EVENTS; e++)
+				if (ev_memory || !(EV_MEMORY & 1u << e)) {
+					fprintf(out, "%s\"%s\": %" PRIu64, first ? "" : ", ",
+						event_names[e], ev_stay_sums[l][w][e]);
+					first = 0;
+				}
+			fputs("}", out);
+			sep = ", ";
+		}
+		fputs("}", out);
+	}
+	memset(ev_stay_sums, 0, sizeof(*ev_stay_sums) * (size_t)n_labels);
+}
+
+/* events=, at install (after stays=): 0 on success. */
+static int events_init(int n, gboolean with_stays)
 {
 	ev_vcpus = aligned_alloc(64, sizeof(*ev_vcpus) * (size_t)n);
 	ev_kinds = g_hash_table_new(ev_hash, ev_equal);
 	if (!ev_vcpus)
 		return -1;
 	memset(ev_vcpus, 0, sizeof(*ev_vcpus) * (size_t)n);
-	return 0;
+	if (!with_stays)
+		return 0;
+	ev_stay_vcpus = calloc((size_t)n, sizeof(*ev_stay_vcpus));
+	ev_stay_sums = calloc(MAX_LABELS, sizeof(*ev_stay_sums));
+	return ev_stay_vcpus && ev_stay_sums ? 0 : -1;
 }
 
 #endif

@@ -266,6 +266,8 @@ static void begin_stay(struct vcpu *v, struct block *b)
 	v->stay_unnamed = type == 'A' || type == 'S';
 	v->stay_open = v->open;
 	memcpy(v->stay_gen, v->gen, sizeof(v->gen));
+	if (events)
+		events_stay_begin((unsigned int)(v - vcpus));
 	v->stay_all = 0;
 	if (!inline_counts) {		/* one vCPU: its windows over every vCPU are its own */
 		g_mutex_lock(&lock);
@@ -318,6 +320,8 @@ static void end_stay(struct vcpu *v)
 			abort();
 		v->stay_pending[w][l][0]++;
 		v->stay_pending[w][l][1] += v->stay_insns;
+		if (events)
+			events_stay_end((unsigned int)(v - vcpus), l, (unsigned int)w, TRUE);
 	}
 	if (!v->stay_all)
 		return;
@@ -327,6 +331,8 @@ static void end_stay(struct vcpu *v)
 		if (all_gen[w] == v->stay_all_gen[w]) {
 			stay_sums[l][w][0]++;
 			stay_sums[l][w][1] += v->stay_insns;
+			if (events)
+				events_stay_end((unsigned int)(v - vcpus), l, (unsigned int)w, FALSE);
 		}
 	}
 	g_mutex_unlock(&lock);
@@ -335,6 +341,8 @@ static void end_stay(struct vcpu *v)
 /* Window w ended on `v`: its pending stays into the sums (`commit`, under `lock`) or dropped. */
 static void settle_stays(struct vcpu *v, unsigned w, gboolean commit)
 {
+	if (events && stays)
+		events_stay_settle((unsigned int)(v - vcpus), w, commit);
 	if (!v->stay_pending[w])
 		return;
 	for (int l = 0; commit && l < n_labels; l++)
@@ -456,6 +464,8 @@ static void write_record(const char *kind)
 		write_stays();
 	if (events)
 		events_write();
+	if (events && stays)
+		events_stay_write();
 	fputs("]}\n", out);
 	fflush(out);
 	memset(sums, 0, sizeof(sums));
@@ -676,10 +686,6 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		return -1;
 	}
 	memset(vcpus, 0, sizeof(*vcpus) * (size_t)n_vcpus);
-	if (events && events_init(n_vcpus)) {
-		fprintf(stderr, "mmlab insns plugin: no memory for events=\n");
-		return -1;
-	}
 	if (stays_path && read_stays(stays_path)) {
 		fprintf(stderr, "mmlab insns plugin: stays=%s: unreadable, or a line is not "
 			"'A|S|E OFFSET SIZE LABEL' or 'N OFFSET LABEL', or no A line\n", stays_path);
@@ -694,6 +700,10 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 			fprintf(stderr, "mmlab insns plugin: no memory for blocks=on or stays=\n");
 			return -1;
 		}
+	}
+	if (events && events_init(n_vcpus, stays)) {
+		fprintf(stderr, "mmlab insns plugin: no memory for events=\n");
+		return -1;
 	}
 	if (calls_path && (!by_block || !stays || calls_install(calls_path))) {
 		fprintf(stderr, "mmlab insns plugin: calls=%s: needs blocks=on and stays=, and "

@@ -27,7 +27,8 @@ HARNESS_PARAMS = ("samples", "warmups", "check", "own-memcg")
 STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+|interrupt|other")
 STAY_HINT = re.compile(r"_(syscall|fault|exception|interrupt)(_|$)")
 STAY_FORM = ("<window>_syscall_<name>_{calls,kernel_insns_per_call,kernel_insns_per_<unit>} "
-             "(or fault, exception_<name>, interrupt in place of syscall_<name>)")
+             "(or fault, exception_<name>, interrupt in place of syscall_<name>; an event "
+             "in place of insns)")
 CALLS = "calls"
 INSNS = "insns"     # the unit of every instruction count (insns.UNIT)
 
@@ -144,12 +145,18 @@ class Workload:
     def stay_metric(self, name: str) -> Metric | None:
         """The per-stay metric `name` names (a family no table lists: which
         syscalls a program makes is known only once it ran), or None."""
+        found = self.stay_parts(name)
+        return _stay_metric(name, *found) if found else None
+
+    def stay_parts(self, name: str) -> tuple[Window, str, str] | None:
+        """(window, stay, figure) of the per-stay metric `name`, or None."""
         for w in self.windows:
             rest = name.removeprefix(f"{w.name}_")
-            for figure in (CALLS, "kernel_insns_per_call", f"kernel_insns_per_{w.unit}"):
+            for figure in (CALLS, *(f"kernel_{e}_per_{per}" for e in (INSNS, *EVENTS)
+                                    for per in ("call", w.unit))):
                 stay = rest.removesuffix(f"_{figure}")
                 if rest != name and stay != rest and STAY.fullmatch(stay):
-                    return _stay_metric(name, w, stay, figure)
+                    return w, stay, figure
         return None
 
     def event_of(self, name: str) -> tuple[Window, str, str] | None:
@@ -159,6 +166,8 @@ class Workload:
                 event = name.removeprefix(f"{w.name}_{side}_").removesuffix(f"_per_{w.unit}")
                 if event in EVENTS and name == _event_name(w, side, event):
                     return w, side, event
+        if (stay := self.stay_parts(name)) and _figure_event(stay[2]) in EVENTS:
+            return stay[0], "kernel", _figure_event(stay[2])     # a stay's kernel events
         return None
 
     def event_metrics(self) -> list[str]:
@@ -215,6 +224,11 @@ def _event_name(window: Window, side: str, event: str) -> str:
     return f"{window.name}_{side}_{event}_per_{window.unit}"
 
 
+def _figure_event(figure: str) -> str:
+    """What a per-stay figure counts: insns, an event (EVENTS), or "" (calls)."""
+    return figure.removeprefix("kernel_").rsplit("_per_", 1)[0] if figure != CALLS else ""
+
+
 def _stay_metric(name: str, window: Window, stay: str, figure: str) -> Metric:
     """One per-stay metric, its help generated from its name."""
     what = {"fault": "page faults", "interrupt": "interrupts taken in user mode",
@@ -224,9 +238,10 @@ def _stay_metric(name: str, window: Window, stay: str, figure: str) -> Metric:
              "interrupts inside it included (a counting pass)")
     if figure == CALLS:
         return Metric(name, CALLS, "lower", f"calls of {what} per {window.name} window {where}")
-    per = figure.removeprefix("kernel_insns_per_")
-    return Metric(name, INSNS, "lower",
-                  f"kernel instructions of {what} per {per} in window {window.name} {where}")
+    per = figure.rsplit("_per_", 1)[1]
+    unit, counted = EVENTS.get(_figure_event(figure), (INSNS, "instructions"))
+    return Metric(name, unit, "lower",
+                  f"kernel {counted} of {what} per {per} in window {window.name} {where}")
 
 
 def _load(raw: list[dict]) -> dict[str, Workload]:

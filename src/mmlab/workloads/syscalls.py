@@ -15,9 +15,12 @@ when it ends.  Per window and sample, each stay becomes
 - `<window>_<stay>_kernel_insns_per_<unit>`: per unit of work of the window,
 
 with `<stay>` one of syscall_NAME, fault, exception_NAME, interrupt, other
-(an entry no symbol names).  A stay the window never made is absent, never
-zero.  Counting stays costs a callback per block, so a counting pass asks
-for it only when a profile names one of these metrics (`wanted`).
+(an entry no symbol names).  With events counted too (insns.py), each stay
+also gets `<window>_<stay>_kernel_<event>_per_{call,<unit>}`: the kernel
+events its calls counted (an IPI sent inside `mprotect` is mprotect's).  A
+stay the window never made is absent, never zero.  Counting stays costs a
+callback per block, so a counting pass asks for it only when a profile
+names one of these metrics (`wanted`).
 """
 
 from __future__ import annotations
@@ -46,12 +49,14 @@ def metrics(workload: Workload, sample: Sample, record: dict) -> dict[str, float
     for w in workload.windows:
         windows = record["windows"][w.marker][0]
         units = sample.counts.get(insns.units_count(w.name))
+        events = record["stay_events"][w.marker] if "stay_events" in record else {}
         for stay, (calls, kernel) in record["stays"][w.marker].items():
             if not windows or not calls:
                 continue
             out[f"{w.name}_{stay}_calls"] = calls / windows
-            out[f"{w.name}_{stay}_kernel_insns_per_call"] = kernel / calls
-            if units:
-                out[f"{w.name}_{stay}_kernel_insns_per_{w.unit}"] = kernel / windows / units
+            for figure, n in {"insns": kernel, **events.get(stay, {})}.items():
+                out[f"{w.name}_{stay}_kernel_{figure}_per_call"] = n / calls
+                if units:
+                    out[f"{w.name}_{stay}_kernel_{figure}_per_{w.unit}"] = n / windows / units
     return out
 
