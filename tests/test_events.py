@@ -421,3 +421,8 @@ def test_plugin_stay_events_become_per_call_and_per_unit_metrics():
     assert m["advise_syscall_madvise_kernel_stores_per_call"] == 5.0
     assert "advise_fault_kernel_ipis_per_call" not in m                  # none counted for it
     assert m["advise_fault_kernel_insns_per_call"] == 100.0
+
+
+def test_mmlab_workloads_says_the_event_family_exists():
+    out = mmlab("workloads").stdout
+    assert "<window>_{kernel,user}_<event>_per_<unit>" in out and "retired_insns" in out

@@ -40,6 +40,8 @@ def workloads_cmd(as_json: bool = JSON) -> None:
                "mmlab run exec --source repro.c; profiles with workload = \"exec\")")
     typer.echo("and per syscall, page fault, exception and interrupt in any timed window: "
                f"{workloads.STAY_FORM}, counted in TCG guests")
+    typer.echo("and events in any timed window: <window>_{kernel,user}_<event>_per_<unit>, "
+               f"<event> one of {', '.join(workloads.EVENTS)}, counted in TCG guests")
 
 
 def probe_cmd(as_json: bool = JSON) -> None:
