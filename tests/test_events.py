@@ -132,6 +132,14 @@ __attribute__((noinline)) static void locked_adds(long n)
 			     : "+m"(counter), "+r"(n) : : "cc");
 }
 
+/* n xchg with memory: locked without a LOCK prefix. */
+__attribute__((noinline)) static void exchanges(long n)
+{
+	long v = 1;
+	__asm__ __volatile__("1: xchg %1, %0\n\tdec %2\n\tjnz 1b"
+			     : "+m"(counter), "+r"(v), "+r"(n) : : "cc");
+}
+
 /* n rep stosb of `bytes` each into a page already faulted in. */
 __attribute__((noinline)) static void string_stores(long n, long bytes)
 {
@@ -150,6 +158,9 @@ int main(int argc, char **argv)
 	MMLAB_BEGIN(2);
 	string_stores(n, bytes);
 	MMLAB_END(2);
+	MMLAB_BEGIN(3);
+	exchanges(n);
+	MMLAB_END(3);
 	printf("ops=%ld\n", n);
 	return 0;
 }
@@ -174,6 +185,9 @@ per = "ops"
 [windows.strings]
 id = 2
 per = "ops"
+[windows.xchg]
+id = 3
+per = "ops"
 """
 
 
@@ -181,7 +195,8 @@ per = "ops"
 def test_a_profile_naming_an_event_counts_locked_adds_and_rep_strings_exactly(tmp_path):
     """N locked adds: one locked instruction, one load and one store (the
     read-modify-write) per add, beside a few loads and stores at the
-    window's edges (the call's return).  N `rep stosb` of B bytes: one
+    window's edges (the call's return); N xchg with memory, one locked
+    instruction each.  N `rep stosb` of B bytes: one
     string instruction and B string bytes and stores per op; the
     instruction count takes the rep once per byte and once more (QEMU 7.2
     enters its block again to find rcx exhausted) and the retired count
@@ -195,7 +210,9 @@ def test_a_profile_naming_an_event_counts_locked_adds_and_rep_strings_exactly(tm
     assert m["lock_user_locked_insns_per_ops"] == 1.0, sorted(m.items())
     for event in ("loads", "stores"):
         assert 1 <= m[f"lock_user_{event}_per_ops"] < 1 + 10 / N_OPS
-    assert m["lock_user_load_bytes_per_ops"] >= 8 and m["lock_user_string_insns_per_ops"] == 0
+    assert m["lock_user_load_bytes_per_ops"] >= 8 and m["lock_user_store_bytes_per_ops"] >= 8
+    assert m["lock_user_string_insns_per_ops"] == 0
+    assert m["xchg_user_locked_insns_per_ops"] == 1.0          # xchg locks without the prefix
     assert m["strings_user_string_insns_per_ops"] == 1.0
     assert m["strings_user_string_bytes_per_ops"] == BYTES
     assert BYTES <= m["strings_user_stores_per_ops"] < BYTES + 10 / N_OPS
@@ -327,6 +344,8 @@ def test_a_two_vcpu_guest_counts_the_ipis_and_tlb_flushes_of_a_shootdown(tmp_pat
         assert m[f"{window}_kernel_locked_insns_per_calls"] > 0  # the mmap lock, at least
     # the whole command, a window over both vCPUs, holds both windows' IPIs
     assert m["command_kernel_ipis_per_run"] >= m["shared_kernel_ipis_per_calls"] * 2 * N_CALLS
+    assert m["command_kernel_cr3_writes_per_run"] > 0     # exec and the switches to the program
+    assert m["command_kernel_invpcids_per_run"] == 0      # QEMU 7.2's TCG CPU has no INVPCID
 
 
 # ---------------------------------------------------------------- mmlab run --events
