@@ -141,8 +141,11 @@ def count(kernel: str, plugin: Path) -> FunctionInsns:
 
 def test_a_guest_counts_inclusive_instructions_that_hold_the_exclusive_and_the_syscall(plugin):
     """mprotect on 6.12, one vCPU, 8 calls a window.  Where no frame was cut
-    in a window, every called function's inclusive count holds its
-    exclusive one.  A call of __x64_sys_mprotect is its stay (what the
+    in a window, every function mprotect ran holds its exclusive count in
+    its inclusive one (calls are followed while the window is open, so
+    another task switched out before it opened, a kworker, has frames
+    from before that are not counted: its outer functions may count less
+    inclusively than exclusively).  A call of __x64_sys_mprotect is its stay (what the
     per-syscall metric counts) less the code around it and what other tasks
     ran while it was switched out, which the stay counts and an inclusive
     count does not: the entry and exit code, interrupts off (73
@@ -155,9 +158,10 @@ def test_a_guest_counts_inclusive_instructions_that_hold_the_exclusive_and_the_s
     assert followed, found.frames_cut
     for window in ("protect", "unprotect"):
         inclusive, exclusive = found.inclusive[window], found.windows[window]
-        assert {"__x64_sys_mprotect", "do_mprotect_pkey", "change_protection"} <= inclusive.keys()
-        low = {f: (inclusive[f], exclusive[f]) for f in inclusive.keys() & exclusive.keys()
-               if inclusive[f] < exclusive[f]}
+        path = found.paths[window]["syscall_mprotect"]
+        assert {"__x64_sys_mprotect", "do_mprotect_pkey", "change_protection"} <= path.keys()
+        assert len(path) >= 10
+        low = {f: (inclusive[f], exclusive[f]) for f in path if inclusive[f] < exclusive[f]}
         assert window not in followed or not low, low
         calls, stay = found.stays[window]["syscall_mprotect"]
         called = found.calls[window]
@@ -165,7 +169,6 @@ def test_a_guest_counts_inclusive_instructions_that_hold_the_exclusive_and_the_s
         stay, syscall, entry = (stay / calls, inclusive["do_syscall_64"] / calls,
                                 inclusive["__x64_sys_mprotect"] / calls)
         assert entry < syscall < stay and stay - entry < 0.05 * stay
-        path = found.paths[window]["syscall_mprotect"]
         assert path["__x64_sys_mprotect"] == max(path.values())   # the path is under its entry
     assert found.inclusive["unprotect"]["can_change_pte_writable"] > 0
 

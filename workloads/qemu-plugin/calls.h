@@ -44,10 +44,16 @@
  * counts what its own task ran inside it, not what other tasks ran while it
  * was switched out (a stay counts those), and a stack taken back wrongly
  * (another task's, alike up to where they matched) adds little.  A frame
- * older than a window counts from the window's start.  The stack is dropped (not counted) when the vCPU runs
- * user code, and frames are dropped past CALL_DEPTH and when a vCPU has
- * more parked stacks than PARKED (the oldest); the frames dropped inside a
- * window are reported ("cut"), and those past CALL_DEPTH ("overflow").
+ * older than a window counts from the window's start.
+ *
+ * Calls are followed only while a window is open on the vCPU (following
+ * every kernel block of a boot doubled a counting boot's time): a task
+ * switched out before the window opened has no parked stack, and its
+ * functions' frames from before then are not counted.  The stack is
+ * dropped (not counted) when the vCPU runs user code, and frames are
+ * dropped past CALL_DEPTH and when a vCPU has more parked stacks than
+ * PARKED (the oldest); the frames dropped inside a window are reported
+ * ("cut"), and those past CALL_DEPTH ("overflow").
  */
 
 #define CALL_DEPTH 128
@@ -78,6 +84,7 @@ struct call_stack {
 	int depth;
 	uint8_t entering;			/* the top frame's callee is the next block */
 	uint8_t switching, resuming;		/* in __switch_to_asm; after it, task not known */
+	uint8_t following;			/* a window is open here: calls are followed */
 	uint64_t resumed;			/* the count when the last switch ended */
 	uint32_t all_seen[MM_MAX_WINDOWS];	/* the all-vCPU windows' all_gen seen here */
 	uint64_t all_start[MM_MAX_WINDOWS];	/* their start in this vCPU's kernel count */
@@ -380,13 +387,30 @@ static int resume(unsigned int vcpu, struct call_stack *cs, uint64_t vaddr, uint
 	return hit;
 }
 
+/* Is a window open on `vcpu` (its own, or one over every vCPU)?  Calls are
+ * followed only then, what costs is the following of every kernel block;
+ * when the last one closes, the stack and the parked ones are forgotten. */
+static int following(unsigned int vcpu, struct call_stack *cs)
+{
+	const int open = vcpus[vcpu].open ||
+		(!inline_counts && __atomic_load_n(&all_open, __ATOMIC_RELAXED));
+	if (!open && cs->following) {
+		cs->depth = 0;
+		cs->entering = cs->switching = cs->resuming = 0;
+		for (int k = 0; k < PARKED; k++)
+			cs->parked[k].depth = 0;
+	}
+	cs->following = (uint8_t)open;
+	return open;
+}
+
 /* A kernel block on `vcpu`, before its instructions count. */
 static void calls_block(unsigned int vcpu, struct block *b)
 {
 	struct call_stack *cs = &call_stacks[vcpu];
 	const uint64_t now = vcpus[vcpu].insns[KERNEL];
 	const uint32_t slot = (uint32_t)(b - blocks);
-	if (!__atomic_load_n(&text_base, __ATOMIC_RELAXED))
+	if (!__atomic_load_n(&text_base, __ATOMIC_RELAXED) || !following(vcpu, cs))
 		return;
 	const int8_t kind = site_kind(b);
 	if (!inline_counts)
