@@ -321,6 +321,8 @@ def pair_lines(group: list[Evidence]) -> list[str]:
         rows = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:5]) or \
             "no change"
         out.append(f"  functions ({wf.window}, kernel instructions per {wf.unit}): {rows}")
+        out += [f"    {fmt.call_path(p, wf.unit, 4)}" for p in wf.paths
+                if p.per_unit != p.per_unit_baseline]
     out += [f"  {name}: {cmd}" for name, cmd in e.commands.items()]
     return out + [""]
 
