@@ -72,8 +72,11 @@ lint: setup
 	$(VENV)/bin/ruff check src
 	$(VENV)/bin/mypy
 
+# Two workers: a TCG guest keeps one core busy and the test waits, so one
+# worker left the other core idle.  Tests that change host settings share one
+# worker (conftest.py), and the machine lock orders them against the rest.
 test: setup lint
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q -n 2 --dist loadgroup --durations=25
 
 test-slow: setup
 	$(PY) -m pytest -q -m slow
