@@ -178,3 +178,26 @@ def test_a_trend_plot_states_a_change_as_its_table_does():
     plt.close(fig)
     assert labels == ["+122.1% (cut)"]
     assert fmt.change(fmt.step(ch)) == "+122.1%"           # what the tables say
+
+
+def test_a_finding_no_verdict_rests_on_is_noted_not_called_not_comparable(tmp_path):
+    """The audit's "guest states differ" concerns no verdict by itself: the
+    report lists it as noted, and does not call the pair not comparable."""
+    from mmlab.judge import audit
+    plan = parse(PROFILE, "kernels.toml")
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    for t in store.trials(exp):
+        store.start_trial(t.id)
+        store.finish_trial(t.id, [fake_sample(1000.0 * (1.3 if "6.12" in t.arm else 1),
+                                              t.arm)], ENV)
+    d = data.gather(store, exp)
+    pair = next(iter(d.judgement.findings))
+    assert not any(d.judgement.findings.values())
+    d.judgement.findings[pair] = [audit.Finding(audit.STATES_DIFFER, pair, "boots apart",
+                                                only=())]
+    report = " ".join(text.render(d).split())
+    assert "not comparable" not in report
+    assert f"{pair[0]} vs {pair[1]}, noted (no verdict above rests on it): - " \
+           f"{audit.STATES_DIFFER}: boots apart" in report
+    assert "every compared pair ran in the same page state" in report

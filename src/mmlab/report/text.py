@@ -186,13 +186,21 @@ def render(d: ReportData) -> str:
     for note in guest_thp_notes(d.samples):
         out += _wrap(note)
     findings = {k: v for k, v in d.judgement.findings.items() if v}
-    if not findings:
+    binding = {k: [f for f in v if any(f.matters_for(m) for m in p.metrics)]
+               for k, v in findings.items()}
+    if not any(binding.values()):
         out += _wrap("every compared pair ran in the same page state where the profile did "
                      "not ask for a difference (THP backing, swap, KSM, VMAs, kernel, errors)")
     for (arm, base), found in findings.items():
-        out += _wrap(f"{arm} vs {base} is not comparable (its ratios above compare "
-                     "different page states):")
-        for f in dict.fromkeys(map(str, found)):
+        if binding[arm, base]:
+            out += _wrap(f"{arm} vs {base} is not comparable (its ratios above compare "
+                         "different page states):")
+        for f in dict.fromkeys(map(str, binding[arm, base])):
+            out += _wrap(f"- {f}", "    ")
+        noted = [f for f in found if f not in binding[arm, base]]
+        if noted:
+            out += _wrap(f"{arm} vs {base}, noted (no verdict above rests on it):")
+        for f in dict.fromkeys(map(str, noted)):
             out += _wrap(f"- {f}", "    ")
         for (metric, a, b), controls in d.judgement.matched.items():
             if (a, b) == (arm, base):
