@@ -30,8 +30,6 @@ from __future__ import annotations
 import bisect
 import functools
 import gzip
-import hashlib
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,14 +123,7 @@ def calls_text(table: SymbolTable) -> str:
 def calls_args(symbols: Path) -> tuple[str, ...]:
     """The plugin's calls= argument for a kernel's symbols: the file is
     made once per run and kept in the plugin's cache by what it holds."""
-    text = calls_text(SymbolTable.load(symbols))
-    path = qemu_plugin.cache_dir() / f"calls-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        tmp.rename(path)
-    return (f"calls={path}",)
+    return (qemu_plugin.file_arg("calls", calls_text(SymbolTable.load(symbols))),)
 
 
 def text_address(stderr: str) -> int:

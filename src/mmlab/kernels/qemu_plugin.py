@@ -37,6 +37,19 @@ def cache_dir() -> Path:
     return paths.cache_root() / "qemu-plugin"
 
 
+def file_arg(name: str, text: str) -> str:
+    """The plugin argument NAME=PATH for a file holding `text` (the kernel's
+    stays or calls), kept in the plugin's cache by what it holds: made once,
+    whole (written aside, then renamed), and shared by every later run."""
+    path = cache_dir() / f"{name}-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(text)
+        tmp.rename(path)
+    return f"{name}={path}"
+
+
 def source_version() -> str:
     """The Debian source version of the installed QEMU (1:7.2+dfsg-7+deb12u18)."""
     out = proc.call(["dpkg-query", "-W", "-f", "${source:Version}", PACKAGE], check=False)

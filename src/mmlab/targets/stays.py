@@ -19,8 +19,6 @@ import base64
 import bisect
 import functools
 import gzip
-import hashlib
-import os
 from pathlib import Path
 
 from mmlab.attribution import functions
@@ -90,14 +88,7 @@ def kernel_symbols(guest: Guest, cache: Path) -> Path:
 
 def plugin_args(guest: Guest, cache: Path) -> tuple[str, ...]:
     """The plugin's stays= argument for the guest's kernel."""
-    text = stays_text(kernel_symbols(guest, cache))
-    path = qemu_plugin.cache_dir() / f"stays-{hashlib.sha256(text.encode()).hexdigest()[:16]}"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(text)
-        tmp.rename(path)
-    return (f"stays={path}",)
+    return (qemu_plugin.file_arg("stays", stays_text(kernel_symbols(guest, cache))),)
 
 
 @functools.cache
