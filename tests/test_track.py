@@ -358,7 +358,9 @@ def test_a_store_of_another_suite_is_refused(tmp_path):
 
 def test_change_points_meet_their_goals_in_simulation():
     """20-release series, a fixed seed: false candidates and changes in A/A
-    series, a 10% step in time at 5% noise, a 2% step in counts."""
+    series (times, and counts at the spreads a whole command's and a
+    syscall's have), a 10% step in time at 5% noise, a 2% step in counts,
+    a 0.4% step in a syscall's counts and in a whole command's."""
     rates = simulate.simulate_all(series=300, seed=1)
     assert simulate.ChangePointGoals().missed(rates) == []
     by = {r.case.name: r for r in rates}
@@ -366,6 +368,11 @@ def test_change_points_meet_their_goals_in_simulation():
     assert by["A/A, times, 5% noise"].false_confirmed <= 0.01
     assert by["10% step in time, 5% noise"].found_all >= 0.90
     assert by["2% step in counts, 0.3% noise"].found_all >= 0.99
+    # the count rule's floors: a syscall's path carries a small step whole,
+    # a whole command dilutes it below its 1 %, as it always did
+    assert by["0.4% step in a syscall's counts, 0.02% noise"].found_all >= 0.99
+    assert by["0.4% step in a whole command's counts (its floor 1%)"].found_all <= 0.05
+    assert by["A/A, a syscall's counts, 2% noise (timer ticks)"].false_confirmed <= 0.01
 
 
 def test_counts_are_judged_by_the_count_rule_and_times_by_the_family():

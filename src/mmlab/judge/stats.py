@@ -111,10 +111,11 @@ def separation(a, b) -> Separation:
     """The count rule's figures of arm values `a` against baseline values
     `b` (rows of positive trials; the rounds' pairing does not enter: a
     count carries no drift for a pair to cancel)."""
-    la, lb = (np.log(np.atleast_2d(np.asarray(x, dtype=float))) for x in (a, b))
-    return Separation(np.median(la, -1) - np.median(lb, -1),
-                      np.maximum(robust_sd(la), robust_sd(lb)),
-                      la.min(-1) - lb.max(-1), la.max(-1) - lb.min(-1))
+    with np.errstate(divide="ignore", invalid="ignore"):     # a zero count: -inf, undecided
+        la, lb = (np.log(np.atleast_2d(np.asarray(x, dtype=float))) for x in (a, b))
+        return Separation(np.median(la, -1) - np.median(lb, -1),
+                          np.maximum(robust_sd(la), robust_sd(lb)),
+                          la.min(-1) - lb.max(-1), la.max(-1) - lb.min(-1))
 
 
 

@@ -18,8 +18,10 @@ pair's counts decide it (changepoints.emulated_outcome): their
 confirmation is measured, and a time confirmation only where the run asks
 for it (`confirm_emulated`, track run --confirm-emulated): confirming
 emulated times cost most of a run and decided nothing the counts did not.
-A profile that counts nothing leaves its emulated time steps candidates
-unless asked.
+A profile of times alone has its pair's counts measured all the same
+(`class_metrics`), and where they changed one way the step takes their
+side; only a workload with no window to count leaves its emulated time
+steps candidates unless asked.
 
 Confirmations are experiments in the store like cells, keyed by the
 change's series, class and release labels, so a confirmed change keeps its

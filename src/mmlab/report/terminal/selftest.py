@@ -89,6 +89,9 @@ def decisions(plan, experiments: int = 400) -> tuple[str, list[str]]:
     shape and schedule: up to which noise per trial its rounds reach their
     decisions, and a warning when that is below its tolerance (at noise equal
     to the tolerance it then cannot decide)."""
+    if not plan.tests():
+        return ("verdicts: every metric is a count, judged by the count rule from 3 rounds "
+                "(its trials apart and its step beyond 3 robust CVs and its floor)", [])
     shape, t = Shape.of(plan), VerdictGoals()
     tol = shape.criteria.tolerance
     reach = selftest.reach(shape, experiments, 1, t)
