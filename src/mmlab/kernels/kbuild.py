@@ -247,9 +247,8 @@ def configure(tree: Path, fragments: list[Path]) -> None:
 
 def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | None = None,
           name: str | None = None, on_line: Callable[[str], None] | None = None) -> images.Kernel:
-    """The kernel of `spec` with `patches` applied in order: an incremental
-    build on the base's kept tree (see build_series), the patches between
-    applied but not built."""
+    """The kernel of `spec` with `patches`: an incremental build on the
+    base's kept tree (see build_series), the patches between not built."""
     return build_series(spec, list(patches or []), list(fragments or []), name, on_line,
                         every=False)[-1]
 
@@ -301,9 +300,8 @@ def _build_on(tree: Path, patches: list[Path], fragments: list[Path],
               wanted: list[tuple[str | None, str]], found: dict, source_id: str,
               on_line: Callable[[str], None] | None) -> list[images.Kernel]:
     """Apply each patch to `tree` and build the kernels wanted (a key) and
-    not `found` yet.  A patch that touches a Kconfig file gets the config
-    made again before the next build (the same fragments, checked the same
-    way)."""
+    not `found` yet.  A patch that touches a Kconfig file has the config
+    made again (the same fragments and checks) before the next build."""
     kernels, reconfigure = [], False
     for i, (p, (key, kname)) in enumerate(zip(patches, wanted), 1):
         apply_patch(tree, p)
@@ -326,7 +324,7 @@ def kept_base(tree: Path, fragments: list[Path], key: str,
     """The folder of the base's kept build: `tree` (a hard-linked copy of the
     pristine source, configured and built) and `outputs`, the files the
     build made (written last: a folder without it is built again)."""
-    base = build_cache() / "bases" / key[:16]
+    base = base_dir(key)
     with paths.filling(base):
         if (base / "outputs").is_file():
             return base
@@ -339,16 +337,16 @@ def kept_base(tree: Path, fragments: list[Path], key: str,
     return base
 
 
+def base_dir(key: str) -> Path:
+    return build_cache() / "bases" / key[:16]
+
+
 def _made_files(tree: Path) -> list[str]:
     """The regular files of a just-built tree that the build made: those
     with one link (every source file is also linked from the pristine tree)."""
-    made = []
-    for top, _, files in os.walk(tree):
-        for f in files:
-            st = os.lstat(os.path.join(top, f))
-            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:
-                made.append(os.path.relpath(os.path.join(top, f), tree))
-    return sorted(made)
+    return sorted(os.path.relpath(path, tree) for top, _, files in os.walk(tree)
+                  for path in (os.path.join(top, f) for f in files)
+                  if stat.S_ISREG((st := os.lstat(path)).st_mode) and st.st_nlink == 1)
 
 
 def copy_base(base: Path, dest: Path) -> None:
@@ -437,7 +435,6 @@ def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
         out.write(f"mmlab: make took {time.monotonic() - start:.1f} s\n")
 
 
-
 def commits(tree: Path, rev_range: str) -> list[str]:
     """'A..B' in a git tree -> [A, ..., B], oldest first (first-parent order)."""
     if ".." not in rev_range:
@@ -480,7 +477,9 @@ def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
     """The kernel names of the commits OLD..NEW (`build:<sha12>`, oldest
     first) and `ensure(name, on_line)`, which builds one the first time a
     search needs it.  The tree is checked to be a kernel git tree before
-    anything, so nothing is added to a repository that is not one."""
+    anything, so nothing is added to a repository that is not one.  A
+    commit's built tree is not kept: each commit is a base of its own, used
+    once."""
     tree = tree.resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"--source {tree}: not a kernel source tree (no Makefile and Kconfig)")
@@ -493,6 +492,7 @@ def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
     by_name = {f"build:{c[:12]}": c for c in shas}
 
     def ensure(name: str, on_line: Callable[[str], None] | None = None) -> None:
-        build(str(checkout(tree, by_name[name])), [], fragments, name.removeprefix("build:"),
-              on_line)
+        k = build(str(checkout(tree, by_name[name])), [], fragments, name.removeprefix("build:"),
+                  on_line)
+        shutil.rmtree(base_dir(k.details["build_key"]), ignore_errors=True)
     return list(by_name), ensure
