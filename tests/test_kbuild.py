@@ -236,6 +236,7 @@ bzImage: $(OBJS)
 \techo '#define LINUX_COMPILER\t"gcc (fake) 1.0"' > include/generated/compile.h
 %.o: %.c tool
 \t@echo '  CC      $@'
+\t@if grep -q broken $<; then echo "$<:1:1: error: expected ';'"; exit 1; fi
 \tcp $< $@
 tool: tool.c $(if $(filter $(CURDIR),$(TOOL_BUILT_IN)),,FORCE)
 \t@echo '  CC      $@'
@@ -341,3 +342,13 @@ def test_a_commits_build_keeps_no_base_tree(made_tree, tmp_path):
     assert (Path(k.dir) / "vmlinuz").read_text() == "ksm 2\nmemory 1\n"
     assert k.name == names[1] and not [d for d in (kbuild.build_cache() / "bases").iterdir()
                                        if d.is_dir()]
+
+
+def test_a_patched_build_that_fails_says_the_compilers_last_lines(made_tree, tmp_path):
+    broken = diff_of(tmp_path, "broken", "mm/ksm.c", "ksm 1\n", "ksm broken\n")
+    with pytest.raises(MmlabError, match=r"kernel build failed \(log .*build.log\): .*"
+                                         r"mm/ksm.c:1:1: error: expected ';'"):
+        kbuild.build(str(made_tree), [broken])
+    (base,) = images.cached()                                  # the base only, and kept
+    assert not base.details["patches"] and (kbuild.base_dir(base.details["build_key"])
+                                            / "outputs").is_file()
