@@ -154,12 +154,14 @@ class Stays(Counting):
 
 
 def test_a_step_in_one_syscall_the_whole_window_hides_is_reported_under_its_profile(tmp_path):
-    """The tracker follows every stay series its cells stored, not only the
-    profile's metrics: madvise's count per call steps +0.4% at local:c and
+    """The suite keeps a stay it names (which has the plugin count them all),
+    and the tracker follows every stay series its cells stored, not only
+    the profile's metrics: madvise's count per call steps +0.4% at local:c and
     is confirmed there (a syscall's floor is 0.25%), where the window's
     +0.04% is no change; a syscall one release never made is no series of
     a change; the run lists the profile's changes largest first."""
     found = suite.load(write_suite(tmp_path, SUITE, PROFILE))
+    assert found.profiles[0].metrics == [WINDOW, "advise_syscall_madvise_calls"]  # a stay kept
     store = Store(tmp_path / "r")
     fake = Stays(cv=0.0002)
     result = session.run(store, found, driver.Here(TargetPool(make=lambda arm: fake)), Local())

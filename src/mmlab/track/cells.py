@@ -53,6 +53,7 @@ COUNT_CELL_ROUNDS = 4   # a cell of instruction counts alone (CV ~0.05 %: docs/i
 BLOCK = 5            # releases per experiment at most
 KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<releases>.+?) "
                  r"vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
+FOLLOWED = re.compile(r".+_(syscall_\w+|fault|exception_\w+)_(calls|kernel_insns_per_call)")
 OWNER = re.compile(r"^track(?P<confirm>-confirm)? (?P<suite>\S+) (?P<profile>\S+) ")
 
 
@@ -434,13 +435,16 @@ class Judgements:
 def followed(plan: Plan, measured: Measurements) -> list[str]:
     """The counts a counting pass stored beyond the profile's metrics,
     which the tracker follows too: every syscall's, fault's and
-    exception's (a profile naming one of them has them all counted), and
-    any other count narrower than a window (by function) the trials hold,
-    in name order; not the windows' own, which the profile chose among."""
+    exception's calls and instructions per call (a profile naming one of
+    them has them all counted; per unit is per call times calls, the same
+    step again), and any other count narrower than a window (by function)
+    the trials hold, in name order.  Not the windows' own, which the
+    profile chose among, nor the interrupts and unnamed entries, whose
+    counts follow the host's clock under TCG, not the kernel's path."""
     wl = plan.workload
     held = {k for t in measured.trials for s in t.samples for k in s.metrics}
     return sorted(m for m in held - set(plan.profile.metrics) - wl.window_metrics()
-                  if wl.stay_metric(m) is not None or changepoints.is_count(m))
+                  if (FOLLOWED.fullmatch(m) if wl.stay_metric(m) else changepoints.is_count(m)))
 
 
 def series(store: Store, suite: Suite, lines: list[Line], ref: Release,

@@ -141,8 +141,8 @@ def _tracked(path: Path, raw: SuiteFile, t: TrackedProfile) -> Tracked:
         plan = experiment_plan.load(where)
     except MmlabError as exc:
         raise MmlabError(f"{path}: profile {t.path}: {exc}") from exc
-    have = {m.name for m in plan.workload.metrics}
-    metrics = [m for m in raw.metrics if m in have]
+    have = {m.name for m in plan.workload.metrics}      # and a window's syscalls and faults
+    metrics = [m for m in raw.metrics if m in have or plan.workload.stay_metric(m)]
     if not metrics:
         raise MmlabError(f"{path}: profile {t.path}: none of the suite's metrics "
                          f"({', '.join(raw.metrics)}) is a metric of {plan.workload.name}")
