@@ -26,7 +26,7 @@ STAGES = [
     {"targets"},
     {"run"},
     {"fleet", "census"},
-    {"track"},
+    {"track", "check"},
     {"report"},
     {"bench", "cli"},
 ]

@@ -9,6 +9,7 @@ and render, over the library laid out by stage (see docs/DESIGN.md).
   machine.py      workloads, header, probe, restore, selftest
   census.py       census: how many VMAs share one anon_vma, per process
   track.py        track run|report: the release tracker; selftest changepoints
+  check.py        check PATCH...: a patch series against its base, as the test robot reports
   options.py      the options several commands share
 
 One error policy (`main`): every failure a user can cause or meet is one line
@@ -24,7 +25,7 @@ import sys
 import typer
 
 from mmlab import __version__
-from mmlab.cli import baremetal, census, experiments, fleet, kernels, machine, results, track
+from mmlab.cli import baremetal, census, check, experiments, fleet, kernels, machine, results, track
 from mmlab.cli import run as run_cmd
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.machine import paths
@@ -45,6 +46,7 @@ for command in results.COMMANDS:
     app.command()(command)
 app.command("ab")(kernels.ab)
 app.command("narrow")(kernels.narrow)
+app.command("check")(check.check)
 app.command("worker")(fleet.worker)
 app.command("workloads")(machine.workloads_cmd)
 app.command("header")(machine.header)

@@ -1,0 +1,132 @@
+"""What a check is asked, read and checked whole before anything is built,
+fetched or stored: the series (series.read: format-patch files or an mbox,
+in order), the base (a Debian source series the catalog has, or a kernel
+tree) and the profiles (a suite's, or profiles given one by one), each
+measured on counts.
+
+A check measures kernel instructions alone: they are exact in a TCG guest,
+where times are emulated, so a profile is measured on its counted metrics
+(its windows' kernel instructions where it names none) and on every
+syscall's, fault's and exception's path its counting pass stores.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmlab.errors import MmlabError
+from mmlab.experiment import plan as experiment_plan
+from mmlab.kernels import catalog, kbuild, series, versions
+from mmlab.kernels.series import Patch
+from mmlab.machine import paths
+from mmlab.track import session
+from mmlab.track import suite as suites
+from mmlab.track.suite import Tracked
+
+
+@dataclass(frozen=True)
+class Request:
+    patches: list[Patch]
+    inputs: list[Path]             # the files given (format-patch files or one mbox)
+    base: str                      # debian-source:SERIES or a kernel tree
+    profiles: list[Tracked]        # each with its counted metrics
+    suite: str                     # the suite's name, or "profiles"
+
+    @property
+    def subjects(self) -> list[str]:
+        return [p.subject for p in self.patches]
+
+
+def read(inputs: list[Path], base: str | None, suite: Path | None,
+         profiles: list[Path]) -> Request:
+    """The request, every part checked (one line naming the file, key or
+    value that is wrong); nothing is made."""
+    if not inputs:
+        raise MmlabError("check: no patches given (format-patch files or one mbox)")
+    if suite is not None and profiles:
+        raise MmlabError("check: give --suite or --profile, not both")
+    patches = series.read(inputs)
+    base = base or newest_base()
+    check_base(base)
+    if profiles:
+        tracked, name = [_profile(p) for p in profiles], "profiles"
+    else:
+        found = suites.load(suite or Path("experiments/suites/mm.toml"))
+        tracked, name = [_counted(t, Path(found.path)) for t in found.profiles], found.name
+    return Request(patches, list(inputs), base, tracked, name)
+
+
+def newest_base() -> str:
+    """debian-source:SERIES of the newest linux-source package the catalog has."""
+    have = {r["package"].removeprefix("linux-source-") for r in catalog.Apt().catalog()
+            if re.fullmatch(r"linux-source-\d+\.\d+", r["package"])}
+    if not have:
+        raise MmlabError("--base: the Debian catalog has no linux-source package; "
+                         "give --base PATH_TO_A_KERNEL_TREE")
+    return f"debian-source:{max(have, key=versions.series_key)}"
+
+
+def check_base(spec: str) -> None:
+    """A Debian source series the catalog has (nothing fetched), or a kernel tree."""
+    if spec.startswith("debian-source:"):
+        wanted = spec.removeprefix("debian-source:")
+        if not re.fullmatch(r"\d+\.\d+", wanted):
+            raise MmlabError(f"--base {spec}: expected debian-source:MAJOR.MINOR, "
+                             "e.g. debian-source:6.12")
+        try:
+            kbuild.debian_source(wanted)
+        except MmlabError as exc:
+            raise MmlabError(f"--base {exc}") from exc
+        return
+    tree = Path(spec)
+    if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
+        raise MmlabError(f"--base {spec}: neither debian-source:SERIES nor a kernel source tree "
+                         "(no Makefile and Kconfig)")
+
+
+def _profile(path: Path) -> Tracked:
+    plan = experiment_plan.load(path)
+    if plan.profile.arms:
+        raise MmlabError(f"--profile {path}: a check needs a [matrix] profile, not [[arms]]")
+    return _counted(Tracked(name=plan.profile.name, plan=plan, metrics=plan.profile.metrics,
+                            area=plan.workload.name), path)
+
+
+def _counted(t: Tracked, where: Path) -> Tracked:
+    """The profile with its counted metrics only, and its first window's
+    page faults named, so that the counting pass counts every syscall's,
+    fault's and exception's path (the check judges each); one with nothing
+    to count (no timed window) is refused."""
+    metrics = session.class_metrics(t, "counts")
+    windows = t.plan.workload.windows
+    if not metrics or not windows:
+        raise MmlabError(f"{where}: profile {t.name}: {t.plan.workload.name} has no window "
+                         "whose kernel instructions can be counted (a check measures counts)")
+    stays = f"{windows[0].name}_fault_calls"
+    return t.model_copy(update={"metrics": list(dict.fromkeys([*metrics, stays]))})
+
+
+def patch_files(request: Request) -> list[Path]:
+    """One file per patch for the build: the file given where it holds that
+    patch alone (so a build of it is found in the cache by its bytes),
+    else the patch written out of the mbox into mmlab's cache, named by
+    its content."""
+    alone = len(request.inputs) == len(request.patches) and all(
+        p.origin == str(f) for p, f in zip(request.patches, request.inputs))
+    if alone:
+        return list(request.inputs)
+    out = []
+    for p in request.patches:
+        text = f"Subject: [PATCH {p.number}/{p.total}] {p.subject}\n\n---\n{p.diff}"
+        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+        path = paths.cache_root() / "check" / "patches" / f"{p.number:04d}-{digest}.patch"
+        if not path.is_file():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(text)
+            tmp.replace(path)
+        out.append(path)
+    return out

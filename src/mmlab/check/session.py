@@ -1,0 +1,213 @@
+"""One check of a series: each profile measured on the base kernel and the
+patched one (the whole series applied), interleaved, on counts; every path
+whose count changed by the count rule measured again with fresh rounds (a
+confirmation, as the tracker confirms a candidate), and where it changed
+again the same way, the kernel's instructions by function counted on both
+kernels; in a series of several patches, the patch that brought each
+change found by bisection over the kernels of the patches (each built
+once, incrementally, and each pair measured once for all of a profile's
+paths).
+
+A check measures counts alone: they are exact in a TCG guest and decided
+by magnitude (the count rule: the two sets apart, the step beyond their
+own noise and a floor per kind of count), so a first look of few rounds
+finds the candidates and the confirmation's rounds decide; no p-value is
+asked for and no family corrected.
+
+Records only: report/robot.py renders them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mmlab.check.request import Request
+from mmlab.errors import MmlabError
+from mmlab.judge.comparison import Comparison
+from mmlab.judge.criteria import COUNT_FLOORS
+from mmlab.kernels.images import Kernel
+from mmlab.run import driver, narrow
+from mmlab.run.events import Message, OnEvent, ignore
+from mmlab.store import Store
+from mmlab.targets import probe
+from mmlab.track import cells, changepoints, evidence
+from mmlab.track import session as tracking
+from mmlab.track.changepoints import Change
+from mmlab.track.evidence import Evidence
+from mmlab.track.releases import Release
+from mmlab.track.suite import Suite, Tracked
+
+FIRST_ROUNDS = cells.COUNT_CELL_ROUNDS      # the first look: finds the candidates
+CONFIRM_ROUNDS = tracking.ROUNDS["counts"]  # a confirmation: decides them
+
+
+@dataclass(frozen=True)
+class Found:
+    """A path whose count changed, confirmed, and the patch that brought it
+    (1-based; None where the bisection could not place it)."""
+    evidence: Evidence
+    patch: int | None
+    narrowing: list[str] = field(default_factory=list)   # each bisection step, a line
+
+    @property
+    def change(self) -> Change:
+        return self.evidence.change
+
+
+@dataclass(frozen=True)
+class Unconfirmed:
+    """A path the first look found changed that its confirmation did not."""
+    profile: str
+    metric: str
+    first: str                      # the first look's outcome
+    then: str                       # the confirmation's
+
+
+@dataclass
+class CheckResult:
+    request: Request
+    base: Kernel
+    patched: Kernel
+    paths: int                      # (profile, counted path) pairs judged
+    rounds: int                     # the first look's rounds
+    found: list[Found]
+    unconfirmed: list[Unconfirmed]
+    experiments: list[int]          # every experiment the check ran, in order
+    failed: list[cells.Failed]
+    machine: dict[str, object]      # probe.machine(): where the guests ran
+    accelerator: str                # how the guests ran: tcg or kvm
+    floors: dict[str, float] = field(default_factory=lambda: dict(COUNT_FLOORS))
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.found)
+
+
+class Check:
+    """The pairs a check measures, each once: (profile, kernel) against the
+    base, so a bisection reuses the confirmation and its earlier steps."""
+
+    def __init__(self, store: Store, here: driver.Here, on_event: OnEvent, note: str):
+        self.store, self.here, self.on_event, self.note = store, here, on_event, note
+        self.judged = cells.Judgements(store)
+        self.pairs: dict[tuple[str, str, str], int] = {}
+        self.ran: list[int] = []
+
+    def measure(self, t: Tracked, base: str, kernel: str, rounds: int, why: str) -> int:
+        """The experiment of `t` on `kernel` against `base` for `why`
+        (first, confirm, narrow), measured when not measured yet."""
+        key = (t.name, kernel, "first" if why == "first" else "again")
+        if key not in self.pairs:
+            plan = cells.cell_plan(t, rounds, rounds, "none", t.metrics)
+            exp_id, _ = narrow.pair_experiment(
+                self.store, plan, base, kernel, f"check {self.note} {why} {t.name}", self.here,
+                f"{t.name}: {kernel} against {base} ({why}, {rounds} rounds)", self.on_event)
+            self.pairs[key] = exp_id
+            self.ran.append(exp_id)
+        return self.pairs[key]
+
+    def comparison(self, exp_id: int, metric: str) -> Comparison | None:
+        c = cells.kernel_comparison(*self.judged.comparisons(exp_id), metric)
+        return c if c is not None and c.method else None
+
+    def paths(self, exp_id: int, t: Tracked) -> list[str]:
+        """The counted paths an experiment judged: the profile's metrics and
+        every stay its counting pass stored."""
+        return [m for m in dict.fromkeys([*t.metrics, *self.judged.followed(exp_id)])
+                if changepoints.is_count(m) and self.comparison(exp_id, m) is not None]
+
+
+def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here,
+        results: str, on_event: OnEvent = ignore) -> CheckResult:
+    """`kernels`: the base, then each patch's kernel (or the base and the
+    whole series' alone); every profile of `request` measured on the last
+    against the first."""
+    base, patched = kernels[0], kernels[-1]
+    check = Check(store, here, on_event, f"{base.name}..{patched.name}")
+    suite = Suite(name=f"check-{request.suite}", path="", text="", reference=base.name,
+                  kernels=[k.name for k in kernels], reference_slot=0, branches=[],
+                  profiles=request.profiles)
+    releases = (Release(base.name, base.version, "base"),
+                Release(patched.name, patched.version, "patched"))
+    found: list[Found] = []
+    unconfirmed: list[Unconfirmed] = []
+    paths = 0
+    for t in request.profiles:
+        first = check.measure(t, base.name, patched.name, FIRST_ROUNDS, "first")
+        judged = check.paths(first, t)
+        paths += len(judged)
+        moved = {m: o for m in judged
+                 if (o := changepoints.outcome_of(m, check.comparison(first, m)))
+                 in changepoints.CONFIRMED}
+        if not moved:
+            continue
+        again = check.measure(t, base.name, patched.name, CONFIRM_ROUNDS[0], "confirm")
+        confirmed = []
+        for m, o in moved.items():
+            c = check.comparison(again, m)
+            then = changepoints.outcome_of(m, c)
+            if then == o and c is not None:
+                confirmed.append((m, c, then))
+            else:
+                unconfirmed.append(Unconfirmed(t.name, m, o, then))
+        if confirmed:
+            here.attribute(store, again, tracking.only_functions(check.judged[again].plan),
+                           on_event)
+        for m, c, outcome in confirmed:
+            change = Change(changepoints.change_id("check", base.name, patched.name, t.name, m),
+                            t.name, m, "patch", "base", "patched", c.ratio, c, outcome, again,
+                            releases)
+            shown = evidence.gather(store, suite, change, results, check.judged)
+            patch, steps = _brought(check, t, m, kernels, again)
+            found.append(Found(replace(shown, commands=commands(request, t, again, results)),
+                               patch, steps))
+    return CheckResult(request, base, patched, paths, FIRST_ROUNDS, found, unconfirmed,
+                       check.ran, cells.failed(store, check.ran), probe.machine(),
+                       _accelerator(check))
+
+
+def _brought(check: Check, t: Tracked, metric: str, kernels: list[Kernel],
+             confirmation: int) -> tuple[int | None, list[str]]:
+    """The patch that brought `metric`'s change: the only one, or the first
+    whose kernel has it by bisection over the series' kernels (each pair
+    measured once for every path of the profile; the whole series' is the
+    confirmation)."""
+    if len(kernels) == 2:
+        return 1, []
+    names = [k.name for k in kernels]
+
+    def compare(ref: str, kernel: str) -> Comparison:
+        exp_id = confirmation if kernel == names[-1] else \
+            check.measure(t, ref, kernel, CONFIRM_ROUNDS[0], "narrow")
+        c = check.comparison(exp_id, metric)
+        if c is None:
+            raise MmlabError(f"{kernel}: no comparison of {metric}")
+        return c
+    try:
+        result = narrow.bisect(names, compare)
+    except MmlabError as exc:
+        check.on_event(Message(f"{t.name} {metric}: not placed in the series: {exc}"))
+        return None, [f"not placed: {exc}"]
+    return result.first_changed, result.lines(names, metric)
+
+
+def commands(request: Request, t: Tracked, confirmation: int, results: str) -> dict[str, str]:
+    """How to reproduce a change: the check of this profile alone, the
+    confirmation's report, and its evidence bundle (which holds the
+    standalone C reproducer)."""
+    at = f" --results {results}"
+    given = " ".join(str(p) for p in request.inputs)
+    return {"reproduce": f"mmlab check {given} --base {request.base} --profile {t.plan.path}{at}",
+            "report": f"mmlab report {confirmation}{at}",
+            "bundle": f"mmlab bundle {confirmation} check-{confirmation}-evidence --tar{at}"}
+
+
+def _accelerator(check: Check) -> str:
+    """How the guests ran, as the first experiment's samples say."""
+    for exp_id in check.ran:
+        for samples in check.judged[exp_id].measured.by_arm.values():
+            for s in samples:
+                if "accelerator" in s.state:
+                    return str(s.state["accelerator"])
+    return "unknown"
+

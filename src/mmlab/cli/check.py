@@ -1,0 +1,81 @@
+"""`mmlab check PATCH...`: a patch series built on a base kernel and
+measured against it on counts, over a suite's profiles, reported as the
+kernel test robot reports.
+
+Exit status: 0 no change on any path checked; 1 a change was found (the
+report says which); 2 bad input or a failure (a series that does not read
+or apply, a base the catalog lacks, a build that fails, trials that
+failed: no verdict rests on them)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from mmlab.cli.options import JSON, RESULTS
+
+CHANGED = 1      # the exit status of a check that found a change
+FAILED = 2       # as every error's (cli.main)
+
+
+def check(patches: list[Path] = typer.Argument(..., metavar="PATCH...",
+                                               help="files from git format-patch, or one mbox "
+                                                    "saved from a list archive"),
+          base: str = typer.Option(None, "--base", metavar="BASE",
+                                   help="debian-source:SERIES (default: the newest the catalog "
+                                        "has) or a kernel tree"),
+          suite: Path = typer.Option(None, "--suite", metavar="SUITE",
+                                     help="the profiles to check (default: "
+                                          "experiments/suites/mm.toml, the broad mm suite)"),
+          profile: list[Path] = typer.Option([], "--profile", metavar="PROFILE",
+                                             help="a profile to check instead of a suite, "
+                                                  "repeatable"),
+          results: str = RESULTS,
+          output: Path = typer.Option(None, "--output", "-o", metavar="DIR",
+                                      help="also write report.txt and report.json there"),
+          as_json: bool = JSON) -> None:
+    """Build BASE and BASE with the series (each patch an incremental build
+    of the kept base tree), measure every profile on both in QEMU guests on
+    counts, confirm each changed path with fresh rounds, explain it by
+    function and name the patch that brought it; print the report in the
+    kernel test robot's form.  Exit status 0: no change; 1: a change; 2:
+    bad input or a failure.
+
+    Example: mmlab check experiments/patches/seed003-zap-set-referenced-6.12.patch
+    --base debian-source:6.12 --profile experiments/suites/unmap-young-shmem.toml"""
+    from mmlab.check import request as requests
+    from mmlab.check import session
+    from mmlab.cli.display import Display
+    from mmlab.cli.kernels import build_status
+    from mmlab.kernels import kbuild
+    from mmlab.report import json as report_json
+    from mmlab.report import robot
+    from mmlab.run import driver
+    from mmlab.store import Store
+    from mmlab.targets import TargetPool
+    asked = requests.read(patches, base, suite, profile)
+    files = requests.patch_files(asked)
+    with build_status(asked.base) as on_line:
+        kernels = kbuild.build_series(asked.base, files, [], None, on_line,
+                                      every=len(files) > 1)
+    show = Display(stderr=True)
+    with show:
+        result = session.run(Store(results), asked, kernels,
+                             driver.Here(TargetPool(False, show.say)), results, show)
+    report = report_json.check(result) if as_json else robot.text(result)
+    typer.echo(report, nl=False)
+    if output is not None:
+        output.mkdir(parents=True, exist_ok=True)
+        (output / "report.txt").write_text(robot.text(result))
+        (output / "report.json").write_text(report_json.check(result))
+        typer.echo(f"wrote {output / 'report.txt'} and {output / 'report.json'}", err=True)
+    for f in result.failed:
+        typer.echo(f"mmlab: failed: {f.profile} on {f.kernel}: {f.trials} trial(s): {f.error}",
+                   err=True)
+    if result.failed:
+        typer.echo(f"mmlab: {sum(f.trials for f in result.failed)} trial(s) failed: the check "
+                   f"is incomplete; exit status {FAILED}", err=True)
+        raise typer.Exit(FAILED)
+    if result.changed:
+        raise typer.Exit(CHANGED)

@@ -1,0 +1,165 @@
+"""A patch check as maintainers read the kernel test robot's reports, in
+plain text for pasting as a reply to the series: per change a subject line
+(`[mm] <patch subject>: <profile>.<metric> +12.3% regression`), the base
+and patched kernels (source, config hash, compiler), the machine and how
+the kernels ran, a `base %stddev %change patched %stddev` table of the
+profile's changed paths, the functions that moved, and how to reproduce.
+With no change, one line: how many paths were checked, at what
+resolution.  `record` is the same content for scripts (report/json.py
+writes it)."""
+
+from __future__ import annotations
+
+from mmlab.check.session import CheckResult, Found
+from mmlab.kernels.images import Kernel
+from mmlab.report import fmt
+from mmlab.track.evidence import MetricRow
+
+RULE = ("the count rule: the two kernels' rounds apart, and the step beyond three robust CVs "
+        "of their own noise and a floor")
+FLOORS = {"window": "a window's kernel instructions", "path": "a syscall's or fault's path",
+          "calls": "a syscall's calls"}
+
+
+def subject(result: CheckResult, f: Found) -> str:
+    """The robot's subject line for one change."""
+    ch = f.change
+    patch = result.request.patches[f.patch - 1].subject if f.patch else \
+        f"{len(result.request.patches)}-patch series (not placed)"
+    return f"[mm] {patch}: {ch.profile}.{ch.metric} {fmt.change(fmt.step(ch))} {ch.outcome}"
+
+
+def resolution(result: CheckResult) -> str:
+    """The count rule and its floors, in words."""
+    floors = ", ".join(f"{FLOORS.get(kind, kind)} {floor:.2%}"
+                       for kind, floor in result.floors.items())
+    return f"{RULE} ({floors})"
+
+
+def text(result: CheckResult) -> str:
+    """The report: every change, a profile's changes from one patch
+    together, or the one line of none."""
+    if not result.found:
+        return fmt.printable(nothing(result)) + "\n"
+    lines: list[str] = []
+    for group in groups(result.found):
+        lines += group_lines(result, group)
+    return fmt.printable("\n".join(lines).rstrip() + "\n", keep="\n")
+
+
+def groups(found: list[Found]) -> list[list[Found]]:
+    """The changes of one profile brought by one patch, in the check's order."""
+    by: dict[tuple[str, int | None], list[Found]] = {}
+    for f in found:
+        by.setdefault((f.change.profile, f.patch), []).append(f)
+    return list(by.values())
+
+
+def nothing(result: CheckResult) -> str:
+    n = len(result.request.patches)
+    also = (f"; {len(result.unconfirmed)} path(s) the first look flagged were not confirmed"
+            if result.unconfirmed else "")
+    return (f"mmlab check: no change: {result.paths} path(s) of {len(result.request.profiles)} "
+            f"profile(s) checked on counts ({result.accelerator} guests, {result.rounds} "
+            f"rounds a kernel) between {result.base.name} and the {n} patch(es) applied, "
+            f"at the resolution of {resolution(result)}{also}")
+
+
+def group_lines(result: CheckResult, group: list[Found]) -> list[str]:
+    """The subject lines of a group's changes, then what they share: the
+    patch, the kernels, the machine, the table, the functions, the commands."""
+    first = group[0]
+    e = first.evidence
+    out = [subject(result, f) for f in group] + [""]
+    out += [f"mmlab check noticed a {fmt.change(fmt.step(f.change))} {f.change.outcome} of "
+            f"{f.change.profile}.{f.change.metric}" for f in group]
+    out += ["on:", ""]
+    if first.patch:
+        p = result.request.patches[first.patch - 1]
+        out.append(f"patch:    [PATCH {p.number}/{p.total}] {p.subject}"
+                   + (f" ({p.author})" if p.author else ""))
+    else:
+        out.append("patch:    the whole series (the bisection did not place it)")
+    out += [f"base:     {kernel_line(result.base)}",
+            f"patched:  {kernel_line(result.patched)}",
+            f"machine:  {machine_line(result)}",
+            f"counts:   {fmt.COUNTED}, {fmt.COUNTED_BY['plugin']}",
+            f"decided:  first look {result.rounds} rounds a kernel, confirmed in {e.rounds} "
+            f"fresh rounds, interleaved, by {resolution(result)}", ""]
+    by_metric = {m.metric: m for f in group for m in f.evidence.metrics}
+    out += table([by_metric[f.change.metric] for f in group if f.change.metric in by_metric])
+    for wf in [w for w in e.functions if any(f.change.metric.startswith(f"{w.window}_")
+                                             for f in group)]:
+        rows = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:6]) or \
+            "no change"
+        out.append(f"functions ({wf.window}, kernel instructions per {wf.unit}, exclusive): "
+                   f"{rows}")
+        out += [f"  {fmt.call_path(p, wf.unit, 4)}" for p in wf.paths
+                if p.per_unit != p.per_unit_baseline]
+    if first.narrowing:
+        out += ["", "the patch, by bisection over the series' kernels:"]
+        out += [f"  {line.strip()}" for line in first.narrowing]
+    out += ["", "to reproduce:"]
+    out += [f"  {cmd}" for cmd in e.commands.values()]
+    out.append("  (the bundle holds reproducer.c, a standalone C program of the workload)")
+    return out + ["", ""]
+
+
+def kernel_line(k: Kernel) -> str:
+    source = k.details.get("source", k.source)
+    return (f"{k.name} {k.version}, source {source}, config sha256 {k.config_sha256[:12]}, "
+            f"compiler {k.details.get('compiler', 'unknown')}")
+
+
+def machine_line(result: CheckResult) -> str:
+    m = result.machine
+    return (f"{m.get('cpu_model', '?')}, {m.get('cpus', '?')} CPUs, {m.get('memory', '?')}; "
+            f"the kernels ran in QEMU guests ({result.accelerator})")
+
+
+def table(rows: list[MetricRow]) -> list[str]:
+    """The robot's table: base, its spread, the change, patched, its spread."""
+    out = [f"{'base':>16} {'%stddev':>8} {'%change':>9} {'patched':>16} {'%stddev':>8}",
+           f"{'-' * 16} {'-' * 8} {'-' * 9} {'-' * 16} {'-' * 8}"]
+    for m in rows:
+        out.append(f"{fmt.num(m.before):>16} {'±' + fmt.spread(m.spread_before):>8} "
+                   f"{fmt.change(m.ratio):>9} {fmt.num(m.after):>16} "
+                   f"{'±' + fmt.spread(m.spread_after):>8}  {m.metric} ({m.outcome})")
+    return out + [""]
+
+
+def record(result: CheckResult) -> dict:
+    """The same content for scripts."""
+    return {
+        "changed": result.changed, "paths": result.paths, "rounds": result.rounds,
+        "accelerator": result.accelerator, "machine": result.machine,
+        "resolution": resolution(result), "floors": result.floors,
+        "base": _kernel(result.base), "patched": _kernel(result.patched),
+        "patches": [{"number": p.number, "total": p.total, "subject": p.subject,
+                     "author": p.author, "origin": p.origin}
+                    for p in result.request.patches],
+        "profiles": [t.name for t in result.request.profiles],
+        "changes": [{"subject": subject(result, f), "profile": f.change.profile,
+                     "metric": f.change.metric, "outcome": f.change.outcome,
+                     "ratio": fmt.step(f.change), "patch": f.patch,
+                     "experiment": f.change.evidence,
+                     "rows": [{"metric": m.metric, "base": m.before, "patched": m.after,
+                               "spread_base": m.spread_before, "spread_patched": m.spread_after,
+                               "ratio": m.ratio, "outcome": m.outcome}
+                              for m in f.evidence.metrics],
+                     "functions": [{"window": w.window, "unit": w.unit,
+                                    "rows": [{"function": r.label, "change": r.change}
+                                             for r in w.rows]}
+                                   for w in f.evidence.functions],
+                     "narrowing": f.narrowing, "commands": f.evidence.commands}
+                    for f in result.found],
+        "unconfirmed": [vars(u) for u in result.unconfirmed],
+        "experiments": result.experiments,
+        "failed": [vars(x) for x in result.failed],
+    }
+
+
+def _kernel(k: Kernel) -> dict:
+    return {"name": k.name, "version": k.version,
+            "source": k.details.get("source", k.source), "config_sha256": k.config_sha256,
+            "compiler": k.details.get("compiler", "unknown")}
