@@ -135,9 +135,11 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
 
 def by_count(c: comparison.Comparison, a, b, higher_is_better: bool) -> comparison.Comparison:
     """A counted metric's comparison judged by the count rule
-    (criteria.count_outcomes on stats.separation), its ratio the medians':
-    counts are deterministic up to a noise they measure themselves, so the
-    rounds needed are those that measure it, not those a rank test needs."""
+    (criteria.count_outcomes on stats.separation), its reason giving the
+    medians' step the rule reads (its ratio and interval stay the
+    estimator's, as every metric's): counts are deterministic up to a noise
+    they measure themselves, so the rounds needed are those that measure
+    it, not those a rank test needs."""
     sep = stats.separation(a, b)
     step, noise, low, high = (float(x[0]) for x in (sep.step, sep.noise, sep.low, sep.high))
     family = criteria.count_family(c.metric)
@@ -149,13 +151,13 @@ def by_count(c: comparison.Comparison, a, b, higher_is_better: bool) -> comparis
     if outcome == criteria.NO_CHANGE:
         why = f"counted: every trial within ±{floor:.2%} of every other (the {family} floor)"
     elif outcome != criteria.UNDECIDED:
-        why = f"counted: {math.expm1(step):+.3%}, the sets apart and beyond {rule}"
+        why = f"counted: medians {math.expm1(step):+.3%}, the sets apart and beyond {rule}"
     elif abs(step) > margin:
-        why = f"counted: {math.expm1(step):+.3%}, but the sets overlap"
+        why = f"counted: medians {math.expm1(step):+.3%}, but the sets overlap"
     else:
-        why = f"counted: {math.expm1(step):+.3%}, not beyond {rule}"
+        why = f"counted: medians {math.expm1(step):+.3%}, not beyond {rule}"
     return replace(c, verdict=criteria.verdict_of(outcome, higher_is_better), reason=why,
-                   ratio=math.exp(step), p_adjusted=float("nan"), correction="",
+                   p_adjusted=float("nan"), correction="",
                    method="count rule (range separation)")
 
 
