@@ -141,3 +141,142 @@ def test_nothing_changed_is_one_line(tmp_path):
     assert text.startswith(f"mmlab check: no change: {result.paths} path(s) of 1 profile(s) "
                            "checked on counts")
     assert "a window's kernel instructions 1.00%" in text
+
+
+def cli(monkeypatch, tmp_path: Path, step_at: set[str], fail: bool = False, *args: str):
+    """`mmlab check` in this process, its builds and guests the fake's."""
+    from typer.testing import CliRunner
+
+    import mmlab.targets
+    from mmlab.cli import app
+    from mmlab.kernels import kbuild
+    from mmlab.targets import TrialError
+    (tmp_path / "p.toml").write_text(PROFILE)
+    files = [patch_file(tmp_path, n, 2, f"mm: patch number {n}") for n in (1, 2)]
+    monkeypatch.setattr(kbuild, "build_series", lambda spec, patches, *a, **k: [
+        kernel("local:base"), *(kernel(f"local:p{n}") for n in range(1, len(patches) + 1))])
+    fake = Counting(step_at)
+    if fail:
+        def broken(arm, plan):
+            raise TrialError(f"{arm.name}: no boot", {})
+        fake.run_trial = broken
+    monkeypatch.setattr(mmlab.targets, "TargetPool", lambda *a, **k: TargetPool(
+        make=lambda arm: fake, say=lambda m: None))
+    return CliRunner().invoke(app, ["check", *map(str, files), "--base", str(ROOT / "tests"),
+                                    "--profile", str(tmp_path / "p.toml"), "--results",
+                                    str(tmp_path / "r"), *args])
+
+
+@pytest.mark.parametrize("step_at, status", [(set(), 0), ({"local:p2"}, 1)])
+def test_the_exit_status_says_whether_a_path_changed(monkeypatch, tmp_path, step_at, status):
+    done = cli(monkeypatch, tmp_path, step_at, False, "--json")
+    assert done.exit_code == status, done.output
+    record = json.loads(done.stdout)
+    assert record["changed"] is bool(status) and len(record["patches"]) == 2
+    if status:
+        assert [c["patch"] for c in record["changes"]] == [2]
+
+
+def test_failed_trials_are_a_failure_and_no_verdict(monkeypatch, tmp_path):
+    done = cli(monkeypatch, tmp_path, {"local:p2"}, True)
+    assert done.exit_code == 2
+    assert "trial(s) failed: the check is incomplete" in done.stderr
+    assert done.stdout.startswith("mmlab check: incomplete, no verdict on the paths of trials "
+                                  "that failed: pageout on local:base: ")
+    assert "no change" not in done.stdout and "[mm]" not in done.stdout
+
+
+COVER = """From mmlab Mon Sep 17 00:00:00 2001
+From: A Developer <dev@example.org>
+Subject: [PATCH 0/2] mm: a cover letter
+
+Two patches follow, some day.
+"""
+
+
+@pytest.mark.parametrize("what, args, wanted", [
+    ("a missing patch", ["T/nowhere.patch"], r"nowhere.patch: no such patch or mbox file"),
+    ("an mbox with no patches", ["T/cover.mbox"], r"cover.mbox: no patches"),
+    ("a base that is no tree", ["T/one.patch", "--base", "T/notatree"],
+     r"--base \S*notatree: neither debian-source:SERIES nor a kernel source tree"),
+    ("a base the catalog lacks", ["T/one.patch", "--base", "debian-source:9.99"],
+     r"--base debian-source:9.99: the Debian catalog has no linux-source-9.99"),
+    ("a suite that does not parse", ["T/one.patch", "--base", "T/tree", "--suite",
+                                     "T/bad.toml"], r"bad.toml"),
+    ("a profile with nothing to count", ["T/one.patch", "--base", "T/tree", "--profile",
+                                         "T/churn.toml"], r"churn.toml: profile c: "
+                                                          r"mremap-churn has no window"),
+    ("a patch that does not apply", ["T/one.patch", "--base", "T/tree", "--profile", "P"],
+     r"patch \S*one.patch does not apply: mm/vmscan.c: Hunk #1 FAILED"),
+])
+def test_bad_input_is_one_line_before_anything_is_made(tmp_path, what, args, wanted):
+    (tmp_path / "cover.mbox").write_text(COVER)
+    patch_file(tmp_path, 1, 1, "mm: one").rename(tmp_path / "one.patch")
+    tree = tmp_path / "tree"
+    (tree / "mm").mkdir(parents=True)
+    (tree / "Makefile").write_text("all:\n")
+    (tree / "Kconfig").write_text("")
+    (tree / "mm/vmscan.c").write_text("\n" * 9 + "static int shrink(void)\n{\n\treturn 7;\n}\n")
+    (tmp_path / "bad.toml").write_text("name = \n")
+    (tmp_path / "churn.toml").write_text(
+        'name = "c"\nworkload = "mremap-churn"\nrepetitions = 6\nmetrics = ["ops_per_s_real"]\n'
+        'baseline = { kernel = "debian:6.12" }\n[matrix]\nkernel = ["debian:6.12"]\n')
+    args = [*args, *([] if "--base" in args else ["--base", "debian-source:6.12"]),
+            *([] if "--profile" in args or "--suite" in args else ["--profile", "P"])]
+    args = [a.replace("T/", f"{tmp_path}/") if a != "P" else
+            str(ROOT / "experiments/suites/unmap-young-shmem.toml") for a in args]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = mmlab("check", *args, "--results", str(tmp_path / "r"),
+                 env={"MMLAB_APT_MAX_AGE_S": str(10 ** 9)})
+    assert done.returncode == 2, (what, done.stdout, done.stderr)
+    assert len(done.stderr.strip().splitlines()) == 1 and re.search(wanted, done.stderr), \
+        (what, done.stderr)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before    # no store, nothing built
+
+
+SEED003 = ROOT / "experiments/patches/seed003-zap-set-referenced-6.12.patch"
+UNMAP = ROOT / "experiments/suites/unmap-young-shmem.toml"
+COMMENT = """\
+From: mmlab <mmlab@example.org>
+Subject: [PATCH] mm: say what a young PTE means when zapping
+
+A comment only.
+---
+--- a/mm/memory.c
++++ b/mm/memory.c
+@@ -1500,5 +1500,6 @@
+ \t\t\t}
+ \t\t}
++\t\t/* A young PTE: the folio was used since it was last aged. */
+ \t\tif (pte_young(ptent) && likely(vma_has_recency(vma)))
+ \t\t\tfolio_mark_accessed(folio);
+ \t\trss[mm_counter(folio)] -= nr;
+"""
+
+
+@pytest.mark.slow
+def test_seed_003s_patch_flags_the_unmap_path_and_no_other(tmp_path):
+    """A real check in TCG guests against the kept 6.12 base: the patched
+    build is an incremental one (30-90 s, a cache hit once made), then
+    about 100 s of counting boots and the attribution here."""
+    done = mmlab("check", str(SEED003), "--base", "debian-source:6.12", "--profile", str(UNMAP),
+                 "--results", str(tmp_path / "r"), "--json")
+    assert done.returncode == 1, done.stderr
+    record = json.loads(done.stdout)
+    changed = {c["metric"]: c for c in record["changes"]}
+    assert "unmap_kernel_insns_per_page" in changed, changed
+    assert all(m.startswith("unmap_") for m in changed), changed     # the touch window stays
+    assert {c["outcome"] for c in changed.values()} == {"improvement"}
+    assert record["paths"] > len(changed) and record["patched"]["compiler"].startswith("gcc")
+    moved = {r["function"] for c in changed.values() for w in c["functions"] for r in w["rows"]}
+    assert "lru_activate" in moved          # folio_mark_accessed's activation is gone
+
+
+@pytest.mark.slow
+def test_a_comment_only_patch_reports_no_change(tmp_path):
+    (tmp_path / "comment.patch").write_text(COMMENT)
+    done = mmlab("check", str(tmp_path / "comment.patch"), "--base", "debian-source:6.12",
+                 "--profile", str(UNMAP), "--results", str(tmp_path / "r"))
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"mmlab check: no change: [3-9] path\(s\) of 1 profile\(s\) checked on "
+                        r"counts \(tcg guests, 4 rounds a kernel\) .*\n", done.stdout), done.stdout

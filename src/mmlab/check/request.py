@@ -12,7 +12,6 @@ syscall's, fault's and exception's path its counting pass stores.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,6 @@ from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.kernels import catalog, kbuild, series, versions
 from mmlab.kernels.series import Patch
-from mmlab.machine import paths
 from mmlab.track import session
 from mmlab.track import suite as suites
 from mmlab.track.suite import Tracked
@@ -109,24 +107,19 @@ def _counted(t: Tracked, where: Path) -> Tracked:
     return t.model_copy(update={"metrics": list(dict.fromkeys([*metrics, stays]))})
 
 
-def patch_files(request: Request) -> list[Path]:
+def patch_files(request: Request, scratch: Path) -> list[Path]:
     """One file per patch for the build: the file given where it holds that
     patch alone (so a build of it is found in the cache by its bytes),
-    else the patch written out of the mbox into mmlab's cache, named by
-    its content."""
-    alone = len(request.inputs) == len(request.patches) and all(
-        p.origin == str(f) for p, f in zip(request.patches, request.inputs))
-    if alone:
-        return list(request.inputs)
+    else the patch written out of the mbox into `scratch` (a temporary
+    folder the caller removes: the build's cache key is the patch's bytes,
+    never its path)."""
+    given = {name: f for f in request.inputs for name in (str(f), f.name)}
+    if len(request.inputs) == len(request.patches) and all(p.origin in given
+                                                            for p in request.patches):
+        return [given[p.origin] for p in request.patches]
     out = []
     for p in request.patches:
-        text = f"Subject: [PATCH {p.number}/{p.total}] {p.subject}\n\n---\n{p.diff}"
-        digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-        path = paths.cache_root() / "check" / "patches" / f"{p.number:04d}-{digest}.patch"
-        if not path.is_file():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(text)
-            tmp.replace(path)
+        path = scratch / f"{p.number:04d}.patch"
+        path.write_text(f"Subject: [PATCH {p.number}/{p.total}] {p.subject}\n\n---\n{p.diff}")
         out.append(path)
     return out

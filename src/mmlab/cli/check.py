@@ -9,6 +9,7 @@ failed: no verdict rests on them)."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import typer
@@ -55,8 +56,9 @@ def check(patches: list[Path] = typer.Argument(..., metavar="PATCH...",
     from mmlab.store import Store
     from mmlab.targets import TargetPool
     asked = requests.read(patches, base, suite, profile)
-    files = requests.patch_files(asked)
-    with build_status(asked.base) as on_line:
+    with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch, \
+            build_status(asked.base) as on_line:
+        files = requests.patch_files(asked, Path(scratch))
         kernels = kbuild.build_series(asked.base, files, [], None, on_line,
                                       every=len(files) > 1)
     show = Display(stderr=True)

@@ -40,11 +40,22 @@ def text(result: CheckResult) -> str:
     """The report: every change, a profile's changes from one patch
     together, or the one line of none."""
     if not result.found:
-        return fmt.printable(nothing(result)) + "\n"
+        return fmt.printable(failed(result) or nothing(result)) + "\n"
     lines: list[str] = []
     for group in groups(result.found):
         lines += group_lines(result, group)
+    lines += [failed(result)] if result.failed else []
     return fmt.printable("\n".join(lines).rstrip() + "\n", keep="\n")
+
+
+def failed(result: CheckResult) -> str:
+    """Trials that failed (a kernel that did not boot, say): the paths they
+    leave out have no verdict, so the check says none ("" when none failed)."""
+    if not result.failed:
+        return ""
+    where = "; ".join(f"{f.profile} on {f.kernel}: {f.trials} trial(s) failed: {f.error}"
+                      for f in result.failed)
+    return f"mmlab check: incomplete, no verdict on the paths of trials that failed: {where}"
 
 
 def groups(found: list[Found]) -> list[list[Found]]:
