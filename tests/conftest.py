@@ -45,7 +45,8 @@ def global_state() -> dict[str, object]:
 # did before the suite ran on two workers (the machine lock would order
 # their setting changes anyway; together they also do not wait on each
 # other's lock or time each other's trials).
-HOST_FILES = {"test_attribution.py", "test_bad_input.py", "test_census.py", "test_cli.py",
+HOST_FILES = {"test_attribution.py", "test_bad_input.py", "test_bench.py", "test_census.py",
+              "test_cli.py",
               "test_cpufreq.py", "test_insns.py", "test_knobs.py", "test_memcg.py",
               "test_mm_workloads.py", "test_plan.py", "test_runner.py",
               "test_trial_processes.py", "test_workloads.py"}

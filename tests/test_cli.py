@@ -142,11 +142,24 @@ needs_ksm = pytest.mark.skipif(not is_root() or not KSM_RUN.exists(),
                                reason="needs root and KSM")
 
 
+def runs_mmwork(pid: int) -> bool:
+    """Is one of `pid`'s children an mmwork?"""
+    def name(kid: int) -> str:
+        try:
+            return Path(f"/proc/{kid}/comm").read_text().strip()
+        except OSError:
+            return ""
+    return any(name(kid) == "mmwork" for kid in children(pid))
+
+
 def start_ksm_run(**popen) -> subprocess.Popen:
-    """`mmlab run ksm-rmap` with a large split, returned once KSM is running."""
+    """`mmlab run ksm-rmap` with a large split, returned once its own mmwork
+    runs KSM: KSM on alone may be another test's run (the other pytest
+    worker's, whose host trial this one waits behind on the machine lock)."""
     proc = subprocess.Popen([*MMLAB, "run", "ksm-rmap", "--vmas", "20000", "--samples", "1",
                              "--allow-host-changes"], stdout=subprocess.DEVNULL, **popen)
-    assert wait_for(lambda: KSM_RUN.read_text().strip() == "1"), "KSM never started"
+    assert wait_for(lambda: runs_mmwork(proc.pid) and KSM_RUN.read_text().strip() == "1",
+                    timeout=120), "KSM never started"
     return proc
 
 
