@@ -190,3 +190,30 @@ def test_a_time_only_profiles_emulated_step_is_confirmed_on_its_counts(tmp_path)
     (counts,) = result.confirmations
     assert all(c.evidence == counts and c.confirmation is None for c in result.changes)
     assert WINDOW in store.plan(counts).profile.metrics
+
+
+def test_every_count_is_known_as_one_by_its_name_alone():
+    """One reading of a metric's name serves the tracker, the judge's floors
+    and the states audit: instructions, events and a stay's calls are counts
+    (an event is no time), a stay's events have a path's floor, and a time
+    is none.  Interrupt stays follow the host's clock: the audit skips them."""
+    from mmlab.judge import audit
+    from mmlab.judge.criteria import count_family
+    from mmlab.workloads import is_count
+    counts = ["command_kernel_insns_per_run", "walk_kernel_insns_per_migrated_page",
+              "command_kernel_ipis_per_run", "command_user_retired_insns_per_run",
+              "command_syscall_mprotect_calls", "advise_fault_calls",
+              "command_syscall_mprotect_kernel_loads_per_call"]
+    assert all(map(is_count, counts))
+    assert not any(map(is_count, ["advise_ns_per_page", "command_units", "fault_calls",
+                                  "cycle_ns_per_page"]))
+    assert [count_family(m) for m in counts[2:]] == ["window", "window", "calls", "calls",
+                                                      "path"]
+    from mmlab.track import changepoints
+    assert changepoints.is_count is is_count
+    from .test_guest_states import _sample
+    boots = [_sample(v, b, m) for m in ("command_interrupt_kernel_insns_per_call",
+                       "command_syscall_wait4_calls")
+             for b, v in (("0:a", 1000.0), ("0:a", 1000.5), ("1:b", 2000.0), ("1:b", 2000.5))]
+    (f,) = audit.states_differ("x", boots)
+    assert "wait4" in str(f) and "interrupt" not in str(f)

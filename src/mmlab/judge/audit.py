@@ -45,13 +45,11 @@ machine-wide difference is named (a Finding `beside` a neighbour) but does
 not make the pair incomparable: the trial's own readings still decide.
 
 A restored guest starts from one of its kernel's saved boots (`guest_state`,
-targets/snapshot.py), and an exact count can depend on which: debian:6.1's
-zap gave 1,151 kernel instructions per page from one and 1,304 from another,
-each within 0.2% over its trials.  An arm whose boots disagree on a count
-beyond their own trials' spread is named ("guest states differ"); it keeps
-its verdict, whose interval carries the boots' spread.  A pair whose
-difference in a count lies within what the choice of a boot gives (the
-ranges of the two arms' boots overlap) is not comparable on that count.
+targets/snapshot.py), taken in turn, so an arm's trials cover every boot and
+the count rule's noise holds their spread.  An arm whose boots disagree on a
+count beyond their own trials' spread is named ("guest states differ", a
+note); a pair whose difference lies within what the choice of a boot gives
+(the ranges of the two arms' boots overlap) is not comparable on that count.
 """
 
 from __future__ import annotations
@@ -64,6 +62,7 @@ from typing import TypeVar
 
 import numpy as np
 
+from mmlab.workloads import is_count
 from mmlab.workloads.samples import Sample
 
 # The axes that ask for a page state (a mapping's size, alignment or backing
@@ -427,7 +426,8 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
 
 
 STATE_KEY = "guest_state"      # the saved boot a restored guest started from
-COUNTED = re.compile(r"(^|_)insns(_|$)")
+# Interrupts in user mode come with the timer, paced by the host under TCG.
+CLOCK_PACED = re.compile(r".+_interrupt_.+")
 STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
 STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
 STATES_DIFFER = "guest states differ"
@@ -458,7 +458,8 @@ def _apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
 
 
 def _counted(*arms: list[Sample]) -> list[str]:
-    return sorted({m for ss in arms for s in ss for m in s.metrics if COUNTED.search(m)})
+    return sorted({m for ss in arms for s in ss for m in s.metrics
+                   if is_count(m) and not CLOCK_PACED.fullmatch(m)})
 
 
 def states_differ(arm: str, samples: list[Sample]) -> list[Finding]:

@@ -14,6 +14,8 @@ from enum import StrEnum
 
 import numpy as np
 
+from mmlab.workloads import CALLS, STAY
+
 
 class Verdict(StrEnum):
     """The five answers a comparison can give; each is its own display text."""
@@ -160,14 +162,13 @@ def outcomes(low, high, margin_low, margin_high, p_adjusted, alpha: float,
 # but interrupts among them follow the host's clock (docs/verdicts.md).
 COUNT_FLOORS = {"window": 0.01, "path": 0.0025, "calls": 0.01}
 COUNT_NOISES = 3.0      # a count step must exceed this many robust CVs (selftest changepoints)
-STAY = re.compile(r".+_(syscall_\w+|fault|exception_\w+|interrupt|other)_"
-                  r"(calls|kernel_insns_per_\w+)")
+STAY_FIGURE = re.compile(rf".+_({STAY.pattern})_({CALLS}|kernel_[a-z0-9_]+_per_[a-z0-9_]+)")
 
 
 def count_family(metric: str) -> str:
     """Which floor a counted metric has, by its name: a stay's calls, a
     stay's (or any narrower path's) instructions, or a whole window's."""
-    m = STAY.fullmatch(metric)
+    m = STAY_FIGURE.fullmatch(metric)
     if m is None:
         return "window"
     return "calls" if m[2] == "calls" else "path"

@@ -51,6 +51,7 @@ from scipy.stats import false_discovery_control
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import COUNT_FLOORS, Criteria, Verdict, count_family
 from mmlab.track.releases import Release
+from mmlab.workloads import is_count
 
 Z90 = 1.6449          # a 90 % interval's half-width in sigmas
 CONFIRMED = ("regression", "improvement")
@@ -75,12 +76,6 @@ class Thresholds:
             return self.min_sigma
         return self.count_sigma * COUNT_FLOORS[count_family(metric)]
     alpha: float = 0.05            # Benjamini-Hochberg over the run's time comparisons
-
-
-def is_count(metric: str) -> bool:
-    """Instruction counts, and a stay's calls, are deterministic enough to
-    need no p-value (the count rule judges them)."""
-    return "_insns_per_" in metric or count_family(metric) == "calls"
 
 
 def sigmas(ci_pairs: list[tuple[float, float]], floor: float,

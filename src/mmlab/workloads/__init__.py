@@ -52,6 +52,19 @@ EVENTS = {
                       "instruction once, as perf's instructions)"),
 }
 
+# A count's name, read without its workload (a stored series, a trial's
+# samples): <window>_{kernel,user}_<insns or an event>_per_<unit>, a stay's
+# too, or a stay's calls.  With the workload at hand insns.counted says the
+# same from its tables.
+COUNT_NAME = re.compile(rf".+_(kernel|user)_({'|'.join((INSNS, *EVENTS))})_per_[a-z0-9_]+"
+                        rf"|.+_({STAY.pattern})_{CALLS}")
+
+
+def is_count(name: str) -> bool:
+    """Is the metric `name` an exact count (instructions, an event, a stay's
+    calls), judged by the count rule rather than as a time?"""
+    return COUNT_NAME.fullmatch(name) is not None
+
 
 @dataclass(frozen=True)
 class Param:
