@@ -113,6 +113,10 @@ def test_a_series_change_is_confirmed_explained_and_placed_on_its_patch(tmp_path
     # the first look, its confirmation, and the bisection's steps: p3 is the confirmation,
     # p1 (unchanged) and p2 (changed) are measured once each
     assert len(result.experiments) == 4 and len(f.narrowing) == 4
+    assert "  local:p1 (base + patch 1 of 3): unchanged (no change)" in f.narrowing
+    assert f.narrowing[-1].startswith("advise_kernel_insns_per_page: regression introduced "
+                                      "between local:p1 (base + patch 1 of 3) and local:p2 "
+                                      "(base + patches 1-2 of 3)")
     text = robot.text(result)
     lines = text.splitlines()
     assert re.fullmatch(r"\[mm\] mm: patch number 2: pageout\.advise_kernel_insns_per_page "

@@ -188,7 +188,13 @@ def _brought(check: Check, t: Tracked, metric: str, kernels: list[Kernel],
     except MmlabError as exc:
         check.on_event(Message(f"{t.name} {metric}: not placed in the series: {exc}"))
         return None, [f"not placed: {exc}"]
-    return result.first_changed, result.lines(names, metric)
+    n = len(names) - 1
+    said = {name: f"{name} (base + patch{'es 1-' if i > 1 else ' '}{i} of {n})"
+            for i, name in enumerate(names) if i}
+    lines = result.lines(names, metric)
+    for name, label in said.items():
+        lines = [line.replace(name, label) for line in lines]
+    return result.first_changed, lines
 
 
 def commands(request: Request, t: Tracked, confirmation: int, results: str) -> dict[str, str]:
