@@ -147,16 +147,12 @@ def test_nothing_changed_is_one_line(tmp_path):
     assert "a window's kernel instructions 1.00%" in text
 
 
-def cli(monkeypatch, tmp_path: Path, step_at: set[str], fail: bool = False, *args: str):
-    """`mmlab check` in this process, its builds and guests the fake's."""
-    from typer.testing import CliRunner
-
+def faked(monkeypatch, step_at: set[str], fail: bool = False) -> None:
+    """`mmlab check` in this process builds nothing (a fake kernel per patch)
+    and runs its trials on the fake."""
     import mmlab.targets
-    from mmlab.cli import app
     from mmlab.kernels import kbuild
     from mmlab.targets import TrialError
-    (tmp_path / "p.toml").write_text(PROFILE)
-    files = [patch_file(tmp_path, n, 2, f"mm: patch number {n}") for n in (1, 2)]
     monkeypatch.setattr(kbuild, "build_series", lambda spec, patches, *a, **k: [
         kernel("local:base"), *(kernel(f"local:p{n}") for n in range(1, len(patches) + 1))])
     fake = Counting(step_at)
@@ -166,9 +162,22 @@ def cli(monkeypatch, tmp_path: Path, step_at: set[str], fail: bool = False, *arg
         fake.run_trial = broken
     monkeypatch.setattr(mmlab.targets, "TargetPool", lambda *a, **k: TargetPool(
         make=lambda arm: fake, say=lambda m: None))
-    return CliRunner().invoke(app, ["check", *map(str, files), "--base", str(ROOT / "tests"),
-                                    "--profile", str(tmp_path / "p.toml"), "--results",
-                                    str(tmp_path / "r"), *args])
+
+
+def invoke(tmp_path: Path, *args: str):
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    (tmp_path / "p.toml").write_text(PROFILE)
+    return CliRunner().invoke(app, ["check", *args, "--profile", str(tmp_path / "p.toml"),
+                                    "--results", str(tmp_path / "r")])
+
+
+def cli(monkeypatch, tmp_path: Path, step_at: set[str], fail: bool = False, *args: str):
+    """`mmlab check` of a two-patch series, faked."""
+    faked(monkeypatch, step_at, fail)
+    files = [patch_file(tmp_path, n, 2, f"mm: patch number {n}") for n in (1, 2)]
+    return invoke(tmp_path, *map(str, files), "--base", str(ROOT / "tests"), *args)
 
 
 @pytest.mark.parametrize("step_at, status", [(set(), 0), ({"local:p2"}, 1)])
@@ -284,3 +293,61 @@ def test_a_comment_only_patch_reports_no_change(tmp_path):
     assert done.returncode == 0, done.stderr
     assert re.fullmatch(r"mmlab check: no change: [3-9] path\(s\) of 1 profile\(s\) checked on "
                         r"counts \(tcg guests, 4 rounds a kernel\) .*\n", done.stdout), done.stdout
+
+
+def git_tree(where: Path) -> Path:
+    """A kernel-shaped git tree with a base commit and two more."""
+    import subprocess
+    tree = where / "linux"
+    (tree / "mm").mkdir(parents=True)
+    (tree / "Makefile").write_text("all:\n")
+    (tree / "Kconfig").write_text("")
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tree), "-c", "user.name=A Developer", "-c",
+                        "user.email=dev@example.org", *args], check=True, capture_output=True)
+    git("init", "-q")
+    for n in range(3):
+        (tree / "mm/vmscan.c").write_text(f"static int shrink(void)\n{{\n\treturn {n};\n}}\n")
+        git("add", "-A")
+        git("commit", "-q", "-m", f"mm: step {n}")
+    return tree
+
+
+def test_a_trees_commits_are_the_series_and_its_old_end_the_base(monkeypatch, tmp_path):
+    from mmlab.kernels import kbuild
+    tree = git_tree(tmp_path)
+    faked(monkeypatch, {"local:p2"})
+    checked_out = []
+    monkeypatch.setattr(kbuild, "checkout", lambda t, commit: checked_out.append(commit) or t)
+    done = invoke(tmp_path, "--tree", str(tree), "--commits", "HEAD~2..HEAD", "--json")
+    assert done.exit_code == 1, done.output
+    record = json.loads(done.stdout)
+    assert [p["subject"] for p in record["patches"]] == ["mm: step 1", "mm: step 2"]
+    assert [c["patch"] for c in record["changes"]] == [2]
+    assert record["changes"][0]["commands"]["reproduce"].startswith(
+        f"mmlab check --tree {tree} --commits HEAD~2..HEAD --profile ")
+    assert len(checked_out) == 1 and len(checked_out[0]) == 40      # the base: HEAD~2
+
+
+@pytest.mark.parametrize("args, wanted", [
+    (["--commits", "HEAD~2..HEAD"], "--tree DIR --commits OLD..NEW go together"),
+    (["--tree", "T", "--commits", "HEAD~2..HEAD", "--base", "debian-source:6.12"],
+     "without PATCH files or --base"),
+    (["--tree", "T", "--commits", "HEAD..HEAD"], "--commits HEAD..HEAD: no commits in that "
+                                                 "range"),
+    (["--tree", "N", "--commits", "HEAD~1..HEAD"], "not a git tree"),
+])
+def test_bad_commit_ranges_are_one_line(tmp_path, args, wanted):
+    tree = git_tree(tmp_path)
+    plain = tmp_path / "plain"
+    (plain / "mm").mkdir(parents=True)
+    (plain / "Makefile").write_text("all:\n")
+    (plain / "Kconfig").write_text("")
+    args = [{"T": str(tree), "N": str(plain)}.get(a, a) for a in args]
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    done = mmlab("check", *args, "--profile", str(ROOT / "experiments/suites/unmap-young-shmem.toml"),
+                 "--results", str(tmp_path / "r"))
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert wanted in done.stderr
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before

@@ -20,6 +20,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.kernels import catalog, kbuild, series, versions
 from mmlab.kernels.series import Patch
+from mmlab.machine import proc
 from mmlab.track import session
 from mmlab.track import suite as suites
 from mmlab.track.suite import Tracked
@@ -32,18 +33,18 @@ class Request:
     base: str                      # debian-source:SERIES or a kernel tree
     profiles: list[Tracked]        # each with its counted metrics
     suite: str                     # the suite's name, or "profiles"
-
-    @property
-    def subjects(self) -> list[str]:
-        return [p.subject for p in self.patches]
+    given: str                     # the series and base as a command line gives them
 
 
 def read(inputs: list[Path], base: str | None, suite: Path | None,
-         profiles: list[Path]) -> Request:
+         profiles: list[Path], given: str | None = None) -> Request:
     """The request, every part checked (one line naming the file, key or
-    value that is wrong); nothing is made."""
+    value that is wrong); nothing is made.  `given`: how a command line
+    names the series and base, where not as files and --base (a tree's
+    commits)."""
     if not inputs:
-        raise MmlabError("check: no patches given (format-patch files or one mbox)")
+        raise MmlabError("check: no patches given (format-patch files, one mbox, or --tree "
+                         "DIR --commits OLD..NEW)")
     if suite is not None and profiles:
         raise MmlabError("check: give --suite or --profile, not both")
     patches = series.read(inputs)
@@ -54,7 +55,24 @@ def read(inputs: list[Path], base: str | None, suite: Path | None,
     else:
         found = suites.load(suite or Path("experiments/suites/mm.toml"))
         tracked, name = [_counted(t, Path(found.path)) for t in found.profiles], found.name
-    return Request(patches, list(inputs), base, tracked, name)
+    return Request(patches, list(inputs), base, tracked, name,
+                   given or " ".join([*map(str, inputs), "--base", base]))
+
+
+def from_commits(tree: Path, rev_range: str, scratch: Path) -> tuple[list[Path], str]:
+    """The commits OLD..NEW of a kernel git tree as format-patch files in
+    `scratch` (a temporary folder the caller removes), and OLD's commit:
+    the base is the tree at OLD, checked out when the kernels are built."""
+    if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
+        raise MmlabError(f"--tree {tree}: not a kernel source tree (no Makefile and Kconfig)")
+    inside = proc.call(["git", "-C", str(tree), "rev-parse", "--is-inside-work-tree"],
+                       check=False)
+    if inside.returncode or inside.stdout.strip() != "true":
+        raise MmlabError(f"--tree {tree}: not a git tree (--commits needs one)")
+    base = kbuild.commits(tree, rev_range)[0]
+    proc.call(["git", "-C", str(tree), "format-patch", "-q", "--no-merges", "-o", str(scratch),
+               rev_range], what=f"git format-patch {rev_range}")
+    return sorted(scratch.glob("*.patch")), base
 
 
 def newest_base() -> str:

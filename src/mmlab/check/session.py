@@ -202,8 +202,7 @@ def commands(request: Request, t: Tracked, confirmation: int, results: str) -> d
     confirmation's report, and its evidence bundle (which holds the
     standalone C reproducer)."""
     at = f" --results {results}"
-    given = " ".join(str(p) for p in request.inputs)
-    return {"reproduce": f"mmlab check {given} --base {request.base} --profile {t.plan.path}{at}",
+    return {"reproduce": f"mmlab check {request.given} --profile {t.plan.path}{at}",
             "report": f"mmlab report {confirmation}{at}",
             "bundle": f"mmlab bundle {confirmation} check-{confirmation}-evidence --tar{at}"}
 

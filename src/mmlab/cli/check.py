@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from mmlab.cli.options import JSON, RESULTS
 
+if TYPE_CHECKING:
+    from mmlab.check.request import Request
+
 CHANGED = 1      # the exit status of a check that found a change
 FAILED = 2       # as every error's (cli.main)
 
 
-def check(patches: list[Path] = typer.Argument(..., metavar="PATCH...",
+def check(patches: list[Path] = typer.Argument(None, metavar="PATCH...",
                                                help="files from git format-patch, or one mbox "
                                                     "saved from a list archive"),
+          tree: Path = typer.Option(None, "--tree", metavar="DIR",
+                                    help="a kernel git tree: the series is its commits "
+                                         "OLD..NEW (--commits), the base the tree at OLD"),
+          commits: str = typer.Option(None, "--commits", metavar="OLD..NEW",
+                                      help="with --tree: the commits to check"),
           base: str = typer.Option(None, "--base", metavar="BASE",
                                    help="debian-source:SERIES (default: the newest the catalog "
                                         "has) or a kernel tree"),
@@ -55,12 +64,12 @@ def check(patches: list[Path] = typer.Argument(..., metavar="PATCH...",
     from mmlab.run import driver
     from mmlab.store import Store
     from mmlab.targets import TargetPool
-    asked = requests.read(patches, base, suite, profile)
-    with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch, \
-            build_status(asked.base) as on_line:
-        files = requests.patch_files(asked, Path(scratch))
-        kernels = kbuild.build_series(asked.base, files, [], None, on_line,
-                                      every=len(files) > 1)
+    with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch:
+        asked, commit = _asked(patches or [], tree, commits, base, suite, profile, Path(scratch))
+        spec = str(kbuild.checkout(Path(asked.base), commit)) if commit else asked.base
+        with build_status(spec) as on_line:
+            files = requests.patch_files(asked, Path(scratch))
+            kernels = kbuild.build_series(spec, files, [], None, on_line, every=len(files) > 1)
     show = Display(stderr=True)
     with show:
         result = session.run(Store(results), asked, kernels,
@@ -81,3 +90,21 @@ def check(patches: list[Path] = typer.Argument(..., metavar="PATCH...",
         raise typer.Exit(FAILED)
     if result.changed:
         raise typer.Exit(CHANGED)
+
+
+def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: str | None,
+           suite: Path | None, profiles: list[Path], scratch: Path) -> tuple[Request, str | None]:
+    """The request from files and --base, or from a tree's commits (written
+    out as format-patch files into `scratch`) with the tree at OLD as the
+    base; and that base's commit (None for files)."""
+    from mmlab.check import request as requests
+    from mmlab.errors import MmlabError
+    if tree is None and commits is None:
+        return requests.read(patches, base, suite, profiles), None
+    if tree is None or commits is None or patches or base:
+        raise MmlabError("check: --tree DIR --commits OLD..NEW go together, without PATCH "
+                         "files or --base (the base is the tree at OLD)")
+    tree = tree.resolve()
+    files, commit = requests.from_commits(tree, commits, scratch)
+    return requests.read(files, str(tree), suite, profiles,
+                         f"--tree {tree} --commits {commits}"), commit
