@@ -124,11 +124,6 @@ def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here
     against the first."""
     base, patched = kernels[0], kernels[-1]
     check = Check(store, here, on_event, f"{base.name}..{patched.name}")
-    suite = Suite(name=f"check-{request.suite}", path="", text="", reference=base.name,
-                  kernels=[k.name for k in kernels], reference_slot=0, branches=[],
-                  profiles=request.profiles)
-    releases = (Release(base.name, base.version, "base"),
-                Release(patched.name, patched.version, "patched"))
     found: list[Found] = []
     unconfirmed: list[Unconfirmed] = []
     paths = 0
@@ -139,31 +134,53 @@ def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here
         moved = {m: o for m in judged
                  if (o := changepoints.outcome_of(m, check.comparison(first, m)))
                  in changepoints.CONFIRMED}
-        if not moved:
-            continue
-        again = check.measure(t, base.name, patched.name, CONFIRM_ROUNDS[0], "confirm")
-        confirmed = []
-        for m, o in moved.items():
-            c = check.comparison(again, m)
-            then = changepoints.outcome_of(m, c)
-            if then == o and c is not None:
-                confirmed.append((m, c, then))
-            else:
-                unconfirmed.append(Unconfirmed(t.name, m, o, then))
-        if confirmed:
-            here.attribute(store, again, tracking.only_functions(check.judged[again].plan),
-                           on_event)
-        for m, c, outcome in confirmed:
-            change = Change(changepoints.change_id("check", base.name, patched.name, t.name, m),
-                            t.name, m, "patch", "base", "patched", c.ratio, c, outcome, again,
-                            releases)
-            shown = evidence.gather(store, suite, change, results, check.judged)
-            patch, steps = _brought(check, t, m, kernels, again)
-            found.append(Found(replace(shown, commands=commands(request, t, again, results)),
-                               patch, steps))
+        if moved:
+            confirmed, missed = _confirm(check, t, base.name, patched.name, moved)
+            unconfirmed += missed
+            found += [_found(check, request, t, kernels, c, outcome, results)
+                      for c, outcome in confirmed]
     return CheckResult(request, base, patched, paths, FIRST_ROUNDS, found, unconfirmed,
                        check.ran, cells.failed(store, check.ran), probe.machine(),
                        _accelerator(check))
+
+
+def _confirm(check: Check, t: Tracked, base: str, patched: str, moved: dict[str, str]
+             ) -> tuple[list[tuple[Comparison, str]], list[Unconfirmed]]:
+    """The paths the first look found `moved` measured again with fresh
+    rounds: those that changed the same way (their confirmation's
+    comparison and outcome), counted by function on both kernels; and
+    those that did not."""
+    again = check.measure(t, base, patched, CONFIRM_ROUNDS[0], "confirm")
+    confirmed, missed = [], []
+    for m, o in moved.items():
+        c = check.comparison(again, m)
+        then = changepoints.outcome_of(m, c)
+        if then == o and c is not None:
+            confirmed.append((c, then))
+        else:
+            missed.append(Unconfirmed(t.name, m, o, then))
+    if confirmed:
+        check.here.attribute(check.store, again,
+                             tracking.only_functions(check.judged[again].plan), check.on_event)
+    return confirmed, missed
+
+
+def _found(check: Check, request: Request, t: Tracked, kernels: list[Kernel], c: Comparison,
+           outcome: str, results: str) -> Found:
+    """A confirmed change with its evidence (the tracker's: the table's
+    rows, the functions), its commands, and the patch that brought it."""
+    base, patched = kernels[0], kernels[-1]
+    again = check.pairs[(t.name, patched.name, "again")]
+    suite = Suite(name=f"check-{request.suite}", path="", text="", reference=base.name,
+                  kernels=[k.name for k in kernels], reference_slot=0, branches=[],
+                  profiles=[t])
+    change = Change(changepoints.change_id("check", base.name, patched.name, t.name, c.metric),
+                    t.name, c.metric, "patch", "base", "patched", c.ratio, c, outcome, again,
+                    (Release(base.name, base.version, "base"),
+                     Release(patched.name, patched.version, "patched")))
+    shown = evidence.gather(check.store, suite, change, results, check.judged)
+    patch, steps = _brought(check, t, c.metric, kernels, again)
+    return Found(replace(shown, commands=commands(request, t, again, results)), patch, steps)
 
 
 def _brought(check: Check, t: Tracked, metric: str, kernels: list[Kernel],
