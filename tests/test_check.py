@@ -351,3 +351,19 @@ def test_bad_commit_ranges_are_one_line(tmp_path, args, wanted):
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert wanted in done.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+def test_the_report_is_written_in_every_form_with_its_evidence(monkeypatch, tmp_path):
+    out = tmp_path / "out"
+    done = cli(monkeypatch, tmp_path, {"local:p2"}, False, "-o", str(out))
+    assert done.exit_code == 1, done.output
+    text = (out / "report.txt").read_text()
+    assert text == done.stdout and text.startswith("[mm] mm: patch number 2: ")
+    assert json.loads((out / "report.json").read_text())["changes"][0]["subject"] == \
+        text.splitlines()[0]
+    page = (out / "report.html").read_text()
+    exp_id = json.loads((out / "report.json").read_text())["changes"][0]["experiment"]
+    assert f'<h2 class="regression">{text.splitlines()[0]}</h2>' in page
+    assert f'<a href="evidence/{exp_id}.html">' in page and "<th>%change</th>" in page
+    assert (out / "evidence" / f"{exp_id}.html").is_file()
+    assert (out / "evidence" / str(exp_id) / "MANIFEST.sha256").is_file()

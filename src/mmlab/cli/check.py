@@ -19,6 +19,8 @@ from mmlab.cli.options import JSON, RESULTS
 
 if TYPE_CHECKING:
     from mmlab.check.request import Request
+    from mmlab.check.session import CheckResult
+    from mmlab.store import Store
 
 CHANGED = 1      # the exit status of a check that found a change
 FAILED = 2       # as every error's (cli.main)
@@ -43,7 +45,9 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH...",
                                                   "repeatable"),
           results: str = RESULTS,
           output: Path = typer.Option(None, "--output", "-o", metavar="DIR",
-                                      help="also write report.txt and report.json there"),
+                                      help="also write report.txt, report.json and "
+                                           "report.html there, and each change's evidence "
+                                           "(its confirmation's report and bundle)"),
           as_json: bool = JSON) -> None:
     """Build BASE and BASE with the series (each patch an incremental build
     of the kept base tree), measure every profile on both in QEMU guests on
@@ -72,15 +76,13 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH...",
             kernels = kbuild.build_series(spec, files, [], None, on_line, every=len(files) > 1)
     show = Display(stderr=True)
     with show:
-        result = session.run(Store(results), asked, kernels,
+        store = Store(results)
+        result = session.run(store, asked, kernels,
                              driver.Here(TargetPool(False, show.say)), results, show)
     report = report_json.check(result) if as_json else robot.text(result)
     typer.echo(report, nl=False)
     if output is not None:
-        output.mkdir(parents=True, exist_ok=True)
-        (output / "report.txt").write_text(robot.text(result))
-        (output / "report.json").write_text(report_json.check(result))
-        typer.echo(f"wrote {output / 'report.txt'} and {output / 'report.json'}", err=True)
+        _write(output, result, store)
     for f in result.failed:
         typer.echo(f"mmlab: failed: {f.profile} on {f.kernel}: {f.trials} trial(s): {f.error}",
                    err=True)
@@ -108,3 +110,19 @@ def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: st
     files, commit = requests.from_commits(tree, commits, scratch)
     return requests.read(files, str(tree), suite, profiles,
                          f"--tree {tree} --commits {commits}"), commit
+
+
+def _write(output: Path, result: CheckResult, store: Store) -> None:
+    """The report in every form into `output`, with each change's evidence."""
+    from mmlab.report import dashboard, robot, robot_html
+    from mmlab.report import json as report_json
+    output.mkdir(parents=True, exist_ok=True)
+    bundled = dashboard.write_evidence(store, output,
+                                       [f.evidence for f in result.found])
+    for name, text in (("report.txt", robot.text(result)),
+                       ("report.json", report_json.check(result)),
+                       ("report.html", robot_html.render(result, bundled))):
+        (output / name).write_text(text)
+    typer.echo(f"wrote {output}/report.txt, report.json, report.html"
+               + (f" and the evidence of {len(bundled)} confirmation(s)" if bundled else ""),
+               err=True)

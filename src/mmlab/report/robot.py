@@ -79,41 +79,62 @@ def nothing(result: CheckResult) -> str:
 def group_lines(result: CheckResult, group: list[Found]) -> list[str]:
     """The subject lines of a group's changes, then what they share: the
     patch, the kernels, the machine, the table, the functions, the commands."""
-    first = group[0]
-    e = first.evidence
     out = [subject(result, f) for f in group] + [""]
     out += [f"mmlab check noticed a {fmt.change(fmt.step(f.change))} {f.change.outcome} of "
             f"{f.change.profile}.{f.change.metric}" for f in group]
-    out += ["on:", ""]
+    out += ["on:", "", *about(result, group), ""]
+    out += table(rows(group))
+    out += functions(group)
+    if group[0].narrowing:
+        out += ["", "the patch, by bisection over the series' kernels:"]
+        out += [f"  {line.strip()}" for line in group[0].narrowing]
+    out += ["", "to reproduce:"]
+    out += [f"  {cmd}" for cmd in group[0].evidence.commands.values()]
+    out.append(f"  ({BUNDLE})")
+    return out + ["", ""]
+
+
+BUNDLE = "the bundle holds reproducer.c, a standalone C program of the workload"
+
+
+def about(result: CheckResult, group: list[Found]) -> list[str]:
+    """The patch, the kernels, the machine, what a count counts and how the
+    change was decided."""
+    first = group[0]
     if first.patch:
         p = result.request.patches[first.patch - 1]
-        out.append(f"patch:    [PATCH {p.number}/{p.total}] {p.subject}"
-                   + (f" ({p.author})" if p.author else ""))
+        patch = f"[PATCH {p.number}/{p.total}] {p.subject}" + (f" ({p.author})" if p.author
+                                                                else "")
     else:
-        out.append("patch:    the whole series (the bisection did not place it)")
-    out += [f"base:     {kernel_line(result.base)}",
+        patch = "the whole series (the bisection did not place it)"
+    return [f"patch:    {patch}",
+            f"base:     {kernel_line(result.base)}",
             f"patched:  {kernel_line(result.patched)}",
             f"machine:  {machine_line(result)}",
             f"counts:   {fmt.COUNTED}, {fmt.COUNTED_BY['plugin']}",
-            f"decided:  first look {result.rounds} rounds a kernel, confirmed in {e.rounds} "
-            f"fresh rounds, interleaved, by {resolution(result)}", ""]
+            f"decided:  first look {result.rounds} rounds a kernel, confirmed in "
+            f"{first.evidence.rounds} fresh rounds, interleaved, by {resolution(result)}"]
+
+
+def rows(group: list[Found]) -> list[MetricRow]:
+    """The table's rows: each change's path on both kernels."""
     by_metric = {m.metric: m for f in group for m in f.evidence.metrics}
-    out += table([by_metric[f.change.metric] for f in group if f.change.metric in by_metric])
-    for wf in [w for w in e.functions if any(f.change.metric.startswith(f"{w.window}_")
-                                             for f in group)]:
-        rows = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:6]) or \
+    return [by_metric[f.change.metric] for f in group if f.change.metric in by_metric]
+
+
+def functions(group: list[Found]) -> list[str]:
+    """The functions that moved in the windows of the group's paths: each
+    window's, exclusive, and each syscall's path, inclusive."""
+    out = []
+    for wf in [w for w in group[0].evidence.functions
+               if any(f.change.metric.startswith(f"{w.window}_") for f in group)]:
+        moved = ", ".join(f"{r.label} {fmt.signed(r.change)}" for r in wf.rows[:6]) or \
             "no change"
         out.append(f"functions ({wf.window}, kernel instructions per {wf.unit}, exclusive): "
-                   f"{rows}")
+                   f"{moved}")
         out += [f"  {fmt.call_path(p, wf.unit, 4)}" for p in wf.paths
                 if p.per_unit != p.per_unit_baseline]
-    if first.narrowing:
-        out += ["", "the patch, by bisection over the series' kernels:"]
-        out += [f"  {line.strip()}" for line in first.narrowing]
-    out += ["", "to reproduce:"]
-    out += [f"  {cmd}" for cmd in e.commands.values()]
-    out.append("  (the bundle holds reproducer.c, a standalone C program of the workload)")
-    return out + ["", ""]
+    return out
 
 
 def kernel_line(k: Kernel) -> str:
