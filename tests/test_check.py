@@ -367,3 +367,24 @@ def test_the_report_is_written_in_every_form_with_its_evidence(monkeypatch, tmp_
     assert f'<a href="evidence/{exp_id}.html">' in page and "<th>%change</th>" in page
     assert (out / "evidence" / f"{exp_id}.html").is_file()
     assert (out / "evidence" / str(exp_id) / "MANIFEST.sha256").is_file()
+
+
+def test_a_suites_profile_with_nothing_to_count_is_named_not_checked(tmp_path):
+    (tmp_path / "p.toml").write_text(PROFILE)
+    (tmp_path / "churn.toml").write_text(
+        'name = "churn"\nworkload = "mremap-churn"\nrepetitions = 6\n'
+        'metrics = ["ops_per_s_real"]\nbaseline = { kernel = "local:base" }\n[matrix]\n'
+        'kernel = ["local:base"]\n')
+    (tmp_path / "suite.toml").write_text(
+        'name = "two"\nreference = "local:base"\nkernels = ["local:base"]\n'
+        'metrics = ["advise_kernel_insns_per_page", "ops_per_s_real"]\n'
+        '[[profile]]\npath = "p.toml"\n[[profile]]\npath = "churn.toml"\n')
+    asked = requests.read([patch_file(tmp_path, 1, 1, "mm: one")], str(ROOT / "tests"),
+                          tmp_path / "suite.toml", [])
+    assert [t.name for t in asked.profiles] == ["pageout"] and asked.skipped == ["churn"]
+    assert asked.profiles[0].metrics == ["advise_kernel_insns_per_page", "prefault_fault_calls"]
+    fake = Counting(set())
+    result = session.run(Store(tmp_path / "r"), asked, [kernel("local:base"), kernel("local:p1")],
+                         driver.Here(TargetPool(make=lambda arm: fake, say=lambda m: None)),
+                         str(tmp_path / "r"))
+    assert robot.text(result).rstrip().endswith("; not checked, nothing to count: churn")

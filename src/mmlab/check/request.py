@@ -13,7 +13,7 @@ syscall's, fault's and exception's path its counting pass stores.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmlab.errors import MmlabError
@@ -34,6 +34,7 @@ class Request:
     profiles: list[Tracked]        # each with its counted metrics
     suite: str                     # the suite's name, or "profiles"
     given: str                     # the series and base as a command line gives them
+    skipped: list[str] = field(default_factory=list)   # a suite's profiles with nothing to count
 
 
 def read(inputs: list[Path], base: str | None, suite: Path | None,
@@ -50,13 +51,25 @@ def read(inputs: list[Path], base: str | None, suite: Path | None,
     patches = series.read(inputs)
     base = base or newest_base()
     check_base(base)
+    skipped: list[str] = []
     if profiles:
         tracked, name = [_profile(p) for p in profiles], "profiles"
     else:
         found = suites.load(suite or Path("experiments/suites/mm.toml"))
-        tracked, name = [_counted(t, Path(found.path)) for t in found.profiles], found.name
+        tracked = [_counted(t, Path(found.path)) for t in found.profiles if countable(t)]
+        skipped = [t.name for t in found.profiles if not countable(t)]
+        if not tracked:
+            raise MmlabError(f"{found.path}: no profile of suite {found.name} has a window "
+                             "whose kernel instructions can be counted (a check measures "
+                             "counts)")
+        name = found.name
     return Request(patches, list(inputs), base, tracked, name,
-                   given or " ".join([*map(str, inputs), "--base", base]))
+                   given or " ".join([*map(str, inputs), "--base", base]), skipped)
+
+
+def countable(t: Tracked) -> bool:
+    """A profile whose workload has a window to count."""
+    return bool(t.plan.workload.windows and session.class_metrics(t, "counts"))
 
 
 def from_commits(tree: Path, rev_range: str, scratch: Path) -> tuple[list[Path], str]:
@@ -115,13 +128,12 @@ def _counted(t: Tracked, where: Path) -> Tracked:
     """The profile with its counted metrics only, and its first window's
     page faults named, so that the counting pass counts every syscall's,
     fault's and exception's path (the check judges each); one with nothing
-    to count (no timed window) is refused."""
-    metrics = session.class_metrics(t, "counts")
-    windows = t.plan.workload.windows
-    if not metrics or not windows:
+    to count (no timed window) is refused when given alone."""
+    if not countable(t):
         raise MmlabError(f"{where}: profile {t.name}: {t.plan.workload.name} has no window "
                          "whose kernel instructions can be counted (a check measures counts)")
-    stays = f"{windows[0].name}_fault_calls"
+    stays = f"{t.plan.workload.windows[0].name}_fault_calls"
+    metrics = session.class_metrics(t, "counts")
     return t.model_copy(update={"metrics": list(dict.fromkeys([*metrics, stays]))})
 
 

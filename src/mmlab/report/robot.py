@@ -69,11 +69,18 @@ def groups(found: list[Found]) -> list[list[Found]]:
 def nothing(result: CheckResult) -> str:
     n = len(result.request.patches)
     also = (f"; {len(result.unconfirmed)} path(s) the first look flagged were not confirmed"
-            if result.unconfirmed else "")
+            if result.unconfirmed else "") + skipped(result)
     return (f"mmlab check: no change: {result.paths} path(s) of {len(result.request.profiles)} "
             f"profile(s) checked on counts ({result.accelerator} guests, {result.rounds} "
             f"rounds a kernel) between {result.base.name} and the {n} patch(es) applied, "
             f"at the resolution of {resolution(result)}{also}")
+
+
+def skipped(result: CheckResult) -> str:
+    """The suite's profiles a check could not count, said where it says
+    what it checked ("" when none)."""
+    names = result.request.skipped
+    return (f"; not checked, nothing to count: {', '.join(names)}" if names else "")
 
 
 def group_lines(result: CheckResult, group: list[Found]) -> list[str]:
@@ -113,7 +120,8 @@ def about(result: CheckResult, group: list[Found]) -> list[str]:
             f"machine:  {machine_line(result)}",
             f"counts:   {fmt.COUNTED}, {fmt.COUNTED_BY['plugin']}",
             f"decided:  first look {result.rounds} rounds a kernel, confirmed in "
-            f"{first.evidence.rounds} fresh rounds, interleaved, by {resolution(result)}"]
+            f"{first.evidence.rounds} fresh rounds, interleaved, by {resolution(result)}"
+            f"{skipped(result)}"]
 
 
 def rows(group: list[Found]) -> list[MetricRow]:
@@ -171,6 +179,7 @@ def record(result: CheckResult) -> dict:
                      "author": p.author, "origin": p.origin}
                     for p in result.request.patches],
         "profiles": [t.name for t in result.request.profiles],
+        "skipped": result.request.skipped,
         "changes": [{"subject": subject(result, f), "profile": f.change.profile,
                      "metric": f.change.metric, "outcome": f.change.outcome,
                      "ratio": fmt.step(f.change), "patch": f.patch,
