@@ -388,3 +388,26 @@ def test_a_suites_profile_with_nothing_to_count_is_named_not_checked(tmp_path):
                          driver.Here(TargetPool(make=lambda arm: fake, say=lambda m: None)),
                          str(tmp_path / "r"))
     assert robot.text(result).rstrip().endswith("; not checked, nothing to count: churn")
+
+
+def test_the_syscall_paths_shown_are_those_the_change_names(tmp_path):
+    """A window running a whole command has a path per syscall, most moved
+    by what else ran: a change of one syscall's path shows that path, a
+    window's change the three that moved most."""
+    from dataclasses import replace
+
+    from mmlab.attribution.explain import CallPath, WindowFunctions
+    result, _ = checked(tmp_path, 1, {"local:p1"})
+    moves = {"syscall_execve": -100.0, "syscall_mmap": 900.0, "syscall_read": 1.0,
+             "syscall_munmap": -400.0, "fault": 50.0}
+    window = WindowFunctions("kernel=local:p1", "kernel=local:base", "advise", "page", 1.0, 1.0,
+                             0.0, [], paths=[CallPath(stay, f"entry_{stay}", 1000 + d, 1000.0,
+                                                      None, None, [])
+                                             for stay, d in moves.items()])
+    f = result.found[0]
+    f = replace(f, evidence=replace(f.evidence, functions=[window]))
+    shown = [line.split(",")[0] for line in robot.functions([f])[1:]]
+    assert shown == ["  syscall_mmap", "  syscall_munmap", "  syscall_execve"]
+    named = replace(f, evidence=replace(f.evidence, change=replace(
+        f.change, metric="advise_syscall_execve_kernel_insns_per_call")))
+    assert [line.split(",")[0] for line in robot.functions([named])[1:]] == ["  syscall_execve"]

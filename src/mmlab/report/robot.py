@@ -10,6 +10,7 @@ writes it)."""
 
 from __future__ import annotations
 
+from mmlab.attribution.explain import CallPath, WindowFunctions
 from mmlab.check.session import CheckResult, Found
 from mmlab.kernels.images import Kernel
 from mmlab.report import fmt
@@ -101,6 +102,7 @@ def group_lines(result: CheckResult, group: list[Found]) -> list[str]:
     return out + ["", ""]
 
 
+PATHS = 3          # a window's syscall paths shown where no changed metric names one
 BUNDLE = "the bundle holds reproducer.c, a standalone C program of the workload"
 
 
@@ -140,9 +142,21 @@ def functions(group: list[Found]) -> list[str]:
             "no change"
         out.append(f"functions ({wf.window}, kernel instructions per {wf.unit}, exclusive): "
                    f"{moved}")
-        out += [f"  {fmt.call_path(p, wf.unit, 4)}" for p in wf.paths
-                if p.per_unit != p.per_unit_baseline]
+        out += [f"  {fmt.call_path(p, wf.unit, 4)}" for p in paths(wf, group)]
     return out
+
+
+def paths(wf: WindowFunctions, group: list[Found]) -> list[CallPath]:
+    """The syscall paths (inclusive) the group's changed metrics name; for
+    a window's whole count, the PATHS that moved most.  A window that runs a
+    whole command has a path per syscall it made, most of them moved by
+    what else ran: those say nothing of the change."""
+    named = [p for p in wf.paths if any(f"_{p.stay}_" in f.change.metric for f in group)]
+    if named:
+        return named
+    moved = [p for p in wf.paths if p.per_unit_baseline is not None
+             and p.per_unit != p.per_unit_baseline]
+    return sorted(moved, key=lambda p: -abs(p.per_unit - (p.per_unit_baseline or 0)))[:PATHS]
 
 
 def kernel_line(k: Kernel) -> str:
