@@ -411,3 +411,31 @@ def test_the_syscall_paths_shown_are_those_the_change_names(tmp_path):
     named = replace(f, evidence=replace(f.evidence, change=replace(
         f.change, metric="advise_syscall_execve_kernel_insns_per_call")))
     assert [line.split(",")[0] for line in robot.functions([named])[1:]] == ["  syscall_execve"]
+
+
+def test_an_mboxs_patches_are_written_for_the_build_and_apply_in_order(tmp_path):
+    from mmlab.kernels import kbuild
+    box = COVER
+    for n in (1, 2):
+        body = patch_file(tmp_path, n, 2, f"mm: step {n}").read_text()
+        box += f"\nFrom mmlab Mon Sep 17 00:00:00 2001\n{body}"
+    (tmp_path / "v1.mbox").write_text(box)
+    asked = requests.read([tmp_path / "v1.mbox"], str(ROOT / "tests"), None,
+                          [ROOT / "experiments/suites/unmap-young-shmem.toml"])
+    assert [p.subject for p in asked.patches] == ["mm: step 1", "mm: step 2"]
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    files = requests.patch_files(asked, scratch)
+    assert [f.name for f in files] == ["0001.patch", "0002.patch"]
+    assert files[1].read_text().startswith("Subject: [PATCH 2/2] mm: step 2\n")
+    tree = tmp_path / "tree"
+    (tree / "mm").mkdir(parents=True)
+    (tree / "mm/vmscan.c").write_text("\n" * 9 + "static int shrink(void)\n{\n\treturn 1;\n}\n")
+    kbuild.check_applies(tree, files)                     # 1 -> 2, then 2 -> 3
+    assert asked.given == f"{tmp_path / 'v1.mbox'} --base {ROOT / 'tests'}"
+    # format-patch files are given to the build as they are: a build of them is found
+    # in the cache by their bytes
+    one = [patch_file(tmp_path, 1, 1, "mm: one")]
+    alone = requests.read(one, str(ROOT / "tests"), None,
+                          [ROOT / "experiments/suites/unmap-young-shmem.toml"])
+    assert requests.patch_files(alone, scratch) == one
