@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from mmlab.attribution.explain import CallPath, WindowFunctions
 from mmlab.check.session import CheckResult, Found
+from mmlab.judge.criteria import COUNT_NOISES
 from mmlab.kernels.images import Kernel
 from mmlab.report import fmt
 from mmlab.track.evidence import MetricRow
 
-RULE = ("the count rule: the two kernels' rounds apart, and the step beyond three robust CVs "
-        "of their own noise and a floor")
+RULE = (f"the count rule: the two kernels' rounds apart, and the step beyond {COUNT_NOISES:g} "
+        "robust CVs of their own noise and a floor")
 FLOORS = {"window": "a window's kernel instructions", "path": "a syscall's or fault's path",
           "calls": "a syscall's calls"}
 
