@@ -219,6 +219,8 @@ Two patches follow, some day.
     ("a profile with nothing to count", ["T/one.patch", "--base", "T/tree", "--profile",
                                          "T/churn.toml"], r"churn.toml: profile c: "
                                                           r"mremap-churn has no window"),
+    ("an output folder that is a file", ["T/one.patch", "-o", "T/bad.toml"],
+     r"-o \S*bad.toml: exists and is not a directory"),
     ("a patch that does not apply", ["T/one.patch", "--base", "T/tree", "--profile", "P"],
      r"patch \S*one.patch does not apply: mm/vmscan.c: Hunk #1 FAILED"),
 ])

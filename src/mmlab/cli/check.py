@@ -62,12 +62,15 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH...",
     from mmlab.check import session
     from mmlab.cli.display import Display
     from mmlab.cli.kernels import build_status
+    from mmlab.errors import MmlabError
     from mmlab.kernels import kbuild
     from mmlab.report import json as report_json
     from mmlab.report import robot
     from mmlab.run import driver
     from mmlab.store import Store
     from mmlab.targets import TargetPool
+    if output is not None and output.exists() and not output.is_dir():
+        raise MmlabError(f"-o {output}: exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch:
         asked, commit = _asked(patches or [], tree, commits, base, suite, profile, Path(scratch))
         spec = str(kbuild.checkout(Path(asked.base), commit)) if commit else asked.base
