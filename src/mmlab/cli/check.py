@@ -26,7 +26,7 @@ CHANGED = 1      # the exit status of a check that found a change
 FAILED = 2       # as every error's (cli.main)
 
 
-def check(patches: list[Path] = typer.Argument(None, metavar="PATCH...",
+def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
                                                help="files from git format-patch, or one mbox "
                                                     "saved from a list archive"),
           tree: Path = typer.Option(None, "--tree", metavar="DIR",
