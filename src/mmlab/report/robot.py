@@ -74,7 +74,9 @@ def nothing(result: CheckResult) -> str:
             if result.unconfirmed else "") + skipped(result)
     return (f"mmlab check: no change: {result.paths} path(s) of {len(result.request.profiles)} "
             f"profile(s) checked on counts ({result.accelerator} guests, {result.rounds} "
-            f"rounds a kernel) between {result.base.name} and the {n} patch(es) applied, "
+            f"rounds a kernel) between {result.base.name} "
+            f"({result.base.details.get('source', result.base.source)}) and it with the {n} "
+            f"patch(es) applied, "
             f"at the resolution of {resolution(result)}{also}")
 
 
