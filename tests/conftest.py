@@ -53,6 +53,7 @@ HOST_FILES = {"test_attribution.py", "test_bad_input.py", "test_bench.py", "test
 GUEST_FIXTURES = {"k612", "k73"}
 
 
+@pytest.hookimpl(tryfirst=True)      # before pytest-xdist's, which reads the mark
 def pytest_collection_modifyitems(items):
     for item in items:
         if item.path.name in HOST_FILES and not GUEST_FIXTURES & set(item.fixturenames):

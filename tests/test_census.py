@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import threading
 from pathlib import Path
 
@@ -196,6 +197,17 @@ def test_a_failing_command_is_one_line(argv, message):
         command.survey(argv, interval_s=0.05)
     done = mmlab_census("--", *argv)
     assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+
+
+def test_a_command_that_ran_and_ended_before_the_first_look_is_not_called_unstarted(tmp_path):
+    """mmcensus wrote the command's PID and both are gone by the time mmlab
+    first looks (a busy machine): the command ran; its status decides."""
+    held = tmp_path / "held"
+    held.write_text("pid 4321\n")
+    child = subprocess.Popen(["true"])
+    child.wait()
+    with tempfile.TemporaryFile("w+") as log:
+        assert command._held_pid(held, child, ["sh"], log) == 4321
 
 
 def test_no_target_or_two_is_one_line():

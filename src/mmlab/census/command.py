@@ -132,14 +132,18 @@ def _runnable(program: str) -> None:
 
 
 def _held_pid(held: Path, child: subprocess.Popen, argv: list[str], log) -> int:
-    """The command's PID, which mmcensus writes first once it traces it."""
-    while child.poll() is None:
+    """The command's PID, which mmcensus writes first once it traces it.
+    The file is read once more after mmcensus is seen gone: on a busy
+    machine a short command may have run and ended between two looks."""
+    while True:
+        gone = child.poll() is not None
         with contextlib.suppress(FileNotFoundError):
             first, newline, _ = held.read_text().partition("\n")
             if newline:
                 return int(first.removeprefix("pid "))
+        if gone:
+            raise MmlabError(f"{' '.join(argv)}: could not start: {_last_words(log)}")
         time.sleep(0.01)
-    raise MmlabError(f"{' '.join(argv)}: could not start: {_last_words(log)}")
 
 
 def _at_exit(held: Path) -> list[Vma]:
