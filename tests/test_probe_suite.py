@@ -34,3 +34,18 @@ def test_the_probe_suite_reads_and_plans_counts_alone(monkeypatch):
     assert plan.profile.metrics == probe.metrics
     program = (ROOT / "experiments" / "repro" / "mprotect_probe.c").read_text()
     assert "mmlab.h" not in program and "MMLAB_" not in program    # no markers
+
+
+def test_a_bundle_csv_holds_a_syscall_only_some_samples_made(tmp_path):
+    """The probe's cells stored `wait4` in some samples only (mmwork's own
+    wait, when a stay of it fell inside the window): the evidence bundle's
+    raw.csv has its column, empty where a sample lacks it, where
+    `track report` once stopped with a traceback."""
+    from mmlab.report import csv as report_csv
+    rows = [{"arm": "a", "metric.command_syscall_mprotect_calls": 2},
+            {"arm": "b", "metric.command_syscall_mprotect_calls": 2,
+             "metric.command_syscall_wait4_calls": 1}]
+    report_csv.write(tmp_path / "raw.csv", rows)
+    assert (tmp_path / "raw.csv").read_text().splitlines() == [
+        "arm,metric.command_syscall_mprotect_calls,metric.command_syscall_wait4_calls",
+        "a,2,", "b,2,1"]

@@ -1,5 +1,5 @@
 """CSV, as `compare --csv` prints it and the evidence bundle writes it: one
-row per dict, the first row's keys as the header."""
+row per dict, its keys the header (a bundle file's: every row's keys)."""
 
 from __future__ import annotations
 
@@ -24,9 +24,11 @@ def comparisons(plan: Plan, judged: Judgement) -> str:
 
 
 def write(path: Path, rows: list[dict]) -> None:
-    """The rows as a file; no rows: an empty file."""
+    """The rows as a file; no rows: an empty file.  The header is every key
+    of any row, in order of first appearance (a syscall one sample made and
+    another did not is a column of the one, empty in the other)."""
     with open(path, "w", newline="") as f:
         if rows:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w = csv.DictWriter(f, fieldnames=list(dict.fromkeys(k for r in rows for k in r)))
             w.writeheader()
             w.writerows(rows)
