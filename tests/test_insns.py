@@ -419,9 +419,11 @@ def test_a_guest_counts_its_kernel_instructions_by_function(plugin, tmp_path):
     # Two boots, of two and of one vCPU, are two guest states: one-vCPU
     # boots agree within 1% (the test above), and the second vCPU moved the
     # count by 1.04% once (TLB-flush IPIs, per-CPU LRU batches), so 1% failed
-    # on a fresh clone.  3% holds those states; that the blocks add up to
-    # the window's own total, exactly, is checked below.
-    assert math.isclose(found.kernel["advise"], plain.metrics[ADVISE], rel_tol=0.03)
+    # on a fresh clone; beside stress-ng and a tracker run (load 8) it moved
+    # 3.96%, the other vCPU's share following the host's pace.  8% holds
+    # those states; that the blocks add up to the window's own total,
+    # exactly, is checked below.
+    assert math.isclose(found.kernel["advise"], plain.metrics[ADVISE], rel_tol=0.08)
     advise = dict(found.top("advise", 12))
     assert {"shrink_folio_list", "try_to_unmap_one", "page_vma_mapped_walk"} & advise.keys()
     assert sum(found.windows["advise"].values()) + found.unresolved["advise"] == \
@@ -471,9 +473,10 @@ def counted_exec(k, plugin, wl, vcpus: int = 1, samples: int = 4) -> list[Sample
 @needs_qemu
 def test_a_users_program_is_counted_whole_and_by_its_marked_window(plugin, k612):
     """The whole command (exec to exit, every process) and the window the
-    program marks are counted per page it printed, steady to within 2% over
-    four runs after a warm-up (under 1% on a quiet host; beside neighbours
-    the emulated clock's timer interrupts land in the windows more often);
+    program marks are counted per page it printed, steady to within 5% over
+    four runs after a warm-up (under 1% on a quiet host; the timer ticks
+    that land in a window follow the host's wall clock under TCG, and beside
+    stress-ng and a tracker run, load 8, the CV reached 2.1%, failing 2%);
     a program without the header gets the whole command; with two vCPUs the
     command counts on both."""
     got = counted_exec(k612, plugin, marked_program())
@@ -482,7 +485,7 @@ def test_a_users_program_is_counted_whole_and_by_its_marked_window(plugin, k612)
     assert all(s.state["insns_source"] == "qemu tcg plugin" for s in got)
     assert 0 < max(protect) < min(command)             # the window is part of the command
     for series in (command, protect):
-        assert np.std(series) / np.mean(series) < 0.02, series
+        assert np.std(series) / np.mean(series) < 0.05, series
     assert all(s.metrics["command_user_insns_per_pages"] > 0 for s in got)
     from mmlab.workloads import execwork
     bare = execwork.build(["sh", "-c", "head -c 4000000 /dev/zero | wc -c"])
