@@ -21,6 +21,7 @@ from mmlab.workloads.samples import Sample
 
 from .fake_target import RUSAGE
 from .test_track import STEP_AT, Counting, Local, guest_pool, write_suite
+from .test_track import PROFILE as TRACK_PROFILE
 from .test_track import SUITE as TIMES_SUITE
 from .test_verdicts import COUNTED
 
@@ -112,25 +113,13 @@ def test_the_judge_takes_counts_out_of_the_family_and_decides_them_by_the_rule()
     assert by["advise_ns_per_page"].correction == ""   # a family of one
 
 
-PROFILE = """
-name = "pageout"
-workload = "pageout-refault"
-repetitions = 6
-metrics = ["advise_kernel_insns_per_page", "advise_syscall_madvise_calls"]
-baseline = { kernel = "local:a" }
-[params]
-mapping-kb = 1024
-[matrix]
-kernel = ["local:a"]
-"""
-SUITE = """
-name = "fake"
-reference = "local:a"
-kernels = ["local:a", "local:b", "local:c", "local:d", "local:e"]
-metrics = ["advise_kernel_insns_per_page", "advise_syscall_madvise_calls"]
-[[profile]]
-path = "p.toml"
-"""
+# test_track's profile and suite, measuring a window's count and a stay's calls.
+COUNTED_METRICS = 'metrics = ["advise_kernel_insns_per_page", "advise_syscall_madvise_calls"]'
+PROFILE = TRACK_PROFILE.replace(
+    'metrics = ["advise_ns_per_page", "advise_kernel_insns_per_page"]', COUNTED_METRICS)
+SUITE = TIMES_SUITE.replace(
+    'metrics = ["advise_ns_per_page", "advise_kernel_insns_per_page", "cycle_ns_per_page"]',
+    COUNTED_METRICS)
 
 
 class Stays(Counting):
@@ -217,3 +206,27 @@ def test_every_count_is_known_as_one_by_its_name_alone():
              for b, v in (("0:a", 1000.0), ("0:a", 1000.5), ("1:b", 2000.0), ("1:b", 2000.5))]
     (f,) = audit.states_differ("x", boots)
     assert "wait4" in str(f) and "interrupt" not in str(f)
+
+
+def test_the_tracker_follows_a_stay_that_holds_a_share_of_its_window():
+    """A stay holding 2% of its window's kernel instructions is followed (its
+    calls and instructions per call); one of 0.001% (a C library's start-up
+    call) is not, however exactly it moves; named in the profile, it would be."""
+    from types import SimpleNamespace
+
+    from mmlab.track import cells
+
+    from .test_guest_states import _sample
+    plan = parse(PROFILE, "p.toml")
+    figures = {"advise_kernel_insns_per_page": 1e6,
+               **{f"advise_syscall_{name}_{figure}": value
+                  for name, per_page in (("madvise", 2e4), ("getpid", 10.0))
+                  for figure, value in (("calls", 1.0), ("kernel_insns_per_call", per_page),
+                                        ("kernel_insns_per_page", per_page))}}
+    samples = [_sample(0, "") for _ in range(2)]
+    for s in samples:
+        s.metrics.update(figures)
+    measured = SimpleNamespace(trials=[SimpleNamespace(samples=samples)])
+    followed = cells.followed(plan, measured)
+    assert "advise_syscall_madvise_kernel_insns_per_call" in followed
+    assert not [m for m in followed if "getpid" in m]

@@ -46,7 +46,8 @@ from mmlab.store import Store, Trial
 from mmlab.track import changepoints
 from mmlab.track.releases import ACROSS, Line, Release, Resolver
 from mmlab.track.suite import Suite, Tracked
-from mmlab.workloads import insns
+from mmlab.workloads import Window, insns
+from mmlab.workloads.samples import Sample
 
 CELL_ROUNDS = 6      # one look: a cell measures a ratio; confirmations decide (simulate.py)
 COUNT_CELL_ROUNDS = 4   # a cell of instruction counts alone (CV ~0.05 %: docs/instructions.md)
@@ -54,6 +55,7 @@ BLOCK = 5            # releases per experiment at most
 KEY = re.compile(r"^track (?P<suite>\S+) (?P<profile>\S+) (?P<digest>\S+) (?P<releases>.+?) "
                  r"vs (?P<ref>\S+) (?P<refversion>[^\s;]+)")
 FOLLOWED = re.compile(r".+_(syscall_\w+|fault|exception_\w+)_(calls|kernel_insns_per_call)")
+PATH_SHARE = 0.001   # of its window's kernel instructions: a stay's series worth following
 OWNER = re.compile(r"^track(?P<confirm>-confirm)? (?P<suite>\S+) (?P<profile>\S+) ")
 
 
@@ -440,11 +442,26 @@ def followed(plan: Plan, measured: Measurements) -> list[str]:
     step again), and any other count narrower than a window (by function)
     the trials hold, in name order.  Not the windows' own, which the
     profile chose among, nor the interrupts and unnamed entries, whose
-    counts follow the host's clock under TCG, not the kernel's path."""
+    counts follow the host's clock under TCG, not the kernel's path; nor a
+    stay below PATH_SHARE of its window (a C library's start-up calls: a
+    step there, however sure, is nothing at the window's scale)."""
     wl = plan.workload
-    held = {k for t in measured.trials for s in t.samples for k in s.metrics}
-    return sorted(m for m in held - set(plan.profile.metrics) - wl.window_metrics()
-                  if (FOLLOWED.fullmatch(m) if wl.stay_metric(m) else changepoints.is_count(m)))
+    samples = [s for t in measured.trials for s in t.samples]
+    held = {k for s in samples for k in s.metrics}
+
+    def wanted(m: str) -> bool:
+        if (parts := wl.stay_parts(m)) is None:
+            return changepoints.is_count(m)
+        return bool(FOLLOWED.fullmatch(m)) and _share(samples, *parts[:2]) >= PATH_SHARE
+    return sorted(filter(wanted, held - set(plan.profile.metrics) - wl.window_metrics()))
+
+
+def _share(samples: list[Sample], w: Window, stay: str) -> float:
+    """The largest share of its window's kernel instructions the stay held
+    in a sample (1 where no sample says: followed, as before)."""
+    part, whole = (f"{w.name}_{p}kernel_insns_per_{w.unit}" for p in (f"{stay}_", ""))
+    shares = [(s.metrics.get(part) or 0) / (s.metrics.get(whole) or math.inf) for s in samples]
+    return max(shares) if any(shares) else 1.0
 
 
 def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
