@@ -113,7 +113,7 @@ class Check:
     def paths(self, exp_id: int, t: Tracked) -> list[str]:
         """The counted paths an experiment judged: the profile's metrics and
         every stay its counting pass stored."""
-        return [m for m in dict.fromkeys([*t.metrics, *self.judged.followed(exp_id)])
+        return [m for m in dict.fromkeys([*t.metrics, *self.judged[exp_id].followed])
                 if changepoints.is_count(m) and self.comparison(exp_id, m) is not None]
 
 

@@ -396,6 +396,7 @@ class Judged:
     plan: Plan
     measured: Measurements
     judgement: verdicts.Judgement
+    followed: list[str]    # the counts it holds beyond its profile's metrics (`followed`)
 
     def emulated(self, c: Comparison) -> bool:
         """The comparison's figures are emulated time."""
@@ -416,14 +417,10 @@ class Judgements:
         if exp_id not in self.memo:
             plan = self.store.plan(exp_id)
             measured = self.store.measurements(exp_id)
+            extra = followed(plan, measured)
             self.memo[exp_id] = Judged(plan, measured, verdicts.judge(
-                plan, measured, [*plan.profile.metrics, *followed(plan, measured)]))
+                plan, measured, [*plan.profile.metrics, *extra]), extra)
         return self.memo[exp_id]
-
-    def followed(self, exp_id: int) -> list[str]:
-        """The counts the experiment's trials hold beyond its profile's metrics."""
-        j = self[exp_id]
-        return followed(j.plan, j.measured)
 
     def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:
         j = self[exp_id]
@@ -482,7 +479,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
                 continue
             ids = [have.get(Cell(suite.name, tracked.name, "", r, ref).ident)
                    for r in line.releases]
-            extra = sorted({m for i in ids if i is not None for m in judged.followed(i)}
+            extra = sorted({m for i in ids if i is not None for m in judged[i].followed}
                            - set(tracked.metrics))
             for metric in [*tracked.metrics, *extra]:
                 points = []

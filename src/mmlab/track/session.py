@@ -186,7 +186,7 @@ class Confirmations:
         one of them never made)."""
         plan, comps = self.judged.comparisons(exp_id)
         found = [cells.kernel_comparison(plan, comps, m)
-                 for m in [*plan.profile.metrics, *self.judged.followed(exp_id)]]
+                 for m in [*plan.profile.metrics, *self.judged[exp_id].followed]]
         return [changepoints.outcome_of(c.metric, c, t) for c in found if c and c.method]
 
     def wanted(self, ask: Callable[[], object]) -> list[Ask]:
