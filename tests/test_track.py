@@ -367,7 +367,10 @@ def test_change_points_meet_their_goals_in_simulation():
     assert by["A/A, times, 5% noise"].any_candidate <= 0.05
     assert by["A/A, times, 5% noise"].false_confirmed <= 0.01
     assert by["10% step in time, 5% noise"].found_all >= 0.90
-    assert by["2% step in counts, 0.3% noise"].found_all >= 0.99
+    # the 2% count step (99.06% over 10,000 series) is held to its 99% by
+    # missed() above, within its sampling error: 300 series cannot tell
+    # 98.7% from 99% (test_simulate_goals.py)
+    assert by["2% step in counts, 0.3% noise"].found_all >= 0.97
     # the count rule's floors: a syscall's path carries a small step whole,
     # a whole command dilutes it below its 1 %, as it always did
     assert by["0.4% step in a syscall's counts, 0.02% noise"].found_all >= 0.99
@@ -377,7 +380,8 @@ def test_change_points_meet_their_goals_in_simulation():
 
 def test_counts_are_judged_by_the_count_rule_and_times_by_the_family():
     """A count's outcome is its verdict, which the count rule gave
-    (test_count_rule.py), with no p-value and outside the family; a time
+    (test_count_rule.py), with no p-value and outside the family (an
+    unreliable one is unknown, never same: its sets overlap); a time
     change that Benjamini-Hochberg over its run's family does not keep is
     unknown."""
     from mmlab.judge.comparison import Comparison
@@ -386,9 +390,9 @@ def test_counts_are_judged_by_the_count_rule_and_times_by_the_family():
                        1.021, 0.0005, 0.001, 0.001, 0.001, 0.001, Verdict.REGRESSION, "",
                        method="count rule (range separation)")
     assert changepoints.outcome_of(count.metric, count) == "regression"
-    for verdict in (Verdict.UNRELIABLE, Verdict.NO_CHANGE):
+    for verdict, said in ((Verdict.NO_CHANGE, "same"), (Verdict.UNRELIABLE, "unknown")):
         assert changepoints.outcome_of(count.metric, Comparison(
-            **{**count.__dict__, "verdict": verdict})) == "same"
+            **{**count.__dict__, "verdict": verdict})) == said    # unreliable is never same
     assert changepoints.outcome_of(count.metric, Comparison(
         **{**count.__dict__, "method": ""})) == "unknown"           # no estimate
     timed = Comparison(**{**count.__dict__, "metric": "x_ns_per_page", "ratio": 1.1,

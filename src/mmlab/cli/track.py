@@ -133,7 +133,8 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
                                                    help="the simulation's random seed")) -> None:
     """The tracker's operating characteristics by simulation: false candidates
     and false confirmed changes in 20-release A/A series, and how often steps
-    are confirmed; exit status 1 when a goal is missed.
+    are confirmed; exit status 1 when a goal is missed beyond the
+    simulation's sampling error (a rate within it is reported, not missed).
 
     Example: mmlab selftest changepoints --series 2000 --seed 1"""
     from mmlab.report import terminal
@@ -141,7 +142,7 @@ def selftest_changepoints(series: int = typer.Option(1000, "--series", min=10, m
     from mmlab.track import simulate
     rates = simulate.simulate_all(series, seed)
     terminal.console().print(selftest_report.changepoint_table(rates))
-    missed = simulate.ChangePointGoals().missed(rates)
-    typer.echo("goals: " + ("met" if not missed else "MISSED: " + "; ".join(missed)))
-    if missed:
+    goals = simulate.ChangePointGoals()
+    typer.echo("goals: " + goals.summary(rates))
+    if goals.missed(rates):
         raise typer.Exit(1)
