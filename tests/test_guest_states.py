@@ -9,17 +9,19 @@ import collections
 
 import pytest
 
+from mmlab.attribution.functions import FunctionInsns
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import pairs, parse
 from mmlab.judge import audit, verdicts
 from mmlab.judge.criteria import Verdict
+from mmlab.judge.states import STATE_FUNCTIONS
 from mmlab.kernels import qemu_plugin
 from mmlab.run import runner
 from mmlab.store import Store, Trial
 from mmlab.targets import TargetPool, boot, snapshot, trial_arm
 from mmlab.workloads.samples import Sample
 
-from .fake_target import RUSAGE
+from .fake_target import RUSAGE, FakeTarget
 
 COUNT = "advise_kernel_insns_per_page"
 PROFILE = f"""
@@ -147,3 +149,89 @@ def test_the_judge_never_decides_a_step_the_choice_of_boot_explains():
         (c,) = verdicts.judge(plan, {arm: apart, base: flat}).comparisons
         assert (c.verdict != Verdict.NOT_COMPARABLE) == comparable, c
         assert comparable or audit.STATES_EXPLAIN in c.reason
+
+
+def test_boots_that_disagree_name_the_functions_that_differ_between_them():
+    """With each boot's counts by function, the finding names the functions
+    that moved most between the two boots furthest apart, in the window its
+    count is of; without them, the counts alone."""
+    apart = _boots(("0:aa", [1151, 1152, 1150]), ("1:bb", [1304, 1303, 1305]))
+    functions = {"0": {"advise": {"__free_one_page": 180.0, "release_pages": 140.0,
+                                  "memset_erms": 512.0}},
+                 "1": {"advise": {"__free_one_page": 330.0, "release_pages": 139.0,
+                                  "memset_erms": 512.0, "free_pcppages_bulk": 3.0}}}
+    (f,) = audit.audit_arm("6.1", apart, functions)
+    assert f.check == audit.STATES_DIFFER
+    assert "functions that differ most from boot 0 to 1 (advise, per unit): " \
+           "__free_one_page +150, free_pcppages_bulk +3, release_pages -1" in str(f), f
+    assert "memset_erms" not in str(f)             # the same in both boots
+    (alone,) = audit.audit_arm("6.1", apart)
+    assert "functions" not in str(alone)
+    # Only one of the two boots counted: nothing to set them against.
+    (half,) = audit.audit_arm("6.1", apart, {"0": functions["0"]})
+    assert "functions" not in str(half)
+
+
+class _StatesTarget(FakeTarget):
+    """A kernel whose count depends on the saved boot its trial started
+    from (boot 1 dearer by 150 per unit in one function), with attribution
+    by function from each boot as the QEMU target makes it."""
+
+    def __init__(self):
+        super().__init__(cv=0.0005, model=lambda arm: (
+            1.0 + 0.13 * (arm.round % 2), {"guest_state": f"{arm.round % 2}:{arm.name[-4:]}"}))
+
+    def attribute(self, arm, plan):
+        def count(k: int) -> FunctionInsns:
+            return FunctionInsns(windows={"advise": {"__free_one_page": 180.0 + 150 * k,
+                                                     "release_pages": 140.0}},
+                                 kernel={"advise": 320.0 + 150 * k}, unresolved={},
+                                 units={"advise": "page"}, kernel_release="6.1",
+                                 text_address=1)
+        return snapshot.by_function(arm, plan, count)
+
+
+def test_compare_names_the_functions_where_a_kernels_saved_boots_disagree(tmp_path):
+    """A counted run whose arms' boots disagree: attribution stores each
+    boot's counts by function, and the judgement read back from the store
+    (as compare and report make it) names the function behind the gap."""
+    plan = parse(PROFILE)
+    store = Store(tmp_path / "r")
+    exp = store.create_experiment(plan)
+    pool = TargetPool(make=lambda arm: target)
+    target = _StatesTarget()
+    runner.run(store, exp, plan, pool, with_controls=False)
+    assert runner.attribute(store, exp, plan, pool) == 2
+    stored = store.attributions(exp)
+    assert all(set(kinds) == {"functions", STATE_FUNCTIONS} and set(kinds[STATE_FUNCTIONS])
+               == {"0", "1"} for kinds in stored.values())     # 4 rounds: two boots
+    judged = verdicts.judge(plan, store.measurements(exp))
+    notes = [str(f) for fs in judged.arm_findings.values() for f in fs]
+    assert len(notes) == 2 and all(audit.STATES_DIFFER in n and "__free_one_page +150" in n
+                                   and "release_pages" not in n for n in notes), notes
+
+
+def test_attribution_counts_only_the_boots_the_trials_started_from():
+    """by_function counts boot 0 (the one `explain` shows) and each other
+    boot the arm's rounds took; a booted arm, or one trial, counts once."""
+    counted: list[int] = []
+
+    def count(k: int) -> FunctionInsns:
+        counted.append(k)
+        return FunctionInsns(windows={"advise": {"f": float(k)}}, kernel={"advise": 1.0},
+                             unresolved={}, units={"advise": "page"}, kernel_release="x",
+                             text_address=1)
+    plan = parse(PROFILE.replace("repetitions = 4", "repetitions = 6"))
+    arm = plan.arms[0]
+    got = snapshot.by_function(arm, plan, count)
+    assert counted == [0, 1, 2] and got["functions"]["windows"] == {"advise": {"f": 0.0}}
+    assert got[STATE_FUNCTIONS] == {str(k): {"advise": {"f": float(k)}} for k in range(3)}
+    counted.clear()
+    booted = arm.model_copy(update={"guest_start": "boot"})
+    assert set(snapshot.by_function(booted, plan, count)) == {"functions"} and counted == [0]
+    counted.clear()
+    single = plan.model_copy(update={"profile": plan.profile.model_copy(
+        update={"repetitions": 1})})            # `mmlab run --functions`: one trial
+    assert STATE_FUNCTIONS not in snapshot.by_function(arm, single, count)
+    assert counted == [0]
+    assert snapshot.by_function(arm, plan, lambda k: None) == {}

@@ -44,25 +44,25 @@ Each sample says how much of the machine's CPU went to others while it ran
 machine-wide difference is named (a Finding `beside` a neighbour) but does
 not make the pair incomparable: the trial's own readings still decide.
 
-A restored guest starts from one of its kernel's saved boots (`guest_state`,
-targets/snapshot.py), taken in turn, so an arm's trials cover every boot and
-the count rule's noise holds their spread.  An arm whose boots disagree on a
-count beyond their own trials' spread is named ("guest states differ", a
-note); a pair whose difference lies within what the choice of a boot gives
-(the ranges of the two arms' boots overlap) is not comparable on that count.
+A restored guest starts from one of its kernel's saved boots (states.py).
+An arm whose boots disagree on a count beyond their own trials' spread is
+named ("guest states differ", a note, with the functions that differ most
+between its boots where its attribution counted each boot); a pair whose
+difference lies within what the choice of a boot gives (the ranges of the
+two arms' boots overlap) is not comparable on that count.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatch
 from typing import TypeVar
 
 import numpy as np
 
-from mmlab.workloads import is_count
+from mmlab.judge import states
 from mmlab.workloads.samples import Sample
 
 # The axes that ask for a page state (a mapping's size, alignment or backing
@@ -363,8 +363,10 @@ def _why(check: Check, arms: tuple[tuple[str, list[Sample]], ...]) -> str:
     return f" ({'; '.join(whys)})" if whys else ""
 
 
-def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
-    """Samples of one arm that ran in different states."""
+def audit_arm(arm: str, samples: list[Sample],
+              functions: Mapping[str, states.ByFunction] | None = None) -> list[Finding]:
+    """Samples of one arm that ran in different states; `functions`: its
+    counts by function from each saved boot, if its attribution made them."""
     found = []
     for check in CHECKS:
         for key in _keys(check, samples):
@@ -383,7 +385,7 @@ def audit_arm(arm: str, samples: list[Sample]) -> list[Finding]:
                 found.append(Finding(check.name, (arm,),
                                      f"{key} varied within arm {arm}: {_describe(vals)}",
                                      neighbour(samples) if check.machine_wide else ""))
-    found += states_differ(arm, samples)
+    found += states_differ(arm, samples, functions)
     errors: dict[str, float] = {}
     for s in samples:
         for k, v in s.errors.items():
@@ -425,76 +427,23 @@ def audit_pair(arm: str, baseline: str, samples: list[Sample], base_samples: lis
     return found
 
 
-STATE_KEY = "guest_state"      # the saved boot a restored guest started from
-# Interrupts in user mode come with the timer, paced by the host under TCG.
-CLOCK_PACED = re.compile(r".+_interrupt_.+")
-STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
-STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
 STATES_DIFFER = "guest states differ"
 STATES_EXPLAIN = "saved boots explain the difference"
 
 
-def state_medians(samples: list[Sample], metric: str) -> dict[str, tuple[float, float]]:
-    """Each saved boot's (median, own range) of `metric` over its samples;
-    booted guests (each its own state) and samples without it are left out."""
-    groups: dict[str, list[float]] = {}
-    for s in samples:
-        v, state = s.metrics.get(metric), s.state.get(STATE_KEY)
-        if state and v is not None and np.isfinite(v):
-            groups.setdefault(str(state), []).append(float(v))
-    return {k: (float(np.median(v)), max(v) - min(v)) for k, v in groups.items()}
-
-
-def _apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
-    """The lowest and highest boots when their medians differ beyond their
-    own spread (STATES_MARGIN) and STATES_FLOOR of the count; None if not."""
-    if len(medians) < 2:
-        return None
-    lo = min(medians, key=lambda k: medians[k][0])
-    hi = max(medians, key=lambda k: medians[k][0])
-    gap, own = medians[hi][0] - medians[lo][0], max(r for _, r in medians.values())
-    floor = STATES_FLOOR * abs(float(np.median([m for m, _ in medians.values()])))
-    return (lo, hi) if gap > max(STATES_MARGIN * own, floor) else None
-
-
-def _counted(*arms: list[Sample]) -> list[str]:
-    return sorted({m for ss in arms for s in ss for m in s.metrics
-                   if is_count(m) and not CLOCK_PACED.fullmatch(m)})
-
-
-def states_differ(arm: str, samples: list[Sample]) -> list[Finding]:
-    """The arm's counts on which its saved boots disagree, largest share
-    first, each with its two furthest boots: one finding that concerns no
-    verdict by itself (`only` empty)."""
-    seen = []
-    for metric in _counted(samples):
-        med = state_medians(samples, metric)
-        if (pair := _apart(med)) is not None:
-            lo, hi = med[pair[0]][0], med[pair[1]][0]
-            seen.append(((hi - lo) / abs(lo) if lo else np.inf,
-                         f"{metric} {lo:,.6g} from boot {pair[0]} vs {hi:,.6g} from {pair[1]}"))
-    if not seen:
-        return []
-    seen.sort(reverse=True)
-    more = f" and {len(seen) - 3} more counts" if len(seen) > 3 else ""
-    return [Finding(STATES_DIFFER, (arm,), f"arm {arm}: " + "; ".join(
-        f"{what} ({share:+.1%})" for share, what in seen[:3]) + more, only=())]
+def states_differ(arm: str, samples: list[Sample],
+                  functions: Mapping[str, states.ByFunction] | None = None) -> list[Finding]:
+    """The arm's counts on which its saved boots disagree (states.disagree,
+    naming the functions where `functions` holds the arm's counts by
+    function from each boot): one finding that concerns no verdict by
+    itself (`only` empty)."""
+    detail = states.disagree(samples, functions)
+    return [Finding(STATES_DIFFER, (arm,), f"arm {arm}: {detail}", only=())] if detail else []
 
 
 def states_explain(arm: str, baseline: str, samples: list[Sample],
                    base_samples: list[Sample]) -> list[Finding]:
     """Counts whose difference between the arms the choice of a saved boot
-    explains: one arm's boots disagree, and the ranges of the two arms'
-    boot medians overlap while their medians differ by more than the floor."""
-    found = []
-    for metric in _counted(samples, base_samples):
-        a, b = state_medians(samples, metric), state_medians(base_samples, metric)
-        if not a or not b or (_apart(a) is None and _apart(b) is None):
-            continue
-        ma, mb = (float(np.median([m for m, _ in x.values()])) for x in (a, b))
-        ra, rb = ([min(m for m, _ in x.values()), max(m for m, _ in x.values())] for x in (a, b))
-        if ra[0] <= rb[1] and rb[0] <= ra[1] and abs(ma - mb) > STATES_FLOOR * abs(mb):
-            found.append(Finding(STATES_EXPLAIN, (arm, baseline), (
-                f"{metric}: {arm}'s boots give {ra[0]:,.6g}..{ra[1]:,.6g}, {baseline}'s "
-                f"{rb[0]:,.6g}..{rb[1]:,.6g}"), only=(metric,)))
-    return found
+    explains (states.explained): each not comparable for the pair."""
+    return [Finding(STATES_EXPLAIN, (arm, baseline), detail, only=(metric,))
+            for metric, detail in states.explained(arm, baseline, samples, base_samples)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence, Set
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -96,6 +96,9 @@ class Measurements:
     pending: int = 0                # trials planned or running
     seconds: float = 0.0            # time the finished trials took, start to end
     finished: int = 0               # trials done or failed
+    # Per arm, its counts by function from each saved boot, where its
+    # attribution made them: state index -> window -> function -> per unit.
+    functions: dict[str, dict[str, dict[str, dict[str, float]]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, by_arm: Mapping[str, list[Sample]]) -> Measurements:

@@ -67,7 +67,8 @@ def judge(plan: Plan, measured: Measurements | Mapping[str, list[Sample]],
     profile, wl = plan.profile, plan.workload
     crit = criteria.Criteria.of(profile)
     samples = measured.by_arm
-    arm_findings = {name: audit.audit_arm(name, s) for name, s in samples.items()}
+    arm_findings = {name: audit.audit_arm(name, s, measured.functions.get(name))
+                    for name, s in samples.items()}
     findings: dict[tuple[str, str], list[audit.Finding]] = {}
     keys: list[tuple[str, str, str]] = []          # (metric, arm, baseline)
     overrule: dict[tuple[str, str, str], str] = {}

@@ -20,6 +20,7 @@ from mmlab.errors import MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.schedule import slots
 from mmlab.judge.measurements import Measurements, TrialSamples
+from mmlab.judge.states import STATE_FUNCTIONS
 from mmlab.store import backend
 from mmlab.workloads.samples import Sample
 
@@ -344,6 +345,9 @@ class Store:
                 "WHERE t.experiment_id=? ORDER BY t.position, s.idx", (exp_id,)):
             grouped.setdefault(r["trial_id"], []).append(Sample.model_validate_json(r["raw"]))
         finished = [t for t in trials if t.status in ("done", "failed")]
+        functions = {r["name"]: json.loads(r["data"]) for r in self.db.execute(
+            "SELECT a.name, t.data FROM attributions t JOIN arms a ON a.id=t.arm_id "
+            "WHERE t.experiment_id=? AND t.kind=?", (exp_id, STATE_FUNCTIONS))}
         return Measurements(
             arms=arms,
             trials=[TrialSamples(t.arm, t.round, t.position, tuple(grouped[t.id]), t.slot)
@@ -351,7 +355,7 @@ class Store:
             rounds=max((t.round for t in trials), default=-1) + 1,
             pending=sum(t.status in ("planned", "running") for t in trials),
             seconds=sum(t.ended - t.started for t in finished if t.started and t.ended),
-            finished=len(finished))
+            finished=len(finished), functions=functions)
 
     def samples_by_arm(self, exp_id: int) -> dict[str, list[Sample]]:
         """Every stored sample, grouped by arm, in arm order."""

@@ -480,9 +480,9 @@ class QemuTarget(LocalTarget):
             got = sample(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
                          settings=arm.settings, instrument=Instrumentation(count, time_))
             found["guest_trace"] = guest_trace_record(got)
-        counted = self._functions(guest, arm, plan) if "functions" in wanted else None
-        if counted:
-            found["functions"] = counted.model_dump()
+        if "functions" in wanted:   # from each saved boot, for the states audit
+            found |= snapshot.by_function(arm, plan, lambda k: self._functions(
+                self.guest(arm, plan, k), arm, plan))
         return found
 
     def _functions(self, guest: Guest, arm: Arm, plan: Plan) -> functions.FunctionInsns | None:

@@ -18,9 +18,11 @@ gave 1,151 kernel instructions per page from one and 1,304 from another, each
 with 0.2% spread over its trials.  So a kernel has several saved boots
 (`states`: 3 where the profile counts), each made once and cached, and a
 trial takes its round's (`rotation`); its samples name it (`guest_state`),
-so the judge and the audit see the spread between boots.  The script is sent
-only once the guest runs: bytes that reach the serial port while the state
-is still loading are lost.
+so the judge and the audit see the spread between boots; attribution
+counts the kernel's instructions by function from each of those boots
+(`by_function`), so the audit names the functions where they disagree.
+The script is sent only once the guest runs: bytes that reach the serial
+port while the state is still loading are lost.
 
 QMP is spoken through qemu.qmp, the QEMU project's own client library.
 """
@@ -46,6 +48,7 @@ from qemu.qmp import QMPClient
 from qemu.qmp.error import QMPError
 
 from mmlab.errors import MmlabError
+from mmlab.judge.states import STATE_FUNCTIONS
 from mmlab.machine import paths
 from mmlab.targets import initramfs
 from mmlab.targets.boot import (
@@ -75,6 +78,9 @@ from mmlab.workloads import insns
 from mmlab.workloads.mmwork import TrialFailed
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from mmlab.attribution.functions import FunctionInsns
     from mmlab.experiment.plan import Arm, Plan
 
 READY = "MMLAB-READY"
@@ -144,6 +150,21 @@ def rotation(arm: Arm, plan: Plan) -> int:
     it) and each arm sees every boot equally often over a multiple of
     `states` rounds."""
     return arm.round % states(plan)
+
+
+def by_function(arm: Arm, plan: Plan,
+                count: Callable[[int], FunctionInsns | None]) -> dict[str, dict]:
+    """An arm's attribution by function (`count(k)`: counted from saved
+    boot k, None if it could not be): its first boot's counts as
+    `functions`, and where its trials start from several saved boots,
+    each of those boots' counts by function (STATE_FUNCTIONS, by index), so that
+    the audit names the functions where its boots disagree (judge/states.py)."""
+    first = count(0)
+    if first is None:
+        return {}
+    n = min(states(plan), plan.profile.repetitions) if arm.guest_start == "snapshot" else 1
+    each = {"0": first.windows} | {str(k): f.windows for k in range(1, n) if (f := count(k))}
+    return {"functions": first.model_dump()} | ({STATE_FUNCTIONS: each} if n > 1 else {})
 
 
 def snapshot_root(cache: Path) -> Path:

@@ -1,0 +1,135 @@
+"""Guest states: do the saved boots a counted arm's trials start from agree?
+
+A restored guest starts from one of its kernel's saved boots (`guest_state`,
+targets/snapshot.py), taken in turn, so an arm's trials cover every boot and
+the count rule's noise holds their spread.  Where a path's cost depends on
+the state a boot leaves (free lists, per-CPU page lists, what ran at boot),
+the boots' counts differ beyond their own trials' spread; this module finds
+such counts from the samples alone, and the audit (audit.py) turns what it
+finds into findings.
+
+A count says that the boots disagree, not where: the trials count a window
+or a syscall as one figure.  Where the arm's attribution also counted the
+kernel's instructions by function from each saved boot (`functions`: state
+index -> window -> function -> instructions per unit), the boots furthest
+apart are set function by function, so the finding names the functions
+whose counts differ most between them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+import numpy as np
+
+from mmlab.workloads import is_count
+from mmlab.workloads.samples import Sample
+
+STATE_KEY = "guest_state"      # the saved boot a restored guest started from: "INDEX:ID"
+# Interrupts in user mode come with the timer, paced by the host under TCG.
+CLOCK_PACED = re.compile(r".+_interrupt_.+")
+STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
+STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
+NAMED_FUNCTIONS = 3   # functions a finding names
+
+# One state's counts by function: window -> function -> instructions per unit.
+ByFunction = Mapping[str, Mapping[str, float]]
+# The attribution kind that holds an arm's ByFunction per saved boot (state
+# index); the store gives it to the judge with the arm's samples.
+STATE_FUNCTIONS = "state_functions"
+
+
+def state_medians(samples: list[Sample], metric: str) -> dict[str, tuple[float, float]]:
+    """Each saved boot's (median, own range) of `metric` over its samples;
+    booted guests (each its own state) and samples without it are left out."""
+    groups: dict[str, list[float]] = {}
+    for s in samples:
+        v, state = s.metrics.get(metric), s.state.get(STATE_KEY)
+        if state and v is not None and np.isfinite(v):
+            groups.setdefault(str(state), []).append(float(v))
+    return {k: (float(np.median(v)), max(v) - min(v)) for k, v in groups.items()}
+
+
+def apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
+    """The lowest and highest boots when their medians differ beyond their
+    own spread (STATES_MARGIN) and STATES_FLOOR of the count; None if not."""
+    if len(medians) < 2:
+        return None
+    lo = min(medians, key=lambda k: medians[k][0])
+    hi = max(medians, key=lambda k: medians[k][0])
+    gap, own = medians[hi][0] - medians[lo][0], max(r for _, r in medians.values())
+    floor = STATES_FLOOR * abs(float(np.median([m for m, _ in medians.values()])))
+    return (lo, hi) if gap > max(STATES_MARGIN * own, floor) else None
+
+
+def counted(*arms: list[Sample]) -> list[str]:
+    """The counts the arms' samples hold, but those the host's clock paces."""
+    return sorted({m for ss in arms for s in ss for m in s.metrics
+                   if is_count(m) and not CLOCK_PACED.fullmatch(m)})
+
+
+def disagree(samples: list[Sample],
+             functions: Mapping[str, ByFunction] | None = None) -> str:
+    """The arm's counts on which its saved boots disagree, largest share
+    first, each with its two furthest boots, and the functions that differ
+    most between the first one's boots where `functions` holds both ("" if
+    the boots agree)."""
+    seen = []
+    for metric in counted(samples):
+        med = state_medians(samples, metric)
+        if (pair := apart(med)) is not None:
+            lo, hi = med[pair[0]][0], med[pair[1]][0]
+            seen.append(((hi - lo) / abs(lo) if lo else np.inf, metric, pair,
+                         f"{metric} {lo:,.6g} from boot {pair[0]} vs {hi:,.6g} from {pair[1]}"))
+    if not seen:
+        return ""
+    seen.sort(key=lambda x: x[0], reverse=True)
+    more = f" and {len(seen) - 3} more counts" if len(seen) > 3 else ""
+    text = "; ".join(f"{what} ({share:+.1%})" for share, _, _, what in seen[:3]) + more
+    _, metric, (lo_state, hi_state), _ = seen[0]
+    named = functions_apart(functions or {}, lo_state, hi_state, metric)
+    return text + (f"; {named}" if named else "")
+
+
+def functions_apart(functions: Mapping[str, ByFunction], lo: str, hi: str, metric: str,
+                    n: int = NAMED_FUNCTIONS) -> str:
+    """The functions whose counts differ most from boot `lo` to boot `hi`,
+    in words ("" without both boots' counts): in the window `metric` counts
+    if it names one, else in every window.  Boots are matched by index (the
+    label's "INDEX:" part), which is how attribution restores them."""
+    a, b = (functions.get(label.split(":")[0]) for label in (lo, hi))
+    if a is None or b is None:
+        return ""
+    windows = [w for w in set(a) | set(b) if metric.startswith(f"{w}_")] or sorted(set(a) | set(b))
+    moved: dict[str, float] = {}
+    for w in windows:
+        fa, fb = a.get(w, {}), b.get(w, {})
+        for fn in set(fa) | set(fb):
+            label = fn if len(windows) == 1 else f"{w}: {fn}"
+            moved[label] = fb.get(fn, 0.0) - fa.get(fn, 0.0)
+    top = sorted((kv for kv in moved.items() if kv[1]), key=lambda kv: -abs(kv[1]))[:n]
+    if not top:
+        return ""
+    where = f" ({windows[0]}, per unit)" if len(windows) == 1 else " (per unit)"
+    return (f"functions that differ most from boot {lo.split(':')[0]} to "
+            f"{hi.split(':')[0]}{where}: " + ", ".join(f"{fn} {d:+,.4g}" for fn, d in top))
+
+
+def explained(arm: str, baseline: str, samples: list[Sample],
+              base_samples: list[Sample]) -> list[tuple[str, str]]:
+    """(count, in words) for each count whose difference between the arms
+    the choice of a saved boot explains: one arm's boots disagree, and the
+    ranges of the two arms' boot medians overlap while their medians differ
+    by more than the floor."""
+    found = []
+    for metric in counted(samples, base_samples):
+        a, b = state_medians(samples, metric), state_medians(base_samples, metric)
+        if not a or not b or (apart(a) is None and apart(b) is None):
+            continue
+        ma, mb = (float(np.median([m for m, _ in x.values()])) for x in (a, b))
+        ra, rb = ([min(m for m, _ in x.values()), max(m for m, _ in x.values())] for x in (a, b))
+        if ra[0] <= rb[1] and rb[0] <= ra[1] and abs(ma - mb) > STATES_FLOOR * abs(mb):
+            found.append((metric, f"{metric}: {arm}'s boots give {ra[0]:,.6g}..{ra[1]:,.6g}, "
+                                  f"{baseline}'s {rb[0]:,.6g}..{rb[1]:,.6g}"))
+    return found
