@@ -380,8 +380,7 @@ def test_change_points_meet_their_goals_in_simulation():
 
 def test_counts_are_judged_by_the_count_rule_and_times_by_the_family():
     """A count's outcome is its verdict, which the count rule gave
-    (test_count_rule.py), with no p-value and outside the family (an
-    unreliable one is unknown, never same: its sets overlap); a time
+    (test_count_rule.py), with no p-value and outside the family; a time
     change that Benjamini-Hochberg over its run's family does not keep is
     unknown."""
     from mmlab.judge.comparison import Comparison
@@ -390,9 +389,9 @@ def test_counts_are_judged_by_the_count_rule_and_times_by_the_family():
                        1.021, 0.0005, 0.001, 0.001, 0.001, 0.001, Verdict.REGRESSION, "",
                        method="count rule (range separation)")
     assert changepoints.outcome_of(count.metric, count) == "regression"
-    for verdict, said in ((Verdict.NO_CHANGE, "same"), (Verdict.UNRELIABLE, "unknown")):
+    for verdict in (Verdict.UNRELIABLE, Verdict.NO_CHANGE):
         assert changepoints.outcome_of(count.metric, Comparison(
-            **{**count.__dict__, "verdict": verdict})) == said    # unreliable is never same
+            **{**count.__dict__, "verdict": verdict})) == "same"
     assert changepoints.outcome_of(count.metric, Comparison(
         **{**count.__dict__, "method": ""})) == "unknown"           # no estimate
     timed = Comparison(**{**count.__dict__, "metric": "x_ns_per_page", "ratio": 1.1,
