@@ -100,6 +100,20 @@ def test_boots_that_disagree_beyond_their_spread_are_named_and_keep_the_verdict(
     assert audit.states_differ("x", _boots(("", [1151]), ("", [1304]))) == []
 
 
+def test_one_trial_per_boot_cannot_show_the_boots_apart():
+    """debian:6.12's zap over 8 saved boots, one trial each (measured here):
+    1,065.7 to 1,080.6, 1.4% apart, where trials of one boot spread up to
+    0.9%.  No boot's own spread is known, so no boot is named; with a
+    second trial in each boot, their spread decides."""
+    once = [1068.0, 1068.0, 1069.3, 1065.7, 1077.3, 1070.3, 1068.8, 1080.6]
+    single = _boots(*((f"{k}:b{k}", [v]) for k, v in enumerate(once)))
+    assert audit.states_differ("6.12", single) == []
+    assert audit.states_explain("6.12", "x", single, _boots(("0:c", [1073.0, 1073.5]))) == []
+    twice = _boots(*((f"{k}:b{k}", [v, v + 0.5]) for k, v in enumerate(once)))
+    (f,) = audit.states_differ("6.12", twice)
+    assert "3:b3" in str(f) and "7:b7" in str(f)
+
+
 def test_a_difference_within_the_boots_range_is_not_comparable_on_that_count():
     a61 = _boots(("0:aa", [1151, 1152]), ("1:bb", [1304, 1303]))
     a612 = _boots(("0:cc", [1063, 1064]), ("1:dd", [1064, 1063]))
