@@ -214,7 +214,7 @@ def test_the_tracker_follows_a_stay_that_holds_a_share_of_its_window():
     call) is not, however exactly it moves; named in the profile, it would be."""
     from types import SimpleNamespace
 
-    from mmlab.track import cells
+    from mmlab.track import judged
 
     from .test_guest_states import _sample
     plan = parse(PROFILE, "p.toml")
@@ -227,6 +227,6 @@ def test_the_tracker_follows_a_stay_that_holds_a_share_of_its_window():
     for s in samples:
         s.metrics.update(figures)
     measured = SimpleNamespace(trials=[SimpleNamespace(samples=samples)])
-    followed = cells.followed(plan, measured)
+    followed = judged.followed(plan, measured)
     assert "advise_syscall_madvise_kernel_insns_per_call" in followed
     assert not [m for m in followed if "getpid" in m]

@@ -85,9 +85,8 @@ def step(ch: Change) -> float:
     """A tracked change's after / before ratio, as every report states it
     (the dashboard's tables and the trend plot's step, the text summary):
     its confirmation's, the two releases measured side by side, where it
-    has one; else the series' cells'."""
-    c = ch.confirmation
-    return c.ratio if c is not None and finite(c.ratio) else ch.candidate_ratio
+    has one (a count's medians' step: Change.step); else the series' cells'."""
+    return ch.step
 
 
 def ratio(x: float | None, suffix: str = "") -> str:

@@ -23,6 +23,7 @@ from mmlab.judge.comparison import Comparison
 from mmlab.store import Store
 from mmlab.track import cells, changepoints
 from mmlab.track.changepoints import Change
+from mmlab.track.judged import Judged, Judgements
 from mmlab.track.suite import Suite
 from mmlab.workloads.samples import Sample
 
@@ -74,7 +75,7 @@ class Evidence:
 
 
 def gather(store: Store, suite: Suite, change: Change, results: str,
-           judged: cells.Judgements) -> Evidence:
+           judged: Judgements) -> Evidence:
     """A change's evidence; a candidate never measured has its commands
     only.  `judged` holds the run's judgements (session.TrackResult.judged)."""
     tracked = next(t for t in suite.profiles if t.name == change.profile)
@@ -99,7 +100,7 @@ def gather(store: Store, suite: Suite, change: Change, results: str,
         functions=_functions(store, exp_id, arm, base, change.metric), commands=commands)
 
 
-def _rows(tracked: list[str], metric: str, judged: cells.Judgements, exp_id: int,
+def _rows(tracked: list[str], metric: str, judged: Judgements, exp_id: int,
           also: int | None) -> list[MetricRow]:
     """Every tracked metric the pair's confirmations measured, in the
     suite's order, the change's own `metric` where the tracker followed it
@@ -119,14 +120,15 @@ def _rows(tracked: list[str], metric: str, judged: cells.Judgements, exp_id: int
                   else len(tracked))
 
 
-def _row(j: cells.Judged, c: Comparison, said: str | None) -> MetricRow:
+def _row(j: Judged, c: Comparison, said: str | None) -> MetricRow:
     """`said`: what the pair's counts say (changepoints.counted)."""
     emulated = j.emulated(c)
     outcome = changepoints.outcome_of(c.metric, c)
     if emulated:
         outcome = changepoints.emulated_outcome(outcome, said)
     return MetricRow(c.metric, j.plan.workload.metric(c.metric).unit, c.median_baseline,
-                     c.median, c.rcv_baseline, c.rcv, c.ratio, (c.ci_low, c.ci_high),
+                     c.median, c.rcv_baseline, c.rcv, changepoints.stated_ratio(c),
+                     (c.ci_low, c.ci_high),
                      str(c.verdict), outcome, emulated, changepoints.why(c.metric, c, outcome))
 
 

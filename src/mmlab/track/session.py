@@ -303,7 +303,7 @@ def class_metrics(tracked: Tracked, cls: str) -> list[str]:
     them) still has its emulated time steps decided on counts: each
     window's kernel instructions and its stays (the first window's page
     faults named, which has every syscall, fault and exception counted:
-    cells.followed), in a guest where the plugin counts them."""
+    judged.followed), in a guest where the plugin counts them."""
     mine = [m for m in tracked.metrics if metric_class(m) == cls]
     windows = tracked.plan.workload.windows
     if mine or cls == "times" or not windows:
@@ -329,8 +329,8 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
     confirmation); `fleet` runs the cells and the confirmations' trials
     instead of `here` (the attribution runs stay here);
     `confirm_emulated` confirms emulated time steps in time too.  A line's
-    time series are confirmed before its count series, so a count change
-    that a time step's confirmation found is shown in the same run."""
+    changes are found once all its confirmations are stored (`_confirm`),
+    so a run lists what a report of the store lists."""
     cells.check_owner(store, suite)
     if not measure and not cells.stored(store, suite):
         raise MmlabError(f"--results {store.where}: nothing measured for suite {suite.name} "
@@ -355,11 +355,9 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
         counted += len(todo)
         line_series = cells.series(store, suite, [line], ref, judged)
         found += line_series
-        if fleet is not None and measure:
-            _confirm_on(fleet, suite, line_series, conf, t)
-        made = {i: _changes(suite, s, conf, t) for i, s in
-                sorted(enumerate(line_series), key=lambda x: metric_class(x[1].metric) == "counts")}
-        changes += [ch for i in sorted(made) for ch in made[i]]
+        if measure:
+            _confirm(suite, line_series, conf, t, fleet)
+        changes += [ch for s in line_series for ch in _changes(suite, s, conf, t)]
     changes = [replace(c, also=conf.other(c)) if c.evidence is not None else c
                for c in changepoints.family(changes, conf.tests(), t)]
     order = {p.name: i for i, p in enumerate(suite.profiles)}
@@ -369,12 +367,10 @@ def run(store: Store, suite: Suite, here: driver.Here, resolver: Resolver,
 
 
 def size(change: Change) -> float:
-    """A change's after / before ratio: its confirmation's, else its
-    cells'.  A run's changes are listed under their profile, largest step
-    first, whichever series (the declared metrics', a syscall's) it is in."""
-    c = change.confirmation
-    return c.ratio if c is not None and math.isfinite(c.ratio) and c.ratio > 0 \
-        else change.candidate_ratio
+    """A change's after / before ratio (Change.step).  A run's changes are
+    listed under their profile, largest step first, whichever series (the
+    declared metrics', a syscall's) it is in."""
+    return change.step
 
 
 def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: Resolver,
@@ -395,14 +391,23 @@ def _measure(store: Store, todo: list[cells.Work], here: driver.Here, resolver: 
                                                                    on_event)
 
 
-def _confirm_on(fleet: Fleet, suite: Suite, series: list[cells.Series], conf: Confirmations,
-                t: Thresholds) -> None:
-    """The series' confirmations over the fleet, in waves: every pair the
-    series would measure next (each candidate's own pair first, a
-    neighbour where that one said "same"), at once, the count ones first so
-    that a batch's confirmations take about as long as each other."""
+def _confirm(suite: Suite, series: list[cells.Series], conf: Confirmations, t: Thresholds,
+             fleet: Fleet | None) -> None:
+    """The series' confirmations, in waves: every pair the series would
+    measure next (each candidate's own pair first, a neighbour where that
+    one said "same"), the count ones first, at once over the `fleet` (so
+    that a batch's confirmations take about as long as each other) or one
+    after another here.  Every confirmation a line needs is stored before
+    its changes are found, so a change one series' confirmation shows in
+    another series (a syscall's count measured for the window's candidate)
+    is in this run's list as in a later report."""
     while asks := conf.wanted(lambda: [_changes(suite, s, conf, t) for s in series]):
-        conf.on_fleet(fleet, sorted(asks, key=lambda a: a.cls))
+        ordered = sorted(asks, key=lambda a: a.cls)
+        if fleet is not None:
+            conf.on_fleet(fleet, ordered)
+            continue
+        for a in ordered:
+            conf.get(a.tracked, a.key[2], a.cls, a.before, a.after)
 
 
 def _changes(suite: Suite, s: cells.Series, conf: Confirmations, t: Thresholds) -> list[Change]:
