@@ -14,17 +14,29 @@ own noise and a floor per kind of count), so a first look of few rounds
 finds the candidates and the confirmation's rounds decide; no p-value is
 asked for and no family corrected.
 
+The check's coverage (coverage.py) says which functions the series
+changes and which of them its paths ran on the base kernel: the base
+counted by function once per profile (reach.py), only where some changed
+function can be counted or the compiled kernels differ.
+
 Records only: report/robot.py renders them.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
+from mmlab.check import changes as series_changes
+from mmlab.check import coverage, reach, variants
+from mmlab.check.changes import Changes
+from mmlab.check.coverage import Coverage
 from mmlab.check.request import Request
 from mmlab.errors import MmlabError
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import COUNT_FLOORS
+from mmlab.kernels import kbuild
 from mmlab.kernels.images import Kernel
 from mmlab.run import driver, narrow
 from mmlab.run.events import Message, OnEvent, ignore
@@ -77,6 +89,7 @@ class CheckResult:
     machine: dict[str, object]      # probe.machine(): where the guests ran
     accelerator: str                # how the guests ran: tcg or kvm
     floors: dict[str, float] = field(default_factory=lambda: dict(COUNT_FLOORS))
+    coverage: Coverage | None = None
 
     @property
     def changed(self) -> bool:
@@ -123,6 +136,8 @@ def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here
     whole series' alone); every profile of `request` measured on the last
     against the first."""
     base, patched = kernels[0], kernels[-1]
+    changed = series_changes.read(request.patches, source(base, request.base), base.symbols) \
+        if base.symbols.is_file() else None
     check = Check(store, here, on_event, f"{base.name}..{patched.name}")
     found: list[Found] = []
     unconfirmed: list[Unconfirmed] = []
@@ -141,7 +156,41 @@ def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here
                       for c, outcome in confirmed]
     return CheckResult(request, base, patched, paths, FIRST_ROUNDS, found, unconfirmed,
                        check.ran, cells.failed(store, check.ran), probe.machine(),
-                       _accelerator(check))
+                       _accelerator(check), coverage=_coverage(check, request, kernels, changed))
+
+
+def source(base: Kernel, given: str) -> Path | None:
+    """The base's source: its kept build tree, else the tree given as the
+    base; None where there is neither (a Debian source never built here)."""
+    key = base.details.get("build_key")
+    kept = kbuild.base_dir(str(key)) / "tree" if key else None
+    if kept and kept.is_dir():
+        return kept
+    return Path(given) if Path(given).is_dir() else None
+
+
+def _coverage(check: Check, request: Request, kernels: list[Kernel],
+              changed: Changes | None) -> Coverage | None:
+    """Which changed functions the profiles' paths ran on the base: each
+    profile counted by function on the base (reach.base_counts) where some
+    changed function can be counted or the compiled kernels differ.  None
+    where the base has no symbol table here (nothing says where a
+    function's instructions are counted)."""
+    if changed is None:
+        return None
+    base, patched = kernels[0], kernels[-1]
+    layout = coverage.compare(base.symbols, patched.symbols)
+    counts: dict[str, coverage.Counts] = {}
+    started = time.monotonic()
+    if coverage.needs_counts(changed, layout):
+        for t in request.profiles:
+            exps = [e for why in ("again", "first")
+                    if (e := check.pairs.get((t.name, patched.name, why))) is not None]
+            got = reach.base_counts(check.store, check.here, check.on_event, base, t, exps)
+            if got is not None:
+                counts[t.name] = got
+    return coverage.cover(changed, counts, layout, variants.load(),
+                          {t.name for t in request.profiles}, time.monotonic() - started)
 
 
 def _confirm(check: Check, t: Tracked, base: str, patched: str, moved: dict[str, str]

@@ -11,6 +11,7 @@ writes it)."""
 from __future__ import annotations
 
 from mmlab.attribution.explain import CallPath, WindowFunctions
+from mmlab.check.coverage import Coverage, FunctionCoverage
 from mmlab.check.session import CheckResult, Found
 from mmlab.judge.criteria import COUNT_NOISES
 from mmlab.kernels.images import Kernel
@@ -40,12 +41,15 @@ def resolution(result: CheckResult) -> str:
 
 def text(result: CheckResult) -> str:
     """The report: every change, a profile's changes from one patch
-    together, or the one line of none."""
+    together, then the coverage; or the one line of none (and the changed
+    functions no path ran, where there are such)."""
     if not result.found:
-        return fmt.printable(failed(result) or nothing(result)) + "\n"
-    lines: list[str] = []
+        lines = [failed(result) or nothing(result) + covered(result), *not_measured(result)]
+        return fmt.printable("\n".join(lines) + "\n", keep="\n")
+    lines = []
     for group in groups(result.found):
         lines += group_lines(result, group)
+    lines += coverage_lines(result)
     lines += [failed(result)] if result.failed else []
     return fmt.printable("\n".join(lines).rstrip() + "\n", keep="\n")
 
@@ -78,6 +82,74 @@ def nothing(result: CheckResult) -> str:
             f"({result.base.details.get('source', result.base.source)}) and it with the {n} "
             f"patch(es) applied, "
             f"at the resolution of {resolution(result)}{also}")
+
+
+def covered(result: CheckResult) -> str:
+    """What the no-change line adds about the series' functions: those the
+    paths ran (whose counts did not move), or that the series changes no
+    compiled code, or only moves it ("" where nothing is known)."""
+    cov = result.coverage
+    if cov is None:
+        return ""
+    ran = ", ".join(f"{reached_name(f)} ({places(f)})" for f in cov.reached)
+    said = f"; the changed functions the paths ran did not move: {ran}" if ran else ""
+    if cov.layout and cov.layout.identical:
+        return said + ("; the patched kernel's functions are the base's, each at its address "
+                       "and size: the series changes no compiled code")
+    if cov.only_moved and cov.layout:
+        return said + (f"; where the paths run the series only moves code: none of the "
+                       f"{cov.layout.ran} functions they ran changed size, "
+                       f"{cov.layout.ran_moved} lie at new addresses (a layout change; "
+                       "instruction counts do not see one)")
+    return said
+
+
+def reached_name(f: FunctionCoverage) -> str:
+    return f.function + (f" (inlined into {', '.join(f.hosts)})" if f.hosts else "")
+
+
+def places(f: FunctionCoverage) -> str:
+    """The profiles and windows that ran a function, with its count."""
+    return "; ".join(f"{r.profile} {r.window} {fmt.num(r.insns)}/{r.unit}" for r in f.reached)
+
+
+def not_measured(result: CheckResult) -> list[str]:
+    """One line per changed function no path ran, with the variants that
+    run it; none where every changed function was run or cannot be."""
+    cov = result.coverage
+    if cov is None or not (cov.unreached or cov.unknown):
+        return []
+    return ["not measured: no path of the check ran these changed functions, or none can be "
+            "told to, so no change there means not measured:",
+            *(f"  {unreached_line(f, cov.table)}" for f in cov.unreached),
+            *(f"  {f.function} ({f.changed.path}): {f.why}" for f in cov.unknown)]
+
+
+def unreached_line(f: FunctionCoverage, table: str, said: str = "") -> str:
+    """A changed function no path ran: its file and patches, `said`, then
+    the variants of the table (counted on kernel `table`) that run it."""
+    where = f"{f.changed.path}, patch {'/'.join(map(str, f.changed.patches))}"
+    hint = ("; run by " + ", ".join(v.label for v in f.suggestions)) if f.suggestions \
+        else f"; no workload variant counted on {table} runs it" if table else ""
+    return f"{reached_name(f)} ({where}){said}{hint}"
+
+
+def coverage_lines(result: CheckResult) -> list[str]:
+    """The coverage after the changes: each changed function, where the
+    paths ran it on the base, or that none did, or why none can."""
+    cov = result.coverage
+    if cov is None or not cov.functions:
+        return []
+    out = [f"coverage: the functions the series changes ({cov.parser}), and the paths that "
+           "ran them on the base kernel:"]
+    for f in cov.functions:
+        if f.reached:
+            out.append(f"  {reached_name(f)} ({f.changed.path}): ran in {places(f)}")
+        elif f.measurable:
+            out.append(f"  {unreached_line(f, cov.table, ': no path ran it, not measured')}")
+        else:
+            out.append(f"  {f.function} ({f.changed.path}): {f.why}")
+    return out + [""]
 
 
 def skipped(result: CheckResult) -> str:
@@ -163,9 +235,12 @@ def paths(wf: WindowFunctions, group: list[Found]) -> list[CallPath]:
 
 
 def kernel_line(k: Kernel) -> str:
+    """The kernel, its source, which config it was built with (a build's
+    says how it stands to Debian's) and its hash, and the compiler."""
     source = k.details.get("source", k.source)
-    return (f"{k.name} {k.version}, source {source}, config sha256 {k.config_sha256[:12]}, "
-            f"compiler {k.details.get('compiler', 'unknown')}")
+    config = f"{k.details['config']}, " if k.details.get("config") else ""
+    return (f"{k.name} {k.version}, source {source}, config {config}sha256 "
+            f"{k.config_sha256[:12]}, compiler {k.details.get('compiler', 'unknown')}")
 
 
 def machine_line(result: CheckResult) -> str:
@@ -214,10 +289,35 @@ def record(result: CheckResult) -> dict:
         "unconfirmed": [vars(u) for u in result.unconfirmed],
         "experiments": result.experiments,
         "failed": [vars(x) for x in result.failed],
+        "coverage": coverage_record(result.coverage),
+    }
+
+
+def coverage_record(cov: Coverage | None) -> dict | None:
+    """The coverage for scripts: each changed function, and the kernels'
+    functions compared (counts of them, not their names)."""
+    if cov is None:
+        return None
+    lay = cov.layout
+    return {
+        "parser": cov.parser, "profiles": cov.profiles, "seconds": round(cov.seconds, 1),
+        "variants_kernel": cov.table,
+        "functions": [{"function": f.function, "file": f.changed.path,
+                       "patches": list(f.changed.patches), "code": f.changed.code,
+                       "new": f.changed.new, "symbols": f.symbols, "inlined_into": f.hosts,
+                       "not_countable": f.why, "resized": f.resized,
+                       "reached": [vars(r) for r in f.reached],
+                       "suggestions": [vars(v) for v in f.suggestions]}
+                      for f in cov.functions],
+        "layout": None if lay is None else {
+            "resized": lay.resized, "moved": len(lay.moved), "same": lay.same,
+            "ran": lay.ran, "ran_moved": lay.ran_moved, "ran_resized": lay.ran_resized,
+            "identical": lay.identical, "only_moved": cov.only_moved},
     }
 
 
 def _kernel(k: Kernel) -> dict:
     return {"name": k.name, "version": k.version,
             "source": k.details.get("source", k.source), "config_sha256": k.config_sha256,
+            "config": k.details.get("config"), "config_start": k.details.get("config_start"),
             "compiler": k.details.get("compiler", "unknown")}

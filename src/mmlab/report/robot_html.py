@@ -1,7 +1,8 @@
 """A patch check as one HTML page: what the text report says (robot.py),
 each change's subject as a heading, its table as a table, and links to
 each confirmation's own report and evidence bundle where they were written
-beside it (dashboard.write_evidence: evidence/ID.html, evidence/ID/)."""
+beside it (dashboard.write_evidence: evidence/ID.html, evidence/ID/); the
+coverage (the changed functions and the paths that ran them) after them."""
 
 from __future__ import annotations
 
@@ -23,14 +24,23 @@ def render(result: CheckResult, bundled: Set[int] = frozenset()) -> str:
     title = f"mmlab check: {len(result.request.patches)} patch(es) on {result.base.name}"
     body = [f"<h1>{escape(title)}</h1>"]
     if not result.found:
-        body.append(f"<p>{escape(robot.failed(result) or robot.nothing(result))}</p>")
+        line = robot.failed(result) or robot.nothing(result) + robot.covered(result)
+        body.append(f"<p>{escape(line)}</p>")
+        body += _pre(robot.not_measured(result))
     for group in robot.groups(result.found):
         body += _group(result, group, bundled)
+    if result.found:
+        body += [*(["<h2>Coverage</h2>"] if result.coverage and result.coverage.functions
+                   else []), *_pre(robot.coverage_lines(result))]
     if result.found and result.failed:
         body.append(f"<p>{escape(robot.failed(result))}</p>")
     return (f"<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>{escape(title)}"
             f"</title><style>{STYLE}</style></head><body>\n" + "\n".join(body)
             + "\n</body></html>\n")
+
+
+def _pre(lines: list[str]) -> list[str]:
+    return ["<pre>" + escape("\n".join(lines).rstrip()) + "</pre>"] if lines else []
 
 
 def _group(result: CheckResult, group: list[Found], bundled: Set[int]) -> list[str]:

@@ -1,0 +1,175 @@
+"""Which kernel functions each workload variant reaches: the table a check
+suggests parameters from, where no path of its suite ran a changed function.
+
+A variant is a profile of the broad suite (the first of each workload, its
+template) with one of its workload's choices or flags set otherwise (from
+`mmwork describe`), or a suite profile as it is.  Each was counted once by
+function in a TCG guest (the plugin's per-block counts inside the timed
+windows, attribution/functions.py) on one kernel, and the table keeps, for
+every function any variant ran, the variants that ran it.  It is made by
+
+    python -m mmlab.check.variants --kernel build:3ce798c85209
+
+(the kept tiny 6.12 base) and written to variants.json beside this module;
+the file names the kernel and the command.  Suggestions from it are for
+another kernel only as good as the names match: a function renamed since
+is not found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass
+from pathlib import Path
+
+from mmlab.errors import MmlabError
+from mmlab.experiment import plan as experiment_plan
+from mmlab.experiment.plan import Plan, with_kernels
+from mmlab.track import suite as suites
+from mmlab.track.suite import Tracked
+
+TABLE = Path(__file__).with_name("variants.json")
+SUITE = Path("experiments/suites/mm.toml")
+EXTRA = (Path("experiments/suites/ksm-rmap-move.toml"),)   # profiles of workloads it lacks
+# Choices that move where the mapping lies, not which mm code runs it.
+LEFT_OUT = frozenset({"align"})
+# The harness's own flags (every workload has them): they measure, not drive.
+HARNESS = frozenset({"check", "no-probes", "insns", "cpu-time", "own-memcg"})
+SHOWN = 3              # suggestions per function at most
+
+
+@dataclass(frozen=True)
+class Variant:
+    profile: str                     # the suite profile it starts from
+    path: str                        # that profile's file
+    workload: str
+    set: dict[str, str]              # what it sets otherwise ({}: the profile as it is)
+
+    @property
+    def label(self) -> str:
+        changed = " ".join(f"{k}={v}" for k, v in self.set.items())
+        return f"{self.profile}" + (f" with {changed}" if changed else "")
+
+
+@dataclass(frozen=True)
+class Table:
+    kernel: str
+    variants: list[Variant]
+    functions: dict[str, list[int]]  # function -> the variants that ran it
+
+    def reaching(self, names: list[str], but: AbstractSet[str] = frozenset()) -> list[Variant]:
+        """The variants that ran any of `names` (functions, without the
+        compiler's suffixes), the suite's own profiles first, leaving out
+        the profiles in `but` (those the check ran as they are)."""
+        hits = dict.fromkeys(i for n in names for i in self.functions.get(n, []))
+        found = [self.variants[i] for i in hits
+                 if not (self.variants[i].profile in but and not self.variants[i].set)]
+        return sorted(found, key=lambda v: (bool(v.set), v.label))[:SHOWN]
+
+
+def load(path: Path = TABLE) -> Table | None:
+    """The table, or None where it was never made."""
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return Table(data["kernel"], [Variant(**v) for v in data["variants"]], data["functions"])
+
+
+def templates() -> list[Tracked]:
+    """Every profile of the broad suite and EXTRA with a window to count,
+    the first of each workload first."""
+    extra = [experiment_plan.load(p) for p in EXTRA]
+    out = [t for t in [*suites.load(SUITE).profiles,
+                       *(Tracked(name=x.profile.name, plan=x, metrics=x.profile.metrics,
+                                 area=x.workload.name) for x in extra)]
+           if t.plan.workload.windows]
+    first = {t.plan.workload.name: t for t in reversed(out)}
+    return [*first.values(), *(t for t in out if t not in first.values())]
+
+
+def varied(t: Tracked) -> list[tuple[str, list[str]]]:
+    """(parameter, its other values) of a template: each choice and flag of
+    its workload it could set otherwise."""
+    out = []
+    for p in t.plan.workload.params:
+        if p.name in LEFT_OUT or p.name in HARNESS or p.type not in ("choice", "flag"):
+            continue
+        now = str(t.plan.profile.params.get(p.name, p.default)).lower()
+        values = list(p.choices) if p.type == "choice" else ["false", "true"]
+        others = [v for v in values if v != now]
+        if others:
+            out.append((p.name, others))
+    return out
+
+
+def plans(kernel: str) -> list[tuple[Tracked, str | None, Plan]]:
+    """The plans counted: each suite profile as it is, and each template
+    with one parameter over its other values (an arm each)."""
+    out: list[tuple[Tracked, str | None, Plan]] = []
+    tracked = templates()
+    workloads: set[str] = set()
+    for t in tracked:
+        out.append((t, None, with_kernels(t.plan, [kernel], "variants")))
+        if t.plan.workload.name in workloads:
+            continue
+        workloads.add(t.plan.workload.name)
+        for name, values in varied(t):
+            typed = [v == "true" if v in ("true", "false") else v for v in values]
+            plan = t.plan.model_copy(update={"profile": t.plan.profile.model_copy(
+                update={"matrix": {**t.plan.profile.matrix, name: typed}})})
+            out.append((t, name, with_kernels(plan, [kernel], "variants")))
+    return out
+
+
+def generate(kernel: str, results: str, out: Path) -> None:
+    """Count every variant by function on `kernel` and write the table."""
+    from mmlab.run import driver
+    from mmlab.store import Store
+    from mmlab.targets import TargetPool
+    from mmlab.track.session import only_functions
+    store = Store(results)
+    here = driver.Here(TargetPool(False, print))
+    variants: list[Variant] = []
+    functions: dict[str, list[int]] = {}
+    for t, name, plan in plans(kernel):
+        started = time.monotonic()
+        exp_id = store.create_experiment(plan)
+        here.attribute(store, exp_id, only_functions(plan), lambda e: print(e))
+        got = store.attributions(exp_id)
+        for arm in plan.arms:
+            counted = got.get(arm.name, {}).get("functions")
+            if counted is None:
+                print(f"{t.name} {arm.name}: no counts")
+                continue
+            variants.append(Variant(t.name, str(t.plan.path), t.plan.workload.name,
+                                    {name: str(arm.values[name]).lower()} if name else {}))
+            ran = {f.split(".")[0] for w in counted["windows"].values() for f, n in w.items()
+                   if n > 0}
+            for f in ran:
+                functions.setdefault(f, []).append(len(variants) - 1)
+        print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
+              f"{time.monotonic() - started:.0f} s", flush=True)
+    out.write_text(json.dumps({
+        "kernel": kernel, "made": time.strftime("%Y-%m-%d"),
+        "command": f"python -m mmlab.check.variants --kernel {kernel}",
+        "variants": [vars(v) for v in variants],
+        "functions": dict(sorted(functions.items()))}, indent=0, sort_keys=False) + "\n")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernel", required=True, help="the kernel to count on, e.g. a kept base")
+    ap.add_argument("--results", default="variants-results", help="the store of the counts")
+    ap.add_argument("-o", type=Path, default=TABLE, help="the table to write")
+    args = ap.parse_args()
+    try:
+        generate(args.kernel, args.results, args.o)
+    except MmlabError as exc:
+        raise SystemExit(f"mmlab: {exc}") from exc
+
+
+if __name__ == "__main__":
+    main()
