@@ -1,5 +1,6 @@
 """Kernel builds without building: cache keys, patch and fragment errors, and
-the config check, on a tiny stand-in tree.  A real build is a slow test."""
+the config check, on a tiny stand-in tree.  A real build is a slow test
+(kconfig's own tests are in test_kconfig.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mmlab.errors import MmlabError
-from mmlab.kernels import catalog, images, kbuild, series
+from mmlab.kernels import catalog, images, kbuild, kconfig, series
 from mmlab.targets import boot
 
 PATCHES = Path(__file__).resolve().parents[1] / "experiments" / "patches"
@@ -38,18 +39,28 @@ def write_patch(tmp_path: Path, old: str, new: str) -> Path:
     return p
 
 
-def test_cache_key_follows_source_patches_and_fragments(tmp_path):
+def test_cache_key_follows_source_config_patches_and_fragments(tmp_path):
     p1, p2 = tmp_path / "1.patch", tmp_path / "2.patch"
     p1.write_text("one")
     p2.write_text("two")
     frag = tmp_path / "f.config"
     frag.write_text("CONFIG_KSM=y\n")
-    base = kbuild.build_key("src 1", [], [])
-    assert base == kbuild.build_key("src 1", [], [])                     # stable
-    keys = {base, kbuild.build_key("src 2", [], []), kbuild.build_key("src 1", [p1], []),
-            kbuild.build_key("src 1", [p2], []), kbuild.build_key("src 1", [p1, p2], []),
-            kbuild.build_key("src 1", [p2, p1], []), kbuild.build_key("src 1", [], [frag])}
-    assert len(keys) == 7                                                # every input counts
+    debian = kconfig.Start("debian", "CONFIG_KSM=y\n", "linux-image-x 1-1")
+
+    def key(source: str, patches: list[Path], fragments: list[Path],
+            begin: kconfig.Start = debian) -> str:
+        return kbuild.build_key(kbuild.Recipe(source, begin, fragments), patches)
+    base = key("src 1", [], [])
+    assert base == key("src 1", [], [])                                 # stable
+    keys = {base, key("src 2", [], []), key("src 1", [p1], []),
+            key("src 1", [p2], []), key("src 1", [p1, p2], []),
+            key("src 1", [p2, p1], []), key("src 1", [], [frag]),
+            key("src 1", [], [], kconfig.Start("tiny")),
+            key("src 1", [], [], kconfig.Start("debian-generic", debian.text)),
+            key("src 1", [], [], kconfig.Start("debian", "CONFIG_KSM=n\n"))}
+    assert len(keys) == 10                                               # every input counts
+    # where Debian's config came from is said, but only the config itself is built
+    assert key("src 1", [], [], kconfig.Start("debian", debian.text, "elsewhere")) == base
 
 
 def test_a_patch_that_applies_changes_only_the_copy(tree, tmp_path):
@@ -74,12 +85,12 @@ def test_a_broken_fragment_names_file_and_line(tmp_path):
     frag = tmp_path / "bad.config"
     frag.write_text("# comment\nCONFIG_KSM=y\nCONFIG_THP = yes please\n")
     with pytest.raises(MmlabError, match=r"bad.config:3: not a config line"):
-        kbuild.check_fragment(frag)
+        kconfig.check_fragment(frag)
     with pytest.raises(MmlabError, match="no such config fragment"):
-        kbuild.check_fragment(tmp_path / "nope.config")
+        kconfig.check_fragment(tmp_path / "nope.config")
     ok = tmp_path / "ok.config"
     ok.write_text('CONFIG_NR_CPUS=8\n# CONFIG_ZRAM is not set\nCONFIG_CMDLINE="x"\n')
-    assert len(kbuild.check_fragment(ok)) == 3
+    assert len(kconfig.check_fragment(ok)) == 3
 
 
 def test_bad_sources_are_named():
@@ -163,7 +174,7 @@ def test_base_options_a_tree_does_not_define_are_left_out(tmp_path, monkeypatch)
     tree = tmp_path / "t"
     (tree / "init").mkdir(parents=True)
     (tree / "init" / "Kconfig").write_text("config KSM\n\tbool \"ksm\"\nmenuconfig SWAP\n")
-    assert kbuild.kconfig_symbols(tree) == {"CONFIG_KSM", "CONFIG_SWAP"}
+    assert kconfig.symbols(tree) == {"CONFIG_KSM", "CONFIG_SWAP"}
     ran = []
 
     def fake_run(argv, cwd=None, what=""):
@@ -171,13 +182,13 @@ def test_base_options_a_tree_does_not_define_are_left_out(tmp_path, monkeypatch)
         if argv[0].endswith("merge_config.sh"):
             (tree / ".config").write_text("CONFIG_KSM=y\nCONFIG_SWAP=y\n")
         return ""
-    monkeypatch.setattr(kbuild, "_run", fake_run)
-    kbuild.configure(tree, [])
+    monkeypatch.setattr(kconfig, "_run", fake_run)
+    kconfig.configure(tree, [], kconfig.Start("tiny"))
     assert (tree / ".mmlab-fragment").read_text() == "CONFIG_SWAP=y\nCONFIG_KSM=y\n"
     frag = tmp_path / "user.config"
     frag.write_text("CONFIG_ZRAM=y\n")
     with pytest.raises(MmlabError, match="CONFIG_ZRAM=y did not stick"):
-        kbuild.configure(tree, [frag])
+        kconfig.configure(tree, [frag], kconfig.Start("tiny"))
 
 
 def test_debian_sources_come_from_the_catalog(monkeypatch):
@@ -253,10 +264,14 @@ def made_tree(tmp_path, monkeypatch) -> Path:
     """A stand-in kernel tree built by a real make, whose objects are written
     in place (as a compiler's output is), with a tool every object depends
     on that is built again when the folder its command names is not the
-    tree's (as objtool is), and a private kernel cache."""
+    tree's (as objtool is), and a private kernel cache.  Its config is a
+    stand-in for Debian's, from no catalog."""
     monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(tmp_path / "cache" / "kernels"))
-    monkeypatch.setattr(kbuild, "configure",
-                        lambda tree, fragments: (tree / ".config").write_text("CONFIG_KSM=y\n"))
+    monkeypatch.setattr(kbuild, "config_image", lambda config, spec: (None, "6.99.0"))
+    monkeypatch.setattr(kconfig, "start", lambda config, entry, version: kconfig.Start(
+        config, "CONFIG_KSM=m\n", "a stand-in image 6.99.0-1"))
+    monkeypatch.setattr(kconfig, "configure", lambda tree, fragments, begin:
+                        (tree / ".config").write_text("CONFIG_KSM=y\n"))
     t = tmp_path / "linux"
     (t / "mm").mkdir(parents=True)
     (t / "Makefile").write_text(FAKE_MAKEFILE)
@@ -291,6 +306,9 @@ def test_a_series_is_built_patch_by_patch_on_the_kept_base(made_tree, tmp_path):
     assert image(base) == "ksm 1\nmemory 1\n" and image(k1) == "ksm 2\nmemory 1\n"
     assert image(k2) == "ksm 2\nmemory 2\n"
     assert k2.details["compiler"] == "gcc (fake) 1.0" and k2.details["make_s"] >= 0
+    # the config's start and how the final config stands to it, with every kernel
+    assert k2.details["config"].startswith("debian (Debian's config, from a stand-in image")
+    assert k2.details["config_start"]["built_in"] == ["CONFIG_KSM"]         # =m -> =y
     kept = kbuild.build_cache() / "bases" / base.details["build_key"][:16]
     assert (kept / "tree" / "mm" / "ksm.o").read_text() == "ksm 1\n"       # never written through
     assert (made_tree / "mm" / "ksm.c").read_text() == "ksm 1\n"            # pristine untouched
@@ -318,7 +336,8 @@ def test_a_later_patch_that_conflicts_is_refused_before_anything_is_built(made_t
 def test_a_patch_that_changes_kconfig_gets_the_config_made_again(made_tree, tmp_path,
                                                                   monkeypatch):
     configured = []
-    monkeypatch.setattr(kbuild, "configure", lambda tree, fragments: configured.append(tree) or
+    monkeypatch.setattr(kconfig, "configure", lambda tree, fragments, begin:
+                        configured.append(tree) or
                         (tree / ".config").write_text(f"CONFIG_KSM=y\n#{len(configured)}\n"))
     p1 = diff_of(tmp_path, "p1", "Kconfig", "", "config X\n")
     p2 = diff_of(tmp_path, "p2", "mm/ksm.c", "ksm 1\n", "ksm 2\n")

@@ -1,7 +1,8 @@
 """What a check is asked, read and checked whole before anything is built,
 fetched or stored: the series (series.read: format-patch files or an mbox,
 in order), the base (a Debian source series the catalog has, or a kernel
-tree) and the profiles (a suite's, or profiles given one by one), each
+tree), the config its kernels start from (Debian's, by default) and the
+profiles (a suite's, or profiles given one by one), each
 measured on counts.
 
 A check measures kernel instructions alone: they are exact in a TCG guest,
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
-from mmlab.kernels import catalog, kbuild, series, versions
+from mmlab.kernels import catalog, kbuild, kconfig, series, versions
 from mmlab.kernels.series import Patch
 from mmlab.machine import proc
 from mmlab.track import session
@@ -35,22 +36,28 @@ class Request:
     suite: str                     # the suite's name, or "profiles"
     given: str                     # the series and base as a command line gives them
     skipped: list[str] = field(default_factory=list)   # a suite's profiles with nothing to count
+    config: str = kconfig.DEFAULT  # where the kernels' config starts (kconfig.NAMES)
 
 
 def read(inputs: list[Path], base: str | None, suite: Path | None,
-         profiles: list[Path], given: str | None = None) -> Request:
+         profiles: list[Path], given: str | None = None,
+         config: str = kconfig.DEFAULT) -> Request:
     """The request, every part checked (one line naming the file, key or
     value that is wrong); nothing is made.  `given`: how a command line
     names the series and base, where not as files and --base (a tree's
-    commits)."""
+    commits).  A Debian source's config is looked up in the catalog here; a
+    tree's needs the tree's release, which the build reads first thing."""
     if not inputs:
         raise MmlabError("check: no patches given (format-patch files, one mbox, or --tree "
                          "DIR --commits OLD..NEW)")
     if suite is not None and profiles:
         raise MmlabError("check: give --suite or --profile, not both")
     patches = series.read(inputs)
+    kconfig.check_name(config)
     base = base or newest_base()
     check_base(base)
+    if base.startswith("debian-source:"):
+        kbuild.config_image(config, base)
     skipped: list[str] = []
     if profiles:
         tracked, name = [_profile(p) for p in profiles], "profiles"
@@ -63,8 +70,10 @@ def read(inputs: list[Path], base: str | None, suite: Path | None,
                              "whose kernel instructions can be counted (a check measures "
                              "counts)")
         name = found.name
+    given = given or " ".join([*map(str, inputs), "--base", base])
     return Request(patches, list(inputs), base, tracked, name,
-                   given or " ".join([*map(str, inputs), "--base", base]), skipped)
+                   given + ("" if config == kconfig.DEFAULT else f" --config {config}"), skipped,
+                   config)
 
 
 def countable(t: Tracked) -> bool:

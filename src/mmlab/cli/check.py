@@ -43,6 +43,10 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
           profile: list[Path] = typer.Option([], "--profile", metavar="PROFILE",
                                              help="a profile to check instead of a suite, "
                                                   "repeatable"),
+          config: str = typer.Option("debian", "--config", metavar="NAME",
+                                     help="where the kernels' config starts: debian (Debian's "
+                                          "config of the base's release), debian-generic, or "
+                                          "tiny (tinyconfig, the fastest build)"),
           results: str = RESULTS,
           output: Path = typer.Option(None, "--output", "-o", metavar="DIR",
                                       help="also write report.txt, report.json and "
@@ -72,11 +76,13 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
     if output is not None and output.exists() and not output.is_dir():
         raise MmlabError(f"-o {output}: exists and is not a directory")
     with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch:
-        asked, commit = _asked(patches or [], tree, commits, base, suite, profile, Path(scratch))
+        asked, commit = _asked(patches or [], tree, commits, base, suite, profile, config,
+                               Path(scratch))
         spec = str(kbuild.checkout(Path(asked.base), commit)) if commit else asked.base
         with build_status(spec) as on_line:
             files = requests.patch_files(asked, Path(scratch))
-            kernels = kbuild.build_series(spec, files, [], None, on_line, every=len(files) > 1)
+            kernels = kbuild.build_series(spec, files, [], None, on_line, every=len(files) > 1,
+                                          config=asked.config)
     show = Display(stderr=True)
     with show:
         store = Store(results)
@@ -98,21 +104,22 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
 
 
 def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: str | None,
-           suite: Path | None, profiles: list[Path], scratch: Path) -> tuple[Request, str | None]:
+           suite: Path | None, profiles: list[Path], config: str,
+           scratch: Path) -> tuple[Request, str | None]:
     """The request from files and --base, or from a tree's commits (written
     out as format-patch files into `scratch`) with the tree at OLD as the
     base; and that base's commit (None for files)."""
     from mmlab.check import request as requests
     from mmlab.errors import MmlabError
     if tree is None and commits is None:
-        return requests.read(patches, base, suite, profiles), None
+        return requests.read(patches, base, suite, profiles, config=config), None
     if tree is None or commits is None or patches or base:
         raise MmlabError("check: --tree DIR --commits OLD..NEW go together, without PATCH "
                          "files or --base (the base is the tree at OLD)")
     tree = tree.resolve()
     files, commit = requests.from_commits(tree, commits, scratch)
     return requests.read(files, str(tree), suite, profiles,
-                         f"--tree {tree} --commits {commits}"), commit
+                         f"--tree {tree} --commits {commits}", config), commit
 
 
 def _write(output: Path, result: CheckResult, store: Store) -> None:

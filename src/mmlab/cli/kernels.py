@@ -28,8 +28,12 @@ KERNEL_SPEC = typer.Argument(..., metavar="KERNEL",
 SOURCE = typer.Option("debian-source:6.12", "--source", metavar="SOURCE",
                       help="debian-source:SERIES (Debian's linux-source package) or a kernel "
                            "tree")
-CONFIG = typer.Option([], "--config", metavar="FRAGMENT",
-                      help="a config fragment (CONFIG_X=y lines), repeatable")
+CONFIG = typer.Option("debian", "--config", metavar="NAME",
+                      help="where the config starts: debian (Debian's config of that release, "
+                           "its cloud image's), debian-generic, or tiny (tinyconfig, the fastest "
+                           "build); what the guest needs is built in either way")
+FRAGMENT = typer.Option([], "--fragment", metavar="FRAGMENT",
+                        help="a config fragment (CONFIG_X=y lines) applied last, repeatable")
 
 
 @app.command("add")
@@ -102,7 +106,7 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
                                        help="debian-source:6.12 or a kernel tree"),
           patch: list[Path] = typer.Option([], "--patch", metavar="PATCH",
                                            help="a patch (-p1), repeatable"),
-          config: list[Path] = CONFIG,
+          config: str = CONFIG, fragment: list[Path] = FRAGMENT,
           name: str = typer.Option(None, "--name", metavar="NAME",
                                    help="name it build:NAME")) -> None:
     """Build a kernel for guests from source, cached by its inputs.
@@ -110,9 +114,9 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
     Example: mmlab kernels build debian-source:6.12 --patch fix.patch"""
     from mmlab.kernels import kbuild
     with build_status(source) as on_line:
-        k = kbuild.build(source, patch, config, name, on_line)
-    typer.echo(f"{k.name}: {k.version} ({k.source}), config sha256 {k.config_sha256[:12]}, "
-               f"build key {k.details['build_key'][:12]}")
+        k = kbuild.build(source, patch, fragment, name, on_line, config)
+    typer.echo(f"{k.name}: {k.version} ({k.source}), config {k.details['config']}, sha256 "
+               f"{k.config_sha256[:12]}, build key {k.details['build_key'][:12]}")
 
 
 @contextmanager
@@ -134,7 +138,8 @@ def build_status(source: str):
 def ab(profile: Path = PROFILE,
        patch: list[Path] = typer.Option(..., "--patch", metavar="PATCH",
                                         help="the change under test (B), repeatable"),
-       source: str = SOURCE, config: list[Path] = CONFIG, results: str = RESULTS,
+       source: str = SOURCE, config: str = CONFIG, fragment: list[Path] = FRAGMENT,
+       results: str = RESULTS,
        allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE) -> None:
     """Patch A/B: build A (unpatched) and B (patched) from the same source and
     config, run PROFILE on both interleaved in QEMU, and judge B against A.
@@ -147,7 +152,7 @@ def ab(profile: Path = PROFILE,
     from mmlab.kernels import kbuild
     from mmlab.run import driver
     with build_status(source) as on_line:
-        a, b = kbuild.ab_pair(source, patch, config, on_line)
+        a, b = kbuild.ab_pair(source, patch, fragment, on_line, config)
     sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
                      for p in patch)
 
@@ -169,7 +174,7 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
                                        help="a kernel git tree (with --commits)"),
            commit_range: str = typer.Option(None, "--commits", metavar="OLD..NEW",
                                             help="build and narrow commit by commit"),
-           config: list[Path] = CONFIG,
+           config: str = CONFIG, fragment: list[Path] = FRAGMENT,
            metric: str = typer.Option(None, "--metric", metavar="METRIC",
                                       help="default: the profile's first"),
            results: str = RESULTS, allow_host_changes: bool = ALLOW) -> None:
@@ -197,7 +202,7 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
         names = narrowing.ordered(given, lambda line: typer.echo(line, err=True))
         ensure = lambda name: None  # noqa: E731  (released kernels: fetched by their target)
     else:
-        names, build_commit = kbuild.commit_kernels(source, commit_range, config)
+        names, build_commit = kbuild.commit_kernels(source, commit_range, fragment, config)
 
         def ensure(name: str) -> None:
             with build_status(name) as on_line:

@@ -43,6 +43,8 @@ the catalog has, from the first to the last.
   images.py    the kernel cache: fetch, register, look up
   kbuild.py    kernels built from source (a base's built tree kept, a patched
                kernel an incremental rebuild of it), patch A/B pairs, commit builds
+  kconfig.py   a build's config: Debian's of that release (modules left unbuilt,
+               the guest's needs built in, compared with Debian's) or tinyconfig
   series.py    a patch series read from format-patch files or an mbox, and the
                files and functions each patch changes
   qemu_plugin.py  mmlab's TCG plugin, built against Debian's qemu source

@@ -8,15 +8,12 @@ pristine tree (GNU patch replaces the files it changes, so the pristine tree
 is never touched) and that tree is kept; a patched kernel is an incremental
 rebuild of a copy of it (copy_base says how make is kept from rebuilding
 everything), and a series is applied patch by patch, each build reusing the
-previous one's tree.  The base starts from
-tinyconfig plus BASE_FRAGMENT (what the workloads, the QEMU target and the
-in-guest tracing need: madvise, /proc/sys, smaps/pagemap, THP, KSM, swap,
-zram and a virtio disk for guest swap, NUMA from ACPI for `numa_nodes`,
-compaction, kprobes, hist triggers, function_graph, ACPI power-off), adds the
-user's fragments, and checks that every requested option really ended up in
-the final config.  The result is cached under a key hashed from the source
-version, the patches and the fragments; the final config's hash is recorded
-with it.  A second request with the same inputs is a cache hit.
+previous one's tree.  The base's config is Debian's for that release, or
+tinyconfig, with what the guest needs built in and the user's fragments
+(kconfig.py).  The result is cached under a key hashed from the source
+version, the config's start (Debian's config itself), the patches and the
+fragments; the final config's hash, and how it stands to Debian's, are
+recorded with it.  A second request with the same inputs is a cache hit.
 """
 
 from __future__ import annotations
@@ -31,71 +28,12 @@ import tarfile
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from mmlab.errors import MmlabError
-from mmlab.kernels import catalog, images, series, versions
+from mmlab.kernels import catalog, images, kconfig, series, versions
 from mmlab.machine import paths, proc
-
-BASE_FRAGMENT = """\
-CONFIG_64BIT=y
-CONFIG_SMP=y
-CONFIG_PRINTK=y
-CONFIG_PRINTK_TIME=y
-CONFIG_TTY=y
-CONFIG_SERIAL_8250=y
-CONFIG_SERIAL_8250_CONSOLE=y
-CONFIG_BLK_DEV_INITRD=y
-CONFIG_RD_GZIP=y
-CONFIG_BINFMT_ELF=y
-CONFIG_BINFMT_SCRIPT=y
-CONFIG_DEVTMPFS=y
-CONFIG_PROC_FS=y
-CONFIG_PROC_SYSCTL=y
-CONFIG_PROC_PAGE_MONITOR=y
-CONFIG_SYSFS=y
-CONFIG_TMPFS=y
-CONFIG_SHMEM=y
-CONFIG_MEMFD_CREATE=y
-CONFIG_FUTEX=y
-CONFIG_EPOLL=y
-CONFIG_POSIX_TIMERS=y
-CONFIG_MULTIUSER=y
-CONFIG_ADVISE_SYSCALLS=y
-CONFIG_BLOCK=y
-CONFIG_SWAP=y
-CONFIG_TRANSPARENT_HUGEPAGE=y
-CONFIG_HUGETLBFS=y
-CONFIG_USERFAULTFD=y
-CONFIG_KSM=y
-CONFIG_COMPACTION=y
-CONFIG_MIGRATION=y
-CONFIG_NUMA=y
-CONFIG_CGROUPS=y
-CONFIG_MEMCG=y
-CONFIG_PCI=y
-CONFIG_ACPI=y
-CONFIG_HIGH_RES_TIMERS=y
-CONFIG_FTRACE=y
-CONFIG_FUNCTION_TRACER=y
-CONFIG_FUNCTION_GRAPH_TRACER=y
-CONFIG_DYNAMIC_FTRACE=y
-CONFIG_KPROBES=y
-CONFIG_KPROBE_EVENTS=y
-CONFIG_HIST_TRIGGERS=y
-CONFIG_BLK_DEV=y
-CONFIG_ZRAM=y
-CONFIG_CRYPTO=y
-CONFIG_CRYPTO_LZO=y
-CONFIG_VIRTIO_MENU=y
-CONFIG_VIRTIO_PCI=y
-CONFIG_VIRTIO_BLK=y
-CONFIG_EXT4_FS=y
-CONFIG_X86_64_ACPI_NUMA=y
-"""
-
-FRAGMENT_LINE = re.compile(r'^(CONFIG_[A-Za-z0-9_]+)=(y|m|n|-?\d+|0x[0-9a-fA-F]+|"[^"]*")$'
-                           r'|^# (CONFIG_[A-Za-z0-9_]+) is not set$')
 
 
 def build_cache() -> Path:
@@ -106,22 +44,53 @@ def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
     return proc.call(argv, cwd=cwd, what=what or argv[0]).stdout
 
 
+@dataclass(frozen=True)
+class Recipe:
+    """What every kernel of one build request shares besides its patches:
+    the source (as its version names it), the config's start, the fragments."""
+    source_id: str
+    begin: kconfig.Start
+    fragments: list[Path]
+
+
 def source_tree(spec: str) -> tuple[Path, str]:
     """(pristine tree, a version string naming it) for `spec`."""
     if spec.startswith("debian-source:"):
-        series = spec.removeprefix("debian-source:")
-        if not re.fullmatch(r"\d+\.\d+", series):
-            raise MmlabError(f"{spec}: expected debian-source:MAJOR.MINOR, e.g. debian-source:7.3")
-        pkg, version, suite = debian_source(series)
+        pkg, version, suite = debian_source(_series(spec))
         tree = paths.cache_root() / "src" / f"{pkg}_{version}"
         if not (tree / ".mmlab-unpacked").exists():
             _unpack_source(pkg, version, tree)
         return tree, f"{spec} {version}"
+    tree = _tree(spec)
+    head = proc.call(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False)
+    return tree, f"{tree} {head.stdout.strip() or 'no git'}"
+
+
+def _series(spec: str) -> str:
+    series = spec.removeprefix("debian-source:")
+    if not re.fullmatch(r"\d+\.\d+", series):
+        raise MmlabError(f"{spec}: expected debian-source:MAJOR.MINOR, e.g. debian-source:7.3")
+    return series
+
+
+def _tree(spec: str) -> Path:
     tree = Path(spec).resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"{spec}: not a kernel source tree (no Makefile and Kconfig)")
-    head = proc.call(["git", "-C", str(tree), "describe", "--always", "--dirty"], check=False)
-    return tree, f"{tree} {head.stdout.strip() or 'no git'}"
+    return tree
+
+
+def config_image(config: str, spec: str) -> tuple[catalog.Entry | None, str]:
+    """(the Debian image whose config `config` starts from, the source's
+    version) for SOURCE `spec`, checked in one line before anything is
+    fetched or built: an unknown config name, a source the catalog lacks, a
+    series it has no image of."""
+    kconfig.check_name(config)
+    if kconfig.NAMES[config] is None:
+        return None, ""
+    version = (debian_source(_series(spec))[1] if spec.startswith("debian-source:")
+               else kconfig.tree_release(_tree(spec)))
+    return kconfig.image(config, version), version
 
 
 def debian_source(series: str, apt: catalog.Apt | None = None) -> tuple[str, str, str]:
@@ -164,29 +133,14 @@ def _unpack_source(pkg: str, version: str, tree: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def check_fragment(path: Path) -> list[str]:
-    """The fragment's lines, each checked; an error names file and line."""
-    if not path.is_file():
-        raise MmlabError(f"{path}: no such config fragment")
-    lines = []
-    for no, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or (line.startswith("#") and not line.startswith("# CONFIG_")):
-            continue
-        if not FRAGMENT_LINE.match(line):
-            raise MmlabError(f"{path}:{no}: not a config line: {raw!r} "
-                             "(expected CONFIG_NAME=value or '# CONFIG_NAME is not set')")
-        lines.append(line)
-    return lines
-
-
-def build_key(source_id: str, patches: list[Path], fragments: list[Path]) -> str:
+def build_key(recipe: Recipe, patches: list[Path]) -> str:
     h = hashlib.sha256()
-    h.update(source_id.encode())
-    h.update(BASE_FRAGMENT.encode())
+    h.update(recipe.source_id.encode())
+    h.update(kconfig.BASE_FRAGMENT.encode())
+    h.update(recipe.begin.key())
     for p in patches:
         h.update(b"patch\0" + p.read_bytes())
-    for f in fragments:
+    for f in recipe.fragments:
         h.update(b"fragment\0" + f.read_bytes())
     return h.hexdigest()
 
@@ -211,75 +165,51 @@ def apply_patch(tree: Path, patch: Path) -> None:
          what=f"patch {patch}")
 
 
-def kconfig_symbols(tree: Path) -> set[str]:
-    """Every CONFIG_ symbol the tree's Kconfig files define."""
-    found: set[str] = set()
-    for f in tree.rglob("Kconfig*"):
-        try:
-            found.update(re.findall(r"^\s*(?:menu)?config\s+(\w+)", f.read_text(errors="replace"),
-                                    re.M))
-        except OSError:
-            continue
-    return {f"CONFIG_{s}" for s in found}
-
-
-def configure(tree: Path, fragments: list[Path]) -> None:
-    """tinyconfig + BASE_FRAGMENT + the user's fragments.  A base option this
-    tree does not define (PROC_SYSCTL is gone in 7.x: /proc/sys is always
-    there) is left out; every other requested =y must stick."""
-    known = kconfig_symbols(tree)
-    wanted = [line for line in BASE_FRAGMENT.splitlines() if line.split("=")[0] in known]
-    for f in fragments:
-        wanted += check_fragment(f)
-    _run(["make", "-s", "tinyconfig"], cwd=tree, what="make tinyconfig")
-    merged = tree / ".mmlab-fragment"
-    merged.write_text("\n".join(wanted) + "\n")
-    _run(["scripts/kconfig/merge_config.sh", "-m", ".config", str(merged)], cwd=tree,
-         what="merge_config.sh")
-    _run(["make", "-s", "olddefconfig"], cwd=tree, what="make olddefconfig")
-    final = (tree / ".config").read_text()
-    for line in wanted:
-        m = re.match(r"^(CONFIG_\w+)=y$", line)
-        if m and f"{m.group(1)}=y" not in final.splitlines():
-            raise MmlabError(f"config: {m.group(1)}=y did not stick in the final config "
-                             "(unknown option or an unmet dependency)")
-
-
 def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | None = None,
-          name: str | None = None, on_line: Callable[[str], None] | None = None) -> images.Kernel:
+          name: str | None = None, on_line: Callable[[str], None] | None = None,
+          config: str = kconfig.DEFAULT) -> images.Kernel:
     """The kernel of `spec` with `patches`: an incremental build on the
     base's kept tree (see build_series), the patches between not built."""
     return build_series(spec, list(patches or []), list(fragments or []), name, on_line,
-                        every=False)[-1]
+                        every=False, config=config)[-1]
 
 
 def build_series(spec: str, patches: list[Path], fragments: list[Path], name: str | None = None,
-                 on_line: Callable[[str], None] | None = None,
-                 every: bool = True) -> list[images.Kernel]:
+                 on_line: Callable[[str], None] | None = None, every: bool = True,
+                 config: str = kconfig.DEFAULT) -> list[images.Kernel]:
     """[base, base + patch 1, ..., base + every patch]: the base is built once
     and its tree kept; the patches are applied one by one to a copy of it,
     each an incremental build of the tree the one before left (make rebuilds
     the objects a patch changed, and the link).  A kernel already cached is
     not built again; `name` names the last one.  With `every` false only the
-    base and the last are built (and returned)."""
+    base and the last are built (and returned).  `config`: kconfig's name
+    of where the config starts (Debian's image for it is fetched once).
+    Every input is checked before anything is fetched for the next: a
+    Debian source's config in the catalog before the source is fetched,
+    the patches before Debian's image is."""
     for p in patches:
         if not p.is_file():
             raise MmlabError(f"--patch {p}: no such file")
     for f in fragments:
-        check_fragment(f)
+        kconfig.check_fragment(f)
+    kconfig.check_name(config)
+    debian = spec.startswith("debian-source:")
+    image, version = config_image(config, spec) if debian else (None, "")
     tree, source_id = source_tree(spec)
-    keys: list[str | None] = [build_key(source_id, patches[:i], fragments)
-                              for i in range(len(patches) + 1)]
+    check_applies(tree, patches)
+    if not debian:
+        image, version = config_image(config, spec)
+    recipe = Recipe(source_id, kconfig.start(config, image, version), fragments)
+    keys: list[str | None] = [build_key(recipe, patches[:i]) for i in range(len(patches) + 1)]
     names = [f"build:{str(k)[:12]}" for k in keys[:-1]] + [f"build:{name or str(keys[-1])[:12]}"]
     if not every:
         keys[1:-1] = [None] * (len(keys) - 2)
     found = {k.details.get("build_key"): k for k in images.cached()}
     if all(k in found for k in keys if k):
         return [found[k] for k in keys if k]
-    check_applies(tree, patches)
-    base = kept_base(tree, fragments, str(keys[0]), on_line)
-    kernels = [found.get(keys[0]) or _register(base / "tree", names[0], str(keys[0]), source_id,
-                                               [], fragments, base / "build.log")]
+    base = kept_base(tree, recipe, str(keys[0]), on_line)
+    kernels = [found.get(keys[0]) or _register(base / "tree", names[0], str(keys[0]), recipe, [],
+                                               base / "build.log")]
     if not patches:
         return kernels
     work = build_cache() / str(keys[-1])[:16]
@@ -289,15 +219,15 @@ def build_series(spec: str, patches: list[Path], fragments: list[Path], name: st
         copy = work / "tree"
         copy_base(base, copy)
         try:
-            kernels += _build_on(copy, patches, fragments, list(zip(keys[1:], names[1:])),
-                                 found, source_id, on_line)
+            kernels += _build_on(copy, patches, recipe, list(zip(keys[1:], names[1:])),
+                                 found, on_line)
         finally:
             shutil.rmtree(copy, ignore_errors=True)
     return kernels
 
 
-def _build_on(tree: Path, patches: list[Path], fragments: list[Path],
-              wanted: list[tuple[str | None, str]], found: dict, source_id: str,
+def _build_on(tree: Path, patches: list[Path], recipe: Recipe,
+              wanted: list[tuple[str | None, str]], found: dict,
               on_line: Callable[[str], None] | None) -> list[images.Kernel]:
     """Apply each patch to `tree` and build the kernels wanted (a key) and
     not `found` yet.  A patch that touches a Kconfig file has the config
@@ -311,15 +241,15 @@ def _build_on(tree: Path, patches: list[Path], fragments: list[Path],
             kernels += [found[key]] if key else []
             continue
         if reconfigure:
-            configure(tree, fragments)
+            kconfig.configure(tree, recipe.fragments, recipe.begin)
             reconfigure = False
         log = tree.parent / "build.log"
         _make(tree, log, on_line)
-        kernels.append(_register(tree, kname, key, source_id, patches[:i], fragments, log))
+        kernels.append(_register(tree, kname, key, recipe, patches[:i], log))
     return kernels
 
 
-def kept_base(tree: Path, fragments: list[Path], key: str,
+def kept_base(tree: Path, recipe: Recipe, key: str,
               on_line: Callable[[str], None] | None = None) -> Path:
     """The folder of the base's kept build: `tree` (a hard-linked copy of the
     pristine source, configured and built) and `outputs`, the files the
@@ -331,7 +261,7 @@ def kept_base(tree: Path, fragments: list[Path], key: str,
         shutil.rmtree(base, ignore_errors=True)
         base.mkdir(parents=True)
         _run(["cp", "-al", str(tree), str(base / "tree")], what="hard-linked copy of the source")
-        configure(base / "tree", fragments)
+        kconfig.configure(base / "tree", recipe.fragments, recipe.begin)
         _make(base / "tree", base / "build.log", on_line)
         (base / "outputs").write_text("".join(f"{rel}\n" for rel in _made_files(base / "tree")))
     return base
@@ -390,17 +320,21 @@ def check_applies(tree: Path, patches: list[Path]) -> None:
             apply_patch(scratch, p)
 
 
-def _register(tree: Path, kname: str, key: str, source_id: str, patches: list[Path],
-              fragments: list[Path], log: Path) -> images.Kernel:
-    """Store a built tree's image under `kname`, with its inputs, compiler and log."""
+def _register(tree: Path, kname: str, key: str, recipe: Recipe, patches: list[Path],
+              log: Path) -> images.Kernel:
+    """Store a built tree's image under `kname`, with its inputs, its
+    config's start and how the config stands to it, compiler and log."""
     release = _run(["make", "-s", "kernelrelease"], cwd=tree).strip()
     took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)
-    details = {"build_key": key, "source": source_id, "compiler": compiler(tree),
+    config = kconfig.compare(recipe.begin, (tree / ".config").read_text(), tree)
+    details = {"build_key": key, "source": recipe.source_id, "compiler": compiler(tree),
                "make_s": float(took[-1]) if took else None,
                "patches": [{"file": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                            for p in patches],
-               "fragments": [str(f) for f in fragments]}
-    k = images.store(kname, release, f"{source_id}" + "".join(f" + {p.name}" for p in patches),
+               "fragments": [str(f) for f in recipe.fragments],
+               "config": config.pop("line"), "config_start": config}
+    k = images.store(kname, release,
+                     recipe.source_id + "".join(f" + {p.name}" for p in patches),
                      tree / "arch/x86/boot/bzImage", tree / ".config", details=details)
     shutil.copyfile(log, Path(k.dir) / "build.log")
     k.keep_symbols((tree / "System.map").read_bytes())
@@ -461,25 +395,28 @@ def checkout(tree: Path, commit: str) -> Path:
 
 
 def ab_pair(spec: str, patches: list[Path], fragments: list[Path],
-            on_line: Callable[[str], None] | None = None) -> tuple[images.Kernel, images.Kernel]:
-    """A (unpatched) and B (patched) from the same source and fragments.
+            on_line: Callable[[str], None] | None = None,
+            config: str = kconfig.DEFAULT) -> tuple[images.Kernel, images.Kernel]:
+    """A (unpatched) and B (patched) from the same source, config and fragments.
     B is an incremental build on A's kept tree; every patch is checked
     first (check_applies), so one that is missing or does not apply fails
     before minutes of building A."""
     if not patches:
         raise MmlabError("ab: no --patch given (B is A with the patches)")
-    a, *_, b = build_series(spec, patches, fragments, None, on_line, every=False)
+    a, *_, b = build_series(spec, patches, fragments, None, on_line, every=False, config=config)
     return a, b
 
 
-def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
+def commit_kernels(tree: Path, rev_range: str, fragments: list[Path],
+                   config: str = kconfig.DEFAULT
                    ) -> tuple[list[str], Callable[[str, Callable[[str], None] | None], None]]:
     """The kernel names of the commits OLD..NEW (`build:<sha12>`, oldest
     first) and `ensure(name, on_line)`, which builds one the first time a
     search needs it.  The tree is checked to be a kernel git tree before
     anything, so nothing is added to a repository that is not one.  A
     commit's built tree is not kept: each commit is a base of its own, used
-    once."""
+    once.  The config is checked against the tree as it is now (each
+    commit's build takes the Debian image of its own release)."""
     tree = tree.resolve()
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"--source {tree}: not a kernel source tree (no Makefile and Kconfig)")
@@ -487,12 +424,13 @@ def commit_kernels(tree: Path, rev_range: str, fragments: list[Path]
     if inside.returncode or inside.stdout.strip() != "true":
         raise MmlabError(f"--source {tree}: not a git tree (--commits needs one)")
     for f in fragments:
-        check_fragment(f)
+        kconfig.check_fragment(f)
+    config_image(config, str(tree))
     shas = commits(tree, rev_range)
     by_name = {f"build:{c[:12]}": c for c in shas}
 
     def ensure(name: str, on_line: Callable[[str], None] | None = None) -> None:
         k = build(str(checkout(tree, by_name[name])), [], fragments, name.removeprefix("build:"),
-                  on_line)
+                  on_line, config)
         shutil.rmtree(base_dir(k.details["build_key"]), ignore_errors=True)
     return list(by_name), ensure
