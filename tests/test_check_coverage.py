@@ -317,3 +317,39 @@ def test_a_change_is_followed_by_the_coverage(tmp_path, monkeypatch):
     assert "<h2>Coverage</h2>" in page
     assert json.loads(json.dumps(robot.record(result)))["coverage"]["parser"] == \
         "universal-ctags"
+
+
+class ByParams(FakeTarget):
+    """Each arm's windows run a function named after each of its params."""
+
+    def attribute(self, arm, plan):
+        ran = {f"run_{k}_{v}".replace("-", "_"): 1.0 for k, v in arm.params.items()}
+        window = plan.workload.windows[0]
+        return {"functions": FunctionInsns(
+            windows={window.name: ran}, kernel={window.name: float(len(ran))},
+            unresolved={window.name: 0.0}, units={window.name: window.unit},
+            kernel_release="fake", text_address=0).model_dump()}
+
+
+def test_the_variants_table_is_made_from_the_suites_profiles_and_their_choices(
+        tmp_path, monkeypatch):
+    import mmlab.targets
+    fake = ByParams()
+    monkeypatch.setattr(mmlab.targets, "TargetPool", lambda *a, **k: TargetPool(
+        make=lambda arm: fake, say=lambda m: None))
+    out = tmp_path / "variants.json"
+    variants.generate("local:base", str(tmp_path / "r"), out)
+    table = variants.load(out)
+    assert table is not None and table.kernel == "local:base"
+    labels = [v.label for v in table.variants]
+    assert "mm-madvise-cold with advice=free" in labels and "mm-madvise-free" in labels
+    assert not any("align=" in label for label in labels)        # placement, not code
+    free = labels.index("mm-madvise-cold with advice=free")
+    assert free in table.functions["run_advice_free"]
+    # the suite's own profile first, then the variant; a profile checked as it is left out
+    assert [v.label for v in table.reaching(["run_advice_free"])][:2] == \
+        ["mm-madvise-free", "mm-madvise-cold with advice=free"]
+    assert "mm-madvise-free" not in [v.label for v in table.reaching(["run_advice_free"],
+                                                                      {"mm-madvise-free"})]
+    assert json.loads(out.read_text())["command"] == \
+        "python -m mmlab.check.variants --kernel local:base"
