@@ -1,9 +1,10 @@
 """Which kernel functions each workload variant reaches: the table a check
 suggests parameters from, where no path of its suite ran a changed function.
 
-A variant is a profile of the broad suite (the first of each workload, its
-template) with one of its workload's choices or flags set otherwise (from
-`mmwork describe`), or a suite profile as it is.  Each was counted once by
+A variant is a profile of the broad suite as it is, or the suite's first
+profile of a workload (its template) with one of the workload's choices or
+flags set otherwise (from `mmwork describe`), or a profile of a workload
+the suite lacks (EXTRA) as it is.  Each was counted once by
 function in a TCG guest (the plugin's per-block counts inside the timed
 windows, attribution/functions.py) on one kernel, and the table keeps, for
 every function any variant ran, the variants that ran it.  It is made by
@@ -78,16 +79,12 @@ def load(path: Path = TABLE) -> Table | None:
     return Table(data["kernel"], [Variant(**v) for v in data["variants"]], data["functions"])
 
 
-def templates() -> list[Tracked]:
-    """Every profile of the broad suite and EXTRA with a window to count,
-    the first of each workload first."""
-    extra = [experiment_plan.load(p) for p in EXTRA]
-    out = [t for t in [*suites.load(SUITE).profiles,
-                       *(Tracked(name=x.profile.name, plan=x, metrics=x.profile.metrics,
-                                 area=x.workload.name) for x in extra)]
-           if t.plan.workload.windows]
-    first = {t.plan.workload.name: t for t in reversed(out)}
-    return [*first.values(), *(t for t in out if t not in first.values())]
+def profiles() -> tuple[list[Tracked], list[Tracked]]:
+    """The broad suite's profiles with a window to count, and EXTRA's."""
+    suite = [t for t in suites.load(SUITE).profiles if t.plan.workload.windows]
+    extra = [Tracked(name=x.profile.name, plan=x, metrics=x.profile.metrics,
+                     area=x.workload.name) for x in map(experiment_plan.load, EXTRA)]
+    return suite, extra
 
 
 def varied(t: Tracked) -> list[tuple[str, list[str]]]:
@@ -106,26 +103,27 @@ def varied(t: Tracked) -> list[tuple[str, list[str]]]:
 
 
 def plans(kernel: str) -> list[tuple[Tracked, str | None, Plan]]:
-    """The plans counted: each suite profile as it is, and each template
-    with one parameter over its other values (an arm each)."""
-    out: list[tuple[Tracked, str | None, Plan]] = []
-    tracked = templates()
-    workloads: set[str] = set()
-    for t in tracked:
-        out.append((t, None, with_kernels(t.plan, [kernel], "variants")))
-        if t.plan.workload.name in workloads:
-            continue
-        workloads.add(t.plan.workload.name)
+    """The plans counted: each suite profile as it is, then the first of
+    each workload (its template) with one parameter over its other values
+    (an arm each), EXTRA's profiles last and as they are (a KSM merge takes
+    minutes in a TCG guest), so a table cut short holds the suite whole."""
+    suite, extra = profiles()
+    firsts = {t.plan.workload.name: t for t in reversed(suite)}
+    out: list[tuple[Tracked, str | None, Plan]] = [
+        (t, None, with_kernels(t.plan, [kernel], "variants")) for t in suite]
+    for t in sorted(firsts.values(), key=suite.index):
         for name, values in varied(t):
             typed = [v == "true" if v in ("true", "false") else v for v in values]
             plan = t.plan.model_copy(update={"profile": t.plan.profile.model_copy(
                 update={"matrix": {**t.plan.profile.matrix, name: typed}})})
             out.append((t, name, with_kernels(plan, [kernel], "variants")))
+    out += [(t, None, with_kernels(t.plan, [kernel], "variants")) for t in extra]
     return out
 
 
 def generate(kernel: str, results: str, out: Path) -> None:
-    """Count every variant by function on `kernel` and write the table."""
+    """Count every variant by function on `kernel`, writing the table
+    after each plan (a run cut short leaves what it counted)."""
     from mmlab.run import driver
     from mmlab.store import Store
     from mmlab.targets import TargetPool
@@ -146,17 +144,23 @@ def generate(kernel: str, results: str, out: Path) -> None:
                 continue
             variants.append(Variant(t.name, str(t.plan.path), t.plan.workload.name,
                                     {name: str(arm.values[name]).lower()} if name else {}))
-            ran = {f.split(".")[0] for w in counted["windows"].values() for f, n in w.items()
-                   if n > 0}
-            for f in ran:
+            for f in {f.split(".")[0] for w in counted["windows"].values()
+                      for f, n in w.items() if n > 0}:
                 functions.setdefault(f, []).append(len(variants) - 1)
         print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
               f"{time.monotonic() - started:.0f} s", flush=True)
-    out.write_text(json.dumps({
+        _write(out, kernel, variants, functions)
+
+
+def _write(out: Path, kernel: str, variants: list[Variant],
+           functions: dict[str, list[int]]) -> None:
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps({
         "kernel": kernel, "made": time.strftime("%Y-%m-%d"),
         "command": f"python -m mmlab.check.variants --kernel {kernel}",
         "variants": [vars(v) for v in variants],
-        "functions": dict(sorted(functions.items()))}, indent=0, sort_keys=False) + "\n")
+        "functions": {f: functions[f] for f in sorted(functions)}}, indent=0) + "\n")
+    tmp.rename(out)
 
 
 def main() -> None:
