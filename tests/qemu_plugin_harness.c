@@ -5,9 +5,11 @@
  *
  * The kernel's text is at TEXT; the stays file the test writes puts the
  * syscall entry at +0x80, a page fault's at +0x200, interrupts' at +0x300,
- * __x64_sys_mprotect at +0x1000.  Arguments: the plugin's.
+ * __x64_sys_mprotect at +0x1000.  Arguments: the plugin's.  SCRIPT=calls runs
+ * calls_script instead, for calls.h.
  */
 #include <glib.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <qemu-plugin.h>
@@ -102,9 +104,10 @@ void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, qemu_plugin
 }
 
 #define TEXT 0xffffffff9a000000ULL
-enum { PLAIN, SYSCALL, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
+enum { PLAIN, SYSCALL, CALL, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
 
-/* A translated block of `n` NOPs; its last a `syscall`, or its first a marker. */
+/* A translated block of `n` NOPs; its last a `syscall` or a `call rel32`, or its first a
+ * marker. */
 static struct qemu_plugin_tb *block(uint64_t vaddr, size_t n, unsigned kind)
 {
 	struct qemu_plugin_tb *tb = g_new0(struct qemu_plugin_tb, 1);
@@ -117,6 +120,9 @@ static struct qemu_plugin_tb *block(uint64_t vaddr, size_t n, unsigned kind)
 	if (kind == SYSCALL) {
 		tb->insns[n - 1].size = 2;
 		memcpy(tb->insns[n - 1].data, "\x0f\x05", 2);
+	} else if (kind == CALL) {
+		tb->insns[n - 1].size = 5;
+		memcpy(tb->insns[n - 1].data, "\xe8\0\0\0\0", 5);
 	} else if (kind != PLAIN) {
 		const uint32_t disp = 0x4d4d0000u | kind;
 		tb->insns[0].size = 7;
@@ -138,11 +144,60 @@ static void run(unsigned vcpu, struct qemu_plugin_tb *tb)
 			tb->insns[i].cb(vcpu, tb->insns[i].udata);
 }
 
+/* Where a block that ends in a call returns to: the block after it. */
+static uint64_t after(const struct qemu_plugin_tb *tb)
+{
+	return tb->vaddr + tb->n - 1 + tb->insns[tb->n - 1].size;
+}
+
+/*
+ * SCRIPT=calls (with calls=, test_inclusive.py): one vCPU's tasks around a
+ * sleeping syscall.  Its calls file: functions at +0x1000 (__x64_sys_move_pages,
+ * the stays file's N line), +0x2000 (do_syscall_64), +0x3000 (a sleeper:
+ * synchronize_rcu_expedited), +0x4000 (schedule), +0x5000 (__schedule); the
+ * switch at +0x6000; two kernel threads' loops at +0x7000 and +0x8000.  The syscall
+ * sleeps (its stack parked); thread B starts and sleeps from its loop; thread A,
+ * asleep since before the window, resumes through __schedule and schedule() and
+ * sleeps again from its own loop; the syscall resumes and returns.
+ */
+static void calls_script(void)
+{
+	struct qemu_plugin_tb *user = block(0x400000, 4, PLAIN),
+		*user_syscall = block(0x400100, 3, SYSCALL),
+		*entry = block(TEXT + 0x80, 5, CALL), *do_syscall = block(TEXT + 0x2000, 4, CALL),
+		*sys = block(TEXT + 0x1000, 6, CALL), *sleeper = block(TEXT + 0x3000, 3, CALL),
+		*schedule = block(TEXT + 0x4000, 2, CALL), *schedule_ = block(TEXT + 0x5000, 3, CALL),
+		*sw = block(TEXT + 0x6000, 4, PLAIN), *a = block(TEXT + 0x7000, 3, CALL),
+		*b = block(TEXT + 0x8000, 3, CALL), *begin = block(0x400200, 2, BEGIN_ALL),
+		*end = block(0x400300, 2, END_ALL), *sample = block(0x400400, 2, SAMPLE);
+	struct qemu_plugin_tb *in_schedule_ = block(after(schedule_), 2, PLAIN),
+		*in_schedule = block(after(schedule), 2, PLAIN),
+		*in_sleeper = block(after(sleeper), 2, PLAIN), *in_sys = block(after(sys), 2, PLAIN),
+		*in_do_syscall = block(after(do_syscall), 2, PLAIN),
+		*in_entry = block(after(entry), 2, PLAIN), *in_a = block(after(a) + 0x40, 2, PLAIN);
+
+	run(0, user), run(0, user_syscall), run(0, entry), run(0, in_entry);  /* finds _text */
+	run(0, user), run(0, begin);
+	run(0, user_syscall), run(0, entry), run(0, do_syscall), run(0, sys), run(0, sleeper);
+	run(0, schedule), run(0, schedule_), run(0, sw);		/* the syscall sleeps */
+	run(0, b), run(0, schedule), run(0, schedule_), run(0, sw);	/* B starts, sleeps */
+	run(0, in_schedule_), run(0, in_schedule), run(0, in_a);	/* A resumes ... */
+	run(0, a), run(0, schedule), run(0, schedule_), run(0, sw);	/* ... and sleeps */
+	run(0, in_schedule_), run(0, in_schedule), run(0, in_sleeper), run(0, in_sys);
+	run(0, in_do_syscall), run(0, in_entry), run(0, user);	/* the syscall returns */
+	run(0, end), run(0, sample);
+}
+
 int main(int argc, char **argv)
 {
 	qemu_info_t info = { .system_emulation = true, .system = { .max_vcpus = 2 } };
 	if (qemu_plugin_install(0, &info, argc - 1, argv + 1))
 		return 1;
+	if (getenv("SCRIPT") && !strcmp(getenv("SCRIPT"), "calls")) {
+		calls_script();
+		at_exit(0, NULL);
+		return 0;
+	}
 	struct qemu_plugin_tb *user = block(0x400000, 4, PLAIN),
 		*user_syscall = block(0x400100, 3, SYSCALL),
 		*entry = block(TEXT + 0x80, 5, PLAIN), *mprotect = block(TEXT + 0x1000, 10, PLAIN),

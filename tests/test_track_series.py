@@ -5,21 +5,37 @@ a report of the store does afterwards."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from mmlab.judge.comparison import Comparison
-from mmlab.judge.criteria import Verdict
+from mmlab.judge.criteria import Verdict, count_family
 from mmlab.run import driver
 from mmlab.store import Store
 from mmlab.targets import TargetPool
 from mmlab.track import changepoints, session, suite
 from mmlab.track.cells import Point
 from mmlab.track.releases import Release
+from mmlab.workloads import is_count
+from mmlab.workloads.samples import Sample
 
+from .fake_target import RUSAGE
 from .test_count_rule import PROFILE, SUITE, SYSCALL, WINDOW, Stays
 from .test_track import STEP_AT, Local, write_suite
 
 READLINK = "command_syscall_readlink_kernel_insns_per_call"
+EXEC_PROFILE = """
+name = "p"
+workload = "exec"
+source = "p.c"
+command = ["{source}"]
+metrics = ["command_kernel_insns_per_run"]
+repetitions = 3
+baseline = { kernel = "debian:6.12" }
+[matrix]
+kernel = ["debian:6.12"]
+"""
 
 
 def test_a_counts_step_is_its_medians_not_an_estimator_one_trial_pulled():
@@ -78,3 +94,81 @@ def test_a_run_lists_every_change_a_later_report_lists(tmp_path):
     assert WINDOW not in {m for m, _, _ in confirmed(read)}
     sizes = [abs(np.log(session.size(c))) for c in ran.changes]
     assert sizes == sorted(sizes, reverse=True)
+
+
+# ---------------------------------------------------------------- inclusive series
+
+TEXT = 0xffffffff9a000000
+
+
+def test_a_counting_pass_keeps_each_followed_paths_inclusive_functions(tmp_path):
+    """The plugin's calls line of a trial (two samples, mprotect called
+    twice and faults 10 times in all) becomes, in every sample, each
+    syscall's and the faults' functions holding 10% of their path, per
+    call of the path's stay: a clone (change_pte_range.isra.0) under its
+    function's name, and foo.part.0 left inside foo where foo ran; the
+    interrupts' and the unnamed entries' paths and a call into no
+    function's start are no series."""
+    from mmlab.attribution import functions
+    from mmlab.experiment.plan import parse
+
+    from .test_inclusive import symbols
+    table = [(0, "_text"), (0x100, "__x64_sys_mprotect"), (0x200, "change_protection"),
+             (0x300, "change_pte_range.isra.0"), (0x400, "tiny"), (0x500, "exc_page_fault"),
+             (0x600, "handle_mm_fault"), (0x700, "handle_mm_fault.part.0"),
+             (0x800, "sysvec_apic_timer_interrupt"), (0x900, "_etext")]
+    symbols(tmp_path, table)
+    mp = "syscall_mprotect"
+    entries = [[TEXT + 0x100, mp, 1000, 2], [TEXT + 0x200, mp, 800, 2],
+               [TEXT + 0x300, mp, 500, 4], [TEXT + 0x400, mp, 99, 2],
+               [TEXT + 0x101, mp, 900, 1], [TEXT + 0x500, "fault", 4000, 10],
+               [TEXT + 0x600, "fault", 3000, 10], [TEXT + 0x700, "fault", 2000, 10],
+               [TEXT + 0x800, "interrupt", 700, 3], [TEXT + 0x200, "other", 50, 1]]
+    stays = [{"syscall_mprotect": [1, 600], "fault": [5, 2100]}, {}]
+    records = [{"kind": "sample", "record": i, "unmatched": 0, "windows": [[1, 3000, 10]],
+                "stays": stays} for i in range(2)]
+    lines = [*records, {"kind": "calls", "window": 0, "text": TEXT, "cut": 0, "overflow": 0,
+                        "entries": entries}]
+    output = "\n".join(map(json.dumps, lines)) + "\n"
+    (tmp_path / "p.c").write_text("int main(void) { return 0; }\n")
+    plan = parse(EXEC_PROFILE, str(tmp_path / "p.toml"))
+    samples = [Sample(workload="exec", sample=i, mmwork_version="t", params={}, metrics={},
+                      counts={}, rusage=RUSAGE, vmstat_delta={}, state={}, errors={})
+               for i in range(2)]
+    functions.inclusive_metrics(plan.workload, samples, output, tmp_path / "symbols.gz")
+    want = {"command_syscall_mprotect_incl___x64_sys_mprotect_kernel_insns_per_call": 500.0,
+            "command_syscall_mprotect_incl_change_protection_kernel_insns_per_call": 400.0,
+            "command_syscall_mprotect_incl_change_pte_range_kernel_insns_per_call": 250.0,
+            "command_fault_incl_exc_page_fault_kernel_insns_per_call": 400.0,
+            "command_fault_incl_handle_mm_fault_kernel_insns_per_call": 300.0}
+    assert samples[0].metrics == samples[1].metrics == want
+    for m in want:
+        assert plan.workload.metric(m).unit == "insns" and is_count(m)
+        assert count_family(m) == "path"
+    assert "change_protection (inclusive" in plan.workload.metric(
+        "command_syscall_mprotect_incl_change_protection_kernel_insns_per_call").help
+
+
+def test_the_tracker_follows_the_inclusive_functions_of_a_followed_path():
+    """A function's inclusive series is followed where its path is (its
+    syscall holds PATH_SHARE of the window), not where the path is a C
+    library's start-up call."""
+    from types import SimpleNamespace
+
+    from mmlab.experiment.plan import parse
+    from mmlab.track import judged
+
+    from .test_guest_states import _sample
+    plan = parse(PROFILE, "p.toml")
+    figures = {"advise_kernel_insns_per_page": 1e6}
+    for name, per_page in (("madvise", 2e4), ("getpid", 10.0)):
+        figures.update({f"advise_syscall_{name}_calls": 1.0,
+                        f"advise_syscall_{name}_kernel_insns_per_call": per_page,
+                        f"advise_syscall_{name}_kernel_insns_per_page": per_page,
+                        f"advise_syscall_{name}_incl_x_kernel_insns_per_call": per_page / 2})
+    samples = [_sample(0, "") for _ in range(2)]
+    for s in samples:
+        s.metrics.update(figures)
+    followed = judged.followed(plan, SimpleNamespace(trials=[SimpleNamespace(samples=samples)]))
+    assert "advise_syscall_madvise_incl_x_kernel_insns_per_call" in followed
+    assert not [m for m in followed if "getpid" in m]

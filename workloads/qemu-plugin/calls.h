@@ -1,6 +1,6 @@
 /*
  * calls.h - inclusive kernel instructions by function (calls=PATH, with
- * blocks=on and stays=PATH): a function and everything it calls.
+ * stays=PATH): a function and everything it calls.
  *
  * Included by insns.c, whose blocks, vCPUs, windows and this boot's _text
  * (found by stays=) it uses.  Per vCPU a shadow call stack follows the
@@ -38,13 +38,24 @@
  * task starts with an empty one.  Every task comes back through the same
  * return from __switch_to_asm and then returns to where it called the
  * scheduler from, so a parked stack whose top frames the resumed task's
- * returns land on, and that alone matched the most of them (two at least),
- * is that task's: it is taken back and popped as far as they went.  Its
+ * returns land on, and that alone matched the most of them (OWN_FRAMES at
+ * least), is that task's: it is taken back and popped as far as they went.
+ * The first two returns (into __schedule, then into schedule() or another
+ * wrapper) are every sleeping task's, so a match needs the third, the
+ * task's own call of the scheduler: with two, a kernel thread or another
+ * process asleep since before the window (no parked stack of its own) took
+ * the one parked stack that had slept through schedule(), and dropped it
+ * on its way to user mode; the owner's syscall then counted under no path
+ * (seed 004's patched move_pages read 0 for __x64_sys_move_pages).  Its
  * frames' starts move on by the time the task was away, so a function
  * counts what its own task ran inside it, not what other tasks ran while it
  * was switched out (a stay counts those), and a stack taken back wrongly
  * (another task's, alike up to where they matched) adds little.  A frame
  * older than a window counts from the window's start.
+ *
+ * Needs stays= (the stays' labels and the block table); blocks=on is not
+ * needed, so a counting pass follows calls beside its stays without keeping
+ * every block's counts.
  *
  * Calls are followed only while a window is open on the vCPU (following
  * every kernel block of a boot doubled a counting boot's time): a task
@@ -62,6 +73,7 @@
 #define MAX_RANGES 256
 #define PLAIN 1					/* a block that starts nothing PATH names */
 #define PARKED 8
+#define OWN_FRAMES 3				/* returns a resumed task matches to take a stack */
 
 struct frame {
 	uint64_t ret;				/* the return address the frame ends at */
@@ -338,9 +350,9 @@ static void park(unsigned int vcpu, struct call_stack *cs, uint64_t now)
 	cs->resuming = 1;
 }
 
-/* The parked stack that alone matched the most returns, `least` frames at
- * least, is the resumed task's: taken back, its matched frames popped. */
-static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now, int least)
+/* The parked stack that alone matched the most returns, OWN_FRAMES at least,
+ * is the resumed task's: taken back, its matched frames popped. */
+static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now)
 {
 	struct parked *best = NULL;
 	int tie = 0;
@@ -353,7 +365,7 @@ static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now, int le
 			tie = 1;
 		}
 	}
-	if (!best || tie || best->matched < least)
+	if (!best || tie || best->matched < OWN_FRAMES)
 		return;
 	count_cut(vcpu, cs->depth);	/* left by returning below them */
 	memcpy(cs->f, best->f, sizeof(cs->f[0]) * (size_t)best->depth);
@@ -383,7 +395,7 @@ static int resume(unsigned int vcpu, struct call_stack *cs, uint64_t vaddr, uint
 		hit = 1;
 	}
 	if (hit)
-		adopt(vcpu, cs, now, 2);
+		adopt(vcpu, cs, now);
 	return hit;
 }
 
@@ -443,7 +455,7 @@ static void calls_user(unsigned int vcpu)
 {
 	struct call_stack *cs = &call_stacks[vcpu];
 	if (cs->resuming)
-		adopt(vcpu, cs, vcpus[vcpu].insns[KERNEL], 2);
+		adopt(vcpu, cs, vcpus[vcpu].insns[KERNEL]);
 	cs->resuming = cs->switching = 0;
 	cut(vcpu, cs);
 }
@@ -470,17 +482,17 @@ static void calls_reset(void)
 		g_hash_table_remove_all(incl[w]);
 }
 
-/* At exit: per window, each entry's inclusive instructions and calls by stay label
- * ("" for none): [address, label, insns, calls]. */
+/* At exit: per window, this boot's _text and each entry's inclusive instructions and
+ * calls by stay label ("" for none): [address, label, insns, calls]. */
 static void write_calls(void)
 {
 	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
 		GHashTableIter it;
 		gpointer key, sum;
 		const char *sep = "";
-		fprintf(out, "{\"kind\": \"calls\", \"window\": %d, \"cut\": %" PRIu64
-			", \"overflow\": %" PRIu64 ", \"entries\": [", w, frames_cut[w],
-			frames_overflow);
+		fprintf(out, "{\"kind\": \"calls\", \"window\": %d, \"text\": %" PRIu64
+			", \"cut\": %" PRIu64 ", \"overflow\": %" PRIu64 ", \"entries\": [", w,
+			text_base, frames_cut[w], frames_overflow);
 		g_hash_table_iter_init(&it, incl[w]);
 		while (g_hash_table_iter_next(&it, &key, &sum)) {
 			const gsize k = GPOINTER_TO_SIZE(key);

@@ -65,8 +65,8 @@
  *
  * Arguments: out=PATH (required); mode=inline or mode=callback forces one
  * way of counting (to measure what each costs; README); blocks=on;
- * stays=PATH; calls=PATH (inclusive counts by function, with blocks=on and
- * stays=: calls.h).
+ * stays=PATH; calls=PATH (inclusive counts by function, with stays=:
+ * calls.h).
  *
  * Build: gcc -shared -fPIC -I<qemu>/include/qemu $(pkg-config --cflags
  * --libs glib-2.0) insns.c -o insns.so (mmlab: qemu_plugin.py).
@@ -705,8 +705,8 @@ QEMU_PLUGIN_EXPORT int qemu_plugin_install(qemu_plugin_id_t id, const qemu_info_
 		fprintf(stderr, "mmlab insns plugin: no memory for events=\n");
 		return -1;
 	}
-	if (calls_path && (!by_block || !stays || calls_install(calls_path))) {
-		fprintf(stderr, "mmlab insns plugin: calls=%s: needs blocks=on and stays=, and "
+	if (calls_path && (!stays || calls_install(calls_path))) {
+		fprintf(stderr, "mmlab insns plugin: calls=%s: needs stays=, and "
 			"lines 'F OFFSET' or 'T|X OFFSET SIZE'\n", calls_path);
 		return -1;
 	}

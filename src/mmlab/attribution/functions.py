@@ -239,6 +239,71 @@ def inclusive(workload: Workload, units: dict[str, float], output: str,
     return out
 
 
+# A counting pass with calls= (a trial's, not an attribution run's) keeps
+# each followed path's inclusive counts as metrics of its own,
+# <window>_<stay>_incl_<function>_kernel_insns_per_call: instructions of the
+# function with all it calls, per call of the syscall (or fault, exception)
+# whose path it is on, for the functions holding at least FOLLOW_SHARE of
+# the path's largest (its entry function's).  One trial's figure, over its
+# measured samples (the plugin sums calls at exit), in each of its samples.
+INCLUSIVE = "incl"
+FOLLOW_SHARE = 0.1
+PATH_STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+")
+# A compiler's clone suffix (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold):
+# one release inlines what another clones, so a series is the function's name.
+CLONE = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(\.[a-z_]+(\.\d+)?)*")
+
+
+def inclusive_metrics(workload: Workload, samples: list[Sample], output: str,
+                      symbols: Path) -> None:
+    """The plugin's "calls" lines (calls= in a counting pass) as the samples'
+    inclusive metrics, named by `symbols`: a clone goes by its function's
+    name where the function itself did not run (foo.part.0 beside foo is
+    inside foo's count), clones of one function adding up.  Nothing where
+    the plugin followed no calls."""
+    lines = {r["window"]: r for r in insns.plugin_records(output, "calls")}
+    if not lines:
+        return
+    table = SymbolTable.load(symbols)
+    records = insns.sample_records(output, samples)
+    found: dict[str, float] = {}
+    for w in workload.windows:
+        if w.marker not in lines:
+            continue
+        calls: dict[str, float] = {}
+        for r in records:
+            for stay, (called, _) in r["stays"][w.marker].items():
+                calls[stay] = calls.get(stay, 0.0) + called
+        for stay, funcs in _paths(lines[w.marker], table).items():
+            if calls.get(stay):
+                found.update({f"{w.name}_{stay}_{INCLUSIVE}_{name}_kernel_insns_per_call":
+                              count / calls[stay] for name, count in funcs.items()})
+    for s in samples:
+        s.metrics.update(found)
+
+
+def _paths(line: dict, table: SymbolTable) -> dict[str, dict[str, float]]:
+    """One window's calls line as each followed stay's functions (by their
+    series name) holding FOLLOW_SHARE of its largest."""
+    paths: dict[str, dict[str, float]] = {}
+    for address, stay, count, _ in line["entries"]:
+        name = table.starting(address - line["text"])
+        if name and PATH_STAY.fullmatch(stay):
+            funcs = paths.setdefault(stay, {})
+            funcs[name] = funcs.get(name, 0.0) + count
+    out: dict[str, dict[str, float]] = {}
+    for stay, funcs in paths.items():
+        top = max(funcs.values())
+        named = out.setdefault(stay, {})
+        for name, count in funcs.items():
+            m = CLONE.fullmatch(name)
+            if m is None or count < FOLLOW_SHARE * top or (m["name"] != name and
+                                                           m["name"] in funcs):
+                continue
+            named[m["name"]] = named.get(m["name"], 0.0) + count
+    return out
+
+
 # A window over several vCPUs: the other vCPUs may count a block on the
 # wrong side of its begin or end (the plugin's "exact": false).
 OVER_VCPUS = 0.001

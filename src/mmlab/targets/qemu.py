@@ -168,7 +168,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
     With `plugin` (TCG only), the instruction-counting plugin is loaded and
     its counts become the samples' instruction metrics (insns.from_plugin;
     insns.Unavailable when they cannot), with `plugin_extra` (stays=: per
-    syscall, syscalls.from_plugin)."""
+    syscall, and calls=: inclusive per path, stays.from_plugin)."""
     cache = cache or initramfs_cache()
     accel, why = accelerator(guest.kernel, cache)
     plugin = plugin if accel == "tcg" else None     # a TCG plugin; KVM guests count with perf
@@ -180,7 +180,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
     got, stderr = guest_samples(boot, guest, workload, samples)
     if plugin:
         insns.from_plugin(workload, got, boot.plugin_output)
-        syscalls.from_plugin(workload, got, boot.plugin_output)
+        stays.from_plugin(guest, cache, workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:
         raise TrialFailed(f"instrumentation produced nothing on {guest.kernel.name}: "
@@ -440,15 +440,15 @@ class QemuTarget(LocalTarget):
 
     def _counting_pass(self, guest: Guest, accel: str, arm: Arm, plan: Plan) -> list[Sample]:
         """The trial again, in a boot of its own, counting instructions: under
-        TCG with mmlab's plugin (per syscall, and events, too when the profile
-        names such a metric), under KVM with the guest's vPMU (if any)."""
+        TCG with mmlab's plugin (per syscall and path, and events, too when the
+        profile names such a metric), under KVM with the guest's vPMU (if any)."""
         plugin = None
         if accel == "tcg":
             try:
                 plugin = qemu_plugin.ensure()
             except MmlabError as exc:
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
-        extra = stays.plugin_args(guest, initramfs_cache()) if plugin and \
+        extra = stays.counting_args(guest, initramfs_cache()) if plugin and \
             syscalls.wanted(plan.workload, plan.profile.metrics) else ()
         if plugin:      # events beside them: only those asked for, they cost
             extra += insns.events_arg(plan.workload, plan.profile.metrics)

@@ -26,6 +26,8 @@ from mmlab.attribution.functions import SymbolTable
 from mmlab.errors import MmlabError
 from mmlab.kernels import qemu_plugin
 from mmlab.targets.boot import Guest, run_script
+from mmlab.workloads import Workload, insns, syscalls
+from mmlab.workloads.samples import Sample
 
 ANCHOR = "entry_SYSCALL_64"
 COMPAT = ("entry_SYSCALL_compat", "entry_SYSENTER_compat", "entry_INT80_compat",
@@ -84,6 +86,21 @@ def kernel_symbols(guest: Guest, cache: Path) -> Path:
             raise MmlabError(f"{guest.kernel.name}: /proc/kallsyms arrived unreadable: "
                              f"{exc}") from exc
     return guest.kernel.symbols
+
+
+def counting_args(guest: Guest, cache: Path) -> tuple[str, ...]:
+    """A counting pass's stays= and calls=: per syscall, and each path's
+    functions inclusively (functions.inclusive_metrics)."""
+    return (*plugin_args(guest, cache), *functions.calls_args(kernel_symbols(guest, cache)))
+
+
+def from_plugin(guest: Guest, cache: Path, workload: Workload, counted: list[Sample],
+                output: str) -> None:
+    """The counted samples' per-stay metrics, and each path's inclusive ones
+    where the plugin followed calls."""
+    syscalls.from_plugin(workload, counted, output)
+    if insns.plugin_records(output, "calls"):
+        functions.inclusive_metrics(workload, counted, output, kernel_symbols(guest, cache))
 
 
 def plugin_args(guest: Guest, cache: Path) -> tuple[str, ...]:

@@ -19,7 +19,8 @@ from mmlab.store import Store
 from mmlab.workloads import Window, is_count
 from mmlab.workloads.samples import Sample
 
-FOLLOWED = re.compile(r".+_(syscall_\w+|fault|exception_\w+)_(calls|kernel_insns_per_call)")
+FOLLOWED = re.compile(r".+_(syscall_\w+|fault|exception_\w+)(_incl_\w+)?"
+                      r"_(calls|kernel_insns_per_call)")
 PATH_SHARE = 0.001   # of its window's kernel instructions: a stay's series worth following
 
 
@@ -69,12 +70,15 @@ def followed(plan: Plan, measured: Measurements) -> list[str]:
     which the tracker follows too: every syscall's, fault's and
     exception's calls and instructions per call (a profile naming one of
     them has them all counted; per unit is per call times calls, the same
-    step again), and any other count narrower than a window (by function)
+    step again), the inclusive count per call of each function on their
+    paths that the counting pass kept (functions.inclusive_metrics: those
+    holding 10% of the path), and any other count narrower than a window
     the trials hold, in name order.  Not the windows' own, which the
     profile chose among, nor the interrupts and unnamed entries, whose
     counts follow the host's clock under TCG, not the kernel's path; nor a
-    stay below PATH_SHARE of its window (a C library's start-up calls: a
-    step there, however sure, is nothing at the window's scale)."""
+    stay below PATH_SHARE of its window, or a function on its path (a C
+    library's start-up calls: a step there, however sure, is nothing at
+    the window's scale)."""
     wl = plan.workload
     samples = [s for t in measured.trials for s in t.samples]
     held = {k for s in samples for k in s.metrics}
@@ -87,8 +91,10 @@ def followed(plan: Plan, measured: Measurements) -> list[str]:
 
 
 def _share(samples: list[Sample], w: Window, stay: str) -> float:
-    """The largest share of its window's kernel instructions the stay held
-    in a sample (1 where no sample says: followed, as before)."""
+    """The largest share of its window's kernel instructions the stay (a
+    function's on its path: the path's) held in a sample (1 where no
+    sample says: followed, as before)."""
+    stay = stay.partition("_incl_")[0]
     part, whole = (f"{w.name}_{p}kernel_insns_per_{w.unit}" for p in (f"{stay}_", ""))
     shares = [(s.metrics.get(part) or 0) / (s.metrics.get(whole) or math.inf) for s in samples]
     return max(shares) if any(shares) else 1.0

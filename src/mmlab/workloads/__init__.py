@@ -24,7 +24,10 @@ HARNESS_PARAMS = ("samples", "warmups", "check", "own-memcg")
 
 # Per stay metrics (a syscall, a page fault, another exception, an interrupt:
 # workloads/syscalls.py): <window>_<stay>_<figure>, for any window.
-STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+|interrupt|other")
+# A stay's path may name a function on it, counted inclusively (calls=:
+# attribution/functions.py): <stay>_incl_<function>.
+STAY = re.compile(r"(?:syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+|interrupt|other)"
+                  r"(?:_incl_[a-z0-9_]+)?")
 STAY_HINT = re.compile(r"_(syscall|fault|exception|interrupt)(_|$)")
 STAY_FORM = ("<window>_syscall_<name>_{calls,kernel_insns_per_call,kernel_insns_per_<unit>} "
              "(or fault, exception_<name>, interrupt in place of syscall_<name>; an event "
@@ -244,9 +247,12 @@ def _figure_event(figure: str) -> str:
 
 def _stay_metric(name: str, window: Window, stay: str, figure: str) -> Metric:
     """One per-stay metric, its help generated from its name."""
+    stay, _, function = stay.partition("_incl_")
     what = {"fault": "page faults", "interrupt": "interrupts taken in user mode",
             "other": "kernel entries no symbol names"}.get(stay) or \
         stay.replace("syscall_", "the syscall ").replace("exception_", "the exception ")
+    if function:
+        what = f"{function} (inclusive: with all it calls) on the path of {what}"
     where = ("(the mean window), each from its entry to its return to user mode, "
              "interrupts inside it included (a counting pass)")
     if figure == CALLS:
