@@ -297,6 +297,33 @@ def test_a_comment_only_patch_reports_no_change(tmp_path):
                         r"counts \(tcg guests, 4 rounds a kernel\) .*\n", done.stdout), done.stdout
 
 
+SEED004 = ROOT / "experiments/patches/seed004-ksm-rmap-walk-range-6.12.patch"
+
+
+@pytest.mark.slow
+def test_seed_004s_patch_flags_the_ksm_rmap_paths_and_no_other(tmp_path):
+    """Seed 004's patch against the kept 6.12 base, beside the broad
+    suite's move_pages of plain anonymous pages: the same syscall through
+    rmap_walk_anon, which the patch leaves alone.  The KSM walk's paths
+    change, by rmap_walk_ksm's functions; no path of the anonymous
+    migration does (a few minutes here)."""
+    done = mmlab("check", str(SEED004), "--base", "debian-source:6.12",
+                 "--profile", str(ROOT / "experiments/suites/ksm-rmap-move.toml"),
+                 "--profile", str(ROOT / "experiments/suites/mm/migrate-move-pages.toml"),
+                 "--results", str(tmp_path / "r"), "--json")
+    assert done.returncode == 1, done.stderr
+    record = json.loads(done.stdout)
+    changed = {c["metric"]: c for c in record["changes"]}
+    assert {c["profile"] for c in changed.values()} == {"track-ksm-rmap-move"}, changed
+    assert "walk_kernel_insns_per_migrated_page" in changed, changed
+    assert all(m == "walk_kernel_insns_per_migrated_page"
+               or m.startswith("walk_syscall_move_pages_") for m in changed), changed
+    assert {c["outcome"] for c in changed.values()} == {"improvement"}
+    assert record["paths"] > len(changed) + 2 and not record["failed"]
+    moved = {r["function"] for c in changed.values() for w in c["functions"] for r in w["rows"]}
+    assert {"rmap_walk_ksm", "anon_vma_interval_tree_iter_next"} <= moved, moved
+
+
 def git_tree(where: Path) -> Path:
     """A kernel-shaped git tree with a base commit and two more."""
     import subprocess
