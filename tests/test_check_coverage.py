@@ -258,7 +258,8 @@ def test_no_change_says_which_changed_functions_ran_and_which_were_not_measured(
     assert lines[0].endswith("; the changed functions the paths ran did not move: "
                              "zap_present_folio_ptes (inlined into unmap_page_range) "
                              "(pageout advise 120.5/page)"), lines[0]
-    assert lines[1].startswith("not measured: no path of the check ran these changed functions")
+    assert lines[1] == ("not measured: the check's paths did not run these changed functions "
+                        "(or it cannot tell), so no change there means not measured:")
     assert lines[2] == ("  zap_install_uffd_wp_if_needed (mm/memory.c, patch 1); run by "
                         "mm-fork-cow, mm-madvise-cold with advice=free")
     record = robot.record(result)["coverage"]
@@ -269,7 +270,7 @@ def test_no_change_says_which_changed_functions_ran_and_which_were_not_measured(
     assert by["zap_install_uffd_wp_if_needed"]["reached"] == []
     assert record["layout"]["ran_resized"] == ["unmap_page_range"]
     page = robot_html.render(result)
-    assert "not measured: no path of the check ran" in page and "did not move: " in page
+    assert "not measured: the check&#x27;s paths did not run" in page and "did not move: " in page
     # a second check against the kept base counts nothing again
     cached = reach.cache_file(built(tmp_path / "k", "base", "b" * 64), result.request.profiles[0])
     assert cached is not None and cached.is_file()
@@ -353,3 +354,19 @@ def test_the_variants_table_is_made_from_the_suites_profiles_and_their_choices(
                                                                       {"mm-madvise-free"})]
     assert json.loads(out.read_text())["command"] == \
         "python -m mmlab.check.variants --kernel local:base"
+
+
+def test_a_header_inline_is_said_to_be_not_known(tmp_path):
+    from types import SimpleNamespace
+    tree = tree_of(tmp_path)
+    header = "static inline int mm_helper(int x)\n{\n\treturn x + 1;\n}\n"
+    (tree / "mm/helper.h").write_text(header)
+    diff = "".join(difflib.unified_diff(header.splitlines(True), header.replace(
+        "x + 1", "x + 2").splitlines(True), "a/mm/helper.h", "b/mm/helper.h"))
+    (tmp_path / "h.patch").write_text("Subject: [PATCH] mm: h\n\n---\n" + diff)
+    found = changes.read(series.read([tmp_path / "h.patch"]), tree,
+                         symbols_file(tmp_path / "k", SYMBOLS))
+    cov = coverage.cover(found, {}, None, None, set())
+    assert cov.unknown == cov.functions and not cov.unreached
+    assert robot.not_measured(SimpleNamespace(coverage=cov))[1:] == [
+        "  mm_helper (mm/helper.h): not known: inline in a header: its callers are not followed"]

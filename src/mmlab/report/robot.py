@@ -119,10 +119,10 @@ def not_measured(result: CheckResult) -> list[str]:
     cov = result.coverage
     if cov is None or not (cov.unreached or cov.unknown):
         return []
-    return ["not measured: no path of the check ran these changed functions, or none can be "
-            "told to, so no change there means not measured:",
+    return ["not measured: the check's paths did not run these changed functions (or it "
+            "cannot tell), so no change there means not measured:",
             *(f"  {unreached_line(f, cov.table)}" for f in cov.unreached),
-            *(f"  {f.function} ({f.changed.path}): {f.why}" for f in cov.unknown)]
+            *(f"  {f.function} ({f.changed.path}): not known: {f.why}" for f in cov.unknown)]
 
 
 def unreached_line(f: FunctionCoverage, table: str, said: str = "") -> str:
