@@ -5,6 +5,7 @@ the config check, on a tiny stand-in tree.  A real build is a slow test
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 import subprocess
 import time
@@ -61,6 +62,9 @@ def test_cache_key_follows_source_config_patches_and_fragments(tmp_path):
     assert len(keys) == 10                                               # every input counts
     # where Debian's config came from is said, but only the config itself is built
     assert key("src 1", [], [], kconfig.Start("debian", debian.text, "elsewhere")) == base
+    # a tiny build's key is the one it had before there was a config choice
+    before = hashlib.sha256(b"src 1" + kconfig.BASE_FRAGMENT.encode() + b"patch\0one")
+    assert key("src 1", [p1], [], kconfig.Start("tiny")) == before.hexdigest()
 
 
 def test_a_patch_that_applies_changes_only_the_copy(tree, tmp_path):
@@ -124,6 +128,13 @@ def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
     assert again.dir == k.dir and again.details["build_key"] == k.details["build_key"]
     feats = k.features()
     assert feats["KSM"] == feats["THP"] == feats["ADVISE_SYSCALLS"] == "y"
+    # Debian's config of 6.12.118, its checked options as Debian has them, and
+    # what the guest needs built in: it loads no module
+    said = k.details["config_start"]
+    assert k.details["config"].startswith("debian (Debian's config, from linux-image-6.12.")
+    assert said["not_kept"] == [] and {"CONFIG_ZRAM", "CONFIG_VIRTIO_BLK"} <= set(said["built_in"])
+    assert k.option("CONFIG_ZRAM") == k.option("CONFIG_VIRTIO_BLK") == "y" and not k.modules
+    assert k.option("CONFIG_LRU_GEN_ENABLED") == k.option("CONFIG_PREEMPT_DYNAMIC") == "y"
     table = functions.SymbolTable.load(k.symbols)       # the build's System.map, kept
     assert "rmap_walk_ksm" in table.names and table.offsets[0] >= 0
     guest = boot.Guest(k, vcpus=1, memory_mb=256, timeout_s=300)

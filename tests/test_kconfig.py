@@ -229,7 +229,8 @@ def test_debians_real_612_config_keeps_its_mm_options_on_its_source(tmp_path):
     cache), configured for real in a hard-linked copy: the guest's needs
     built in, Debian's modules still modules, no checked option changed;
     and with every module turned off instead, mm's balloon compaction and
-    HMM mirror would be lost.  About 30 s on 2 cores: `make test-slow`."""
+    HMM mirror would be lost.  About 10 s of CPU (3 min beside a load of
+    25 here): `make test-slow`."""
     image, version = kbuild.config_image("debian", "debian-source:6.12")
     source, _ = kbuild.source_tree("debian-source:6.12")
     begin = kconfig.start("debian", image, version)

@@ -126,7 +126,11 @@ class Start:
     origin: str = ""
 
     def key(self) -> bytes:
-        """What the build key hashes: the name and Debian's config itself."""
+        """What the build key hashes: the name and Debian's config itself;
+        nothing for tinyconfig, so a tiny build's key is what it was before
+        there was a choice, and its kept base and kernels stay cache hits."""
+        if not self.text:
+            return b""
         return f"config\0{self.name}\0".encode() + hashlib.sha256(self.text.encode()).digest()
 
 
