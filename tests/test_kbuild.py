@@ -374,6 +374,24 @@ def test_a_commits_build_keeps_no_base_tree(made_tree, tmp_path):
                                        if d.is_dir()]
 
 
+def test_a_base_build_cut_short_resumes_where_it_stopped(made_tree):
+    """A base whose make stopped (here: failed on mm/memory.c, after
+    mm/ksm.o) is not built again from scratch: its configured tree is
+    made where it stopped."""
+    (made_tree / "mm/memory.c").write_text("memory broken\n")
+    with pytest.raises(MmlabError, match="kernel build failed"):
+        kbuild.build(str(made_tree))
+    (kept,) = [d for d in (kbuild.build_cache() / "bases").iterdir() if d.is_dir()]
+    assert (kept / "tree/mm/ksm.o").is_file() and not (kept / "outputs").exists()
+    (made_tree / "mm/memory.c").write_text("memory 1\n")    # the kept tree links to it
+    base = kbuild.build(str(made_tree))
+    log = (Path(base.dir) / "build.log").read_text()
+    assert "error: expected ';'" in log.split("mmlab: make resumed")[0]
+    assert re.findall(r"^\s+CC\s+(\S+)$", log.split("mmlab: make resumed")[1], re.M) == \
+        ["mm/memory.o"]
+    assert (Path(base.dir) / "vmlinuz").read_text() == "ksm 1\nmemory 1\n"
+
+
 def test_a_patched_build_that_fails_says_the_compilers_last_lines(made_tree, tmp_path):
     broken = diff_of(tmp_path, "broken", "mm/ksm.c", "ksm 1\n", "ksm broken\n")
     with pytest.raises(MmlabError, match=r"kernel build failed \(log .*build.log\): .*"

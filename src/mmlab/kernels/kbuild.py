@@ -253,16 +253,23 @@ def kept_base(tree: Path, recipe: Recipe, key: str,
               on_line: Callable[[str], None] | None = None) -> Path:
     """The folder of the base's kept build: `tree` (a hard-linked copy of the
     pristine source, configured and built) and `outputs`, the files the
-    build made (written last: a folder without it is built again)."""
+    build made (written last: a folder without it is not built yet).  A
+    build cut short (killed, or failed) resumes where it stopped once its
+    tree was configured (`configured`, written then): Kbuild remakes every
+    target whose saved command, written after the target, is missing, and
+    make removes a target it was making when it is stopped."""
     base = base_dir(key)
     with paths.filling(base):
         if (base / "outputs").is_file():
             return base
-        shutil.rmtree(base, ignore_errors=True)
-        base.mkdir(parents=True)
-        _run(["cp", "-al", str(tree), str(base / "tree")], what="hard-linked copy of the source")
-        kconfig.configure(base / "tree", recipe.fragments, recipe.begin)
-        _make(base / "tree", base / "build.log", on_line)
+        if not (base / "configured").is_file():
+            shutil.rmtree(base, ignore_errors=True)
+            base.mkdir(parents=True)
+            _run(["cp", "-al", str(tree), str(base / "tree")],
+                 what="hard-linked copy of the source")
+            kconfig.configure(base / "tree", recipe.fragments, recipe.begin)
+            (base / "configured").touch()
+        _make(base / "tree", base / "build.log", on_line, resume=True)
         (base / "outputs").write_text("".join(f"{rel}\n" for rel in _made_files(base / "tree")))
     return base
 
@@ -325,10 +332,10 @@ def _register(tree: Path, kname: str, key: str, recipe: Recipe, patches: list[Pa
     """Store a built tree's image under `kname`, with its inputs, its
     config's start and how the config stands to it, compiler and log."""
     release = _run(["make", "-s", "kernelrelease"], cwd=tree).strip()
-    took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)
+    took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)   # a resumed base: one a run
     config = kconfig.compare(recipe.begin, (tree / ".config").read_text(), tree)
     details = {"build_key": key, "source": recipe.source_id, "compiler": compiler(tree),
-               "make_s": float(took[-1]) if took else None,
+               "make_s": sum(map(float, took)) if took else None,
                "patches": [{"file": str(p), "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
                            for p in patches],
                "fragments": [str(f) for f in recipe.fragments],
@@ -349,11 +356,16 @@ def compiler(tree: Path) -> str:
     return m.group(1) if m else "unknown"
 
 
-def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None) -> None:
+def _make(tree: Path, log: Path, on_line: Callable[[str], None] | None,
+          resume: bool = False) -> None:
     """make bzImage with every core; the log, and the seconds it took as its
-    last line (what a report says of where a check's time went)."""
+    last line (what a report says of where a check's time went).  With
+    `resume`, a log already there (a build cut short) is added to."""
     jobs, start = str(os.cpu_count() or 1), time.monotonic()
-    with open(log, "w") as out:
+    again = resume and log.is_file() and log.stat().st_size > 0
+    with open(log, "a" if again else "w") as out:
+        if again:
+            out.write("mmlab: make resumed\n")
         make = subprocess.Popen(["make", f"-j{jobs}", "bzImage"], cwd=tree, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
         assert make.stdout is not None
