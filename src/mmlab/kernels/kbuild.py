@@ -332,7 +332,7 @@ def _register(tree: Path, kname: str, key: str, recipe: Recipe, patches: list[Pa
     """Store a built tree's image under `kname`, with its inputs, its
     config's start and how the config stands to it, compiler and log."""
     release = _run(["make", "-s", "kernelrelease"], cwd=tree).strip()
-    took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)   # a resumed base: one a run
+    took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)   # one a run
     config = kconfig.compare(recipe.begin, (tree / ".config").read_text(), tree)
     details = {"build_key": key, "source": recipe.source_id, "compiler": compiler(tree),
                "make_s": sum(map(float, took)) if took else None,
