@@ -23,7 +23,9 @@ def test_the_probe_suite_reads_and_plans_counts_alone(monkeypatch):
     assert found.kernels[found.reference_slot] == "debian:6.12" and not found.branches
     (probe,) = found.profiles
     assert probe.metrics == ["command_kernel_insns_per_pages",
-                             "command_syscall_mprotect_kernel_insns_per_call"]
+                             "command_syscall_mprotect_kernel_insns_per_call",
+                             "command_syscall_mprotect_incl_change_protection_kernel_insns_per_"
+                             "call"]         # a function on a path: the counting boots follow calls
     workload = probe.plan.workload
     assert workload.stay_parts("command_syscall_mprotect_kernel_insns_per_call") == \
         (workload.windows[0], "syscall_mprotect", "kernel_insns_per_call")

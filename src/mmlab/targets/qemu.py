@@ -448,8 +448,8 @@ class QemuTarget(LocalTarget):
                 plugin = qemu_plugin.ensure()
             except MmlabError as exc:
                 raise insns.Unavailable(f"no QEMU plugin: {exc}") from exc
-        extra = stays.counting_args(guest, initramfs_cache()) if plugin and \
-            syscalls.wanted(plan.workload, plan.profile.metrics) else ()
+        extra = stays.counting_args(guest, initramfs_cache(), plan.profile.metrics) \
+            if plugin and syscalls.wanted(plan.workload, plan.profile.metrics) else ()
         if plugin:      # events beside them: only those asked for, they cost
             extra += insns.events_arg(plan.workload, plan.profile.metrics)
         return sample(guest, plan.workload, insns.counting_params(arm.params),

@@ -88,10 +88,14 @@ def kernel_symbols(guest: Guest, cache: Path) -> Path:
     return guest.kernel.symbols
 
 
-def counting_args(guest: Guest, cache: Path) -> tuple[str, ...]:
-    """A counting pass's stays= and calls=: per syscall, and each path's
-    functions inclusively (functions.inclusive_metrics)."""
-    return (*plugin_args(guest, cache), *functions.calls_args(kernel_symbols(guest, cache)))
+def counting_args(guest: Guest, cache: Path, metrics: list[str]) -> tuple[str, ...]:
+    """A counting pass's stays=, and calls= where a metric names a function
+    on a path (each path's functions inclusively: functions.inclusive_metrics).
+    Following calls took a counting boot of the mprotect probe 2.5 to 4.2
+    times as long (docs/instructions.md), so a profile asks for it."""
+    calls = any(f"_{functions.INCLUSIVE}_" in m for m in metrics)
+    return (*plugin_args(guest, cache),
+            *(functions.calls_args(kernel_symbols(guest, cache)) if calls else ()))
 
 
 def from_plugin(guest: Guest, cache: Path, workload: Workload, counted: list[Sample],
