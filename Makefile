@@ -29,7 +29,7 @@ DEB_PACKAGES := gcc make libc6-dev linux-perf qemu-system-x86 busybox-static cpi
 	dpkg-dev postgresql redis-server clang libbpf-dev zlib1g-dev libzstd-dev \
 	openjdk-17-jdk-headless nodejs zstd kexec-tools
 
-.PHONY: setup system venv build demo lint test test-slow bench bench-fleet clean
+.PHONY: setup system venv build demo lint test test-slow bench bench-fleet bench-check clean
 
 setup: system venv build
 
@@ -87,6 +87,11 @@ bench: setup
 # 10,000 sleeping trials over 50 local workers: the fleet's own overhead.
 bench-fleet: setup
 	$(PY) -m mmlab.bench.fleet
+
+# A one-file patch checked against the kept 6.12 base over the broad mm suite:
+# the check's speed and where its time goes (docs/check.md#time).
+bench-check: setup
+	$(PY) -m mmlab.bench.check_speed
 
 clean:
 	rm -rf build $(VENV)

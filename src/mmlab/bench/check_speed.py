@@ -1,0 +1,214 @@
+"""`python -m mmlab.bench.check_speed`: how long a patch check takes, as a
+benchmark (not a test): a one-file patch against a kept base over the broad
+mm suite, on counts, its incremental build included, and where the time
+went.
+
+It runs the command a user runs, `mmlab check PATCH --base BASE --suite
+SUITE --results DIR --json`, the patch written out with a line of its own
+in its message: a build's cache key is the patch's bytes, so its kernel is
+built again, incrementally, on the kept base, each run.  The base must be
+kept already (a first check of it, or `mmlab kernels build`, makes it):
+the benchmark is of a check against a cached base.
+
+Where the time went is read from the command's own records, not guessed
+from outside: make's seconds (the patched kernel's build record); each
+experiment from its creation to its last trial's end, by what it was for
+(the first look, a confirmation, a bisection step); the attribution boots
+(from a confirmation's last trial to its last attribution record); the
+trials' guests (how many were restored from a saved boot or booted, and a
+bound on what starting them cost: no trial is shorter than its guest's
+start and end); the rest (mmlab's start, copying and patching the base
+tree, judging, evidence, the report) is what remains.  The load average is
+sampled through the run: a figure taken beside other work says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.table import Table
+
+from mmlab.kernels import images
+from mmlab.report.terminal import console
+from mmlab.store import Store
+from mmlab.workloads.build import REPO_ROOT
+
+PATCH = REPO_ROOT / "experiments/patches/seed003-zap-set-referenced-6.12.patch"
+SUITE = REPO_ROOT / "experiments/suites/mm.toml"
+GOAL_S = 20 * 60            # the issue's goal on this 2-core machine
+WHY = re.compile(r"^check \S+ (first|confirm|narrow) ")
+LOAD_EVERY_S = 10
+
+
+@dataclass
+class Spent:
+    """Where one check's seconds went."""
+    total: float
+    make: float | None = None
+    before: float = 0.0                # from the start to the first experiment
+    phases: dict[str, float] = field(default_factory=dict)     # first, confirm, narrow
+    experiments: dict[str, int] = field(default_factory=dict)
+    trials: dict[str, int] = field(default_factory=dict)
+    attribution: float = 0.0
+    trial_walls: list[float] = field(default_factory=list)    # each trial's seconds
+    starts: dict[str, int] = field(default_factory=dict)   # booted, restored
+
+    @property
+    def rest(self) -> float:
+        return self.total - self.before - sum(self.phases.values()) - self.attribution
+
+
+def fresh_copy(patch: Path, into: Path) -> Path:
+    """`patch` with a line of this run's own after its subject: the same
+    diff, new bytes, so its kernel is built again on the kept base."""
+    lines = patch.read_text().splitlines(keepends=True)
+    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Subject:")), 0)
+    lines.insert(at, f"X-mmlab-bench: check_speed {time.time_ns()}\n")
+    out = into / patch.name
+    out.write_text("".join(lines))
+    return out
+
+
+def run_check(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, list[float]]:
+    """The command to its end (its progress on stderr as it goes), when it
+    started (epoch seconds) and the 1-minute load average every
+    LOAD_EVERY_S."""
+    loads, start = [os.getloadavg()[0]], time.time()
+    with tempfile.TemporaryFile("w+") as out:
+        proc = subprocess.Popen(argv, stdout=out, text=True)
+        while proc.poll() is None:
+            try:
+                proc.wait(LOAD_EVERY_S)
+            except subprocess.TimeoutExpired:
+                loads.append(os.getloadavg()[0])
+        out.seek(0)
+        return subprocess.CompletedProcess(argv, proc.returncode, out.read()), start, loads
+
+
+def spent(store: Store, record: dict, start: float, end: float) -> Spent:
+    """The check's time by part, from its kernels' and experiments' records."""
+    found = Spent(end - start, images.get(record["patched"]["name"]).details.get("make_s"))
+    if record["experiments"]:
+        found.before = float(store.experiment(record["experiments"][0])["created"]) - start
+    for exp_id in record["experiments"]:
+        m = WHY.match(store.plan(exp_id).profile.derived or "")
+        why = m.group(1) if m else "other"
+        created = float(store.experiment(exp_id)["created"])
+        ran = [(t.started, t.ended) for t in store.trials(exp_id) if t.started and t.ended]
+        end = max((e for _, e in ran), default=created)
+        found.phases[why] = found.phases.get(why, 0.0) + end - created
+        found.experiments[why] = found.experiments.get(why, 0) + 1
+        found.trials[why] = found.trials.get(why, 0) + len(ran)
+        found.trial_walls += [e - b for b, e in ran]
+        last = store.db.execute("SELECT MAX(created) AS last FROM attributions WHERE "
+                                "experiment_id=?", (exp_id,)).fetchone()["last"]
+        found.attribution += max(0.0, last - end) if last else 0.0
+        for trial in store.measurements(exp_id).trials:
+            _started(found, trial.samples[0].state if trial.samples else {})
+    return found
+
+
+def _started(found: Spent, state: dict) -> None:
+    """How one trial's guest started, from its first sample's labels."""
+    if "guest_start" in state:
+        how = str(state["guest_start"])
+        found.starts[how] = found.starts.get(how, 0) + 1
+
+
+def table(s: Spent, record: dict, loads: list[float], title: str, goal: bool) -> Table:
+    t = Table(title=title)
+    for col in ("part", "seconds", "share", "what"):
+        t.add_column(col, justify="left" if col in ("part", "what") else "right")
+
+    def row(part: str, secs: float | None, what: str) -> None:
+        t.add_row(part, "-" if secs is None else f"{secs:,.0f}",
+                  "-" if secs is None else f"{secs / s.total:.0%}", what)
+    row("the incremental build (make)", s.make, "the patched kernel on a copy of the kept base")
+    row("before the first trial, beside make", s.before - (s.make or 0.0),
+        "mmlab's start, the series read and checked, the base tree copied and patched, "
+        "the kernel stored")
+    for why, label in (("first", "first looks"), ("confirm", "confirmations"),
+                       ("narrow", "bisection steps")):
+        if why in s.phases:
+            row(label, s.phases[why], f"{s.experiments[why]} experiment(s), {s.trials[why]} "
+                                      "trial(s)")
+    row("attribution", s.attribution, f"{len(record['changes'])} confirmed change(s) explained")
+    row("the rest", s.rest, "judging between the experiments, the evidence, the report")
+    row("whole check", s.total, f"the broad suite's goal {GOAL_S // 60} min: "
+                                f"{'met' if s.total <= GOAL_S else 'NOT met'}" if goal else "")
+    t.caption = guests(s) + (f"; 1-min load average {min(loads):.1f} to {max(loads):.1f}, "
+                             f"mean {sum(loads) / len(loads):.1f}")
+    return t
+
+
+def guests(s: Spent) -> str:
+    """The trials' guests: how they started, and a bound on what starting
+    and ending them cost (no trial costs less than its guest's start and
+    end, so the shortest trial bounds it)."""
+    walls = sorted(s.trial_walls) or [0.0]
+    starts = ", ".join(f"{n} {how}" for how, n in sorted(s.starts.items()))
+    whole = max(sum(walls), 1e-9)
+    return (f"{len(s.trial_walls)} trials ({starts}), {whole:,.0f} guest-s, shortest "
+            f"{walls[0]:.1f} s, median {walls[len(walls) // 2]:.1f} s: guest starts and ends "
+            f"at most {len(s.trial_walls) * walls[0] / whole:.0%} of the trials' time")
+
+
+def outcome(record: dict) -> str:
+    """Paths checked, candidates at the first look, confirmed changes."""
+    candidates = len(record["changes"]) + len(record["unconfirmed"])
+    return (f"{record['paths']} path(s) of {len(record['profiles'])} profile(s); "
+            f"{candidates} candidate(s) at the first look, {len(record['changes'])} "
+            f"confirmed, {len(record['unconfirmed'])} not; {len(record['failed'])} failed")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m mmlab.bench.check_speed",
+                                     description=__doc__.split("\n")[0])
+    parser.add_argument("--patch", type=Path, default=PATCH, help="a one-file patch")
+    parser.add_argument("--base", default="debian-source:6.12", help="a base already kept")
+    parser.add_argument("--suite", type=Path, default=SUITE)
+    parser.add_argument("--results", default=None,
+                        help="the check's store (default: a new folder under "
+                             "mmlab-results/bench/check-speed)")
+    parser.add_argument("--check-option", action="append", default=[], metavar="OPTION",
+                        help="passed on to mmlab check, repeatable (e.g. --check-option=--config "
+                             "--check-option=tiny)")
+    args = parser.parse_args(argv)
+    if not args.patch.is_file():
+        sys.exit(f"mmlab bench: --patch {args.patch}: no such file")
+    results = args.results or str(REPO_ROOT / "mmlab-results/bench/check-speed" /
+                                  time.strftime("%Y%m%d-%H%M%S"))
+    with tempfile.TemporaryDirectory(prefix="mmlab-check-speed-") as scratch:
+        patch = fresh_copy(args.patch, Path(scratch))
+        argv_ = [sys.executable, "-m", "mmlab.cli", "check", str(patch), "--base", args.base,
+                 "--suite", str(args.suite), "--results", results, "--json", *args.check_option]
+        done, start, loads = run_check(argv_)
+        end = time.time()
+    if done.returncode not in (0, 1):
+        sys.exit(f"mmlab bench: mmlab check exited {done.returncode} (its error above)")
+    record = json.loads(done.stdout)
+    s = spent(Store(results, create=False, read_only=True), record, start, end)
+    out = console()
+    out.print(table(s, record, loads, f"mmlab check {args.patch.name} --base {args.base} "
+                                      f"--suite {args.suite.name}",
+                    args.suite.resolve() == SUITE))
+    out.print(outcome(record) + f"; exit status {done.returncode}; results in {results}",
+              markup=False, highlight=False)
+    Path(results, "check.json").write_text(done.stdout)
+    Path(results, "check-speed.json").write_text(json.dumps(
+        {"argv": argv_, "exit": done.returncode, "seconds": s.total, "loads": loads,
+         "spent": {**vars(s), "rest": s.rest}, "guests": guests(s),
+         "outcome": outcome(record)}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
