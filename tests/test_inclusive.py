@@ -299,7 +299,7 @@ def test_a_task_resumed_takes_back_only_a_stack_that_went_through_its_own_call_s
 
 
 def test_a_counting_pass_follows_calls_only_where_a_profile_names_a_function():
-    """Following calls costs a counting boot 2.5 to 4.2 times its time: a
+    """Following calls costs a counting boot 1.6 to 4.2 times its time: a
     profile naming a syscall's count has stays counted, one naming a
     function on a path has calls followed too."""
     from mmlab.targets import stays

@@ -91,7 +91,7 @@ def kernel_symbols(guest: Guest, cache: Path) -> Path:
 def counting_args(guest: Guest, cache: Path, metrics: list[str]) -> tuple[str, ...]:
     """A counting pass's stays=, and calls= where a metric names a function
     on a path (each path's functions inclusively: functions.inclusive_metrics).
-    Following calls took a counting boot of the mprotect probe 2.5 to 4.2
+    Following calls took a counting boot of the mprotect probe 1.6 to 4.2
     times as long (docs/instructions.md), so a profile asks for it."""
     calls = any(f"_{functions.INCLUSIVE}_" in m for m in metrics)
     return (*plugin_args(guest, cache),
