@@ -202,14 +202,14 @@ class _StatesTarget(FakeTarget):
                                  kernel={"advise": 320.0 + 150 * k}, unresolved={},
                                  units={"advise": "page"}, kernel_release="6.1",
                                  text_address=1)
-        return snapshot.by_function(arm, plan, count)
+        return snapshot.by_function(arm, plan, set(plan.profile.attribution), count)
 
 
 def test_compare_names_the_functions_where_a_kernels_saved_boots_disagree(tmp_path):
     """A counted run whose arms' boots disagree: attribution stores each
     boot's counts by function, and the judgement read back from the store
     (as compare and report make it) names the function behind the gap."""
-    plan = parse(PROFILE)
+    plan = parse(PROFILE.replace("warmups = 0", 'warmups = 0\nattribution = ["state_functions"]'))
     store = Store(tmp_path / "r")
     exp = store.create_experiment(plan)
     pool = TargetPool(make=lambda arm: target)
@@ -226,8 +226,9 @@ def test_compare_names_the_functions_where_a_kernels_saved_boots_disagree(tmp_pa
 
 
 def test_attribution_counts_only_the_boots_the_trials_started_from():
-    """by_function counts boot 0 (the one `explain` shows) and each other
-    boot the arm's rounds took; a booted arm, or one trial, counts once."""
+    """by_function counts boot 0 (the one `explain` shows) and, asked for
+    state_functions, each other boot the arm's rounds took; a booted arm,
+    one trial, or `functions` alone (the tracker's) counts once."""
     counted: list[int] = []
 
     def count(k: int) -> FunctionInsns:
@@ -237,15 +238,20 @@ def test_attribution_counts_only_the_boots_the_trials_started_from():
                              text_address=1)
     plan = parse(PROFILE.replace("repetitions = 4", "repetitions = 6"))
     arm = plan.arms[0]
-    got = snapshot.by_function(arm, plan, count)
+    both = {"functions", STATE_FUNCTIONS}
+    got = snapshot.by_function(arm, plan, both, count)
     assert counted == [0, 1, 2] and got["functions"]["windows"] == {"advise": {"f": 0.0}}
     assert got[STATE_FUNCTIONS] == {str(k): {"advise": {"f": float(k)}} for k in range(3)}
     counted.clear()
     booted = arm.model_copy(update={"guest_start": "boot"})
-    assert set(snapshot.by_function(booted, plan, count)) == {"functions"} and counted == [0]
+    assert set(snapshot.by_function(booted, plan, both, count)) == {"functions"}
+    assert counted == [0]
+    counted.clear()
+    assert set(snapshot.by_function(arm, plan, {"functions"}, count)) == {"functions"}
+    assert counted == [0]
     counted.clear()
     single = plan.model_copy(update={"profile": plan.profile.model_copy(
         update={"repetitions": 1})})            # `mmlab run --functions`: one trial
-    assert STATE_FUNCTIONS not in snapshot.by_function(arm, single, count)
+    assert STATE_FUNCTIONS not in snapshot.by_function(arm, single, both, count)
     assert counted == [0]
-    assert snapshot.by_function(arm, plan, lambda k: None) == {}
+    assert snapshot.by_function(arm, plan, both, lambda k: None) == {}

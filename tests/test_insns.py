@@ -314,12 +314,13 @@ def test_a_timed_and_counted_plan_runs_counting_boots_two_at_a_time(plugin, tmp_
     by_function: list[tuple[float, float]] = []
     monkeypatch.setattr(qemu, "count_functions", timed_count)
     two = parse(text.replace('kernel = ["debian:6.12"]', 'kernel = ["debian:6.12", "debian:6.19"]')
-                .replace("warmups = 0", 'warmups = 0\nattribution = ["functions"]'))
+                .replace("warmups = 0", 'warmups = 0\nattribution = ["functions", '
+                                                 '"state_functions"]'))
     exp = store.create_experiment(two)
     assert pool.attribution_side_by_side(two) == 2
     assert runner.attribute(store, exp, two, pool) == 2
-    # Each arm's trials start from two saved boots (4 rounds), so each boot
-    # is counted by function too, for the states audit.
+    # Each arm's trials start from two saved boots (4 rounds), and the
+    # profile asks for each boot's counts by function, for the states audit.
     n = qemu.snapshot.states(two)
     assert n == 2
     assert {a: set(k) for a, k in store.attributions(exp).items()} == {

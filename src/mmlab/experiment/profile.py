@@ -118,9 +118,11 @@ class Profile(BaseModel):
         "None: 3 where the profile counts instructions, else 1"))
     attribute: bool = False       # attribution trials after the timing trials
     # which attribution runs (default: every kind the target makes): a guest's
-    # guest_trace (mm path calls and call times) and functions (instructions
-    # by function, TCG), a host's stacks, locks and events
-    attribution: list[Literal["guest_trace", "functions", "stacks", "locks", "events"]] = []
+    # guest_trace (mm path calls and call times), functions (instructions
+    # by function, TCG) and state_functions (the same from each saved boot),
+    # a host's stacks, locks and events
+    attribution: list[Literal["guest_trace", "functions", "state_functions", "stacks", "locks",
+                              "events"]] = []
     focus: str | None = None      # explain/report: only stacks through this function
     trace_count: list[str] = []   # guests: functions to count (default: the mm paths)
     trace_time: list[str] = []    # guests: functions to time (default: the first mm path)

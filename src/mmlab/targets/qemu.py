@@ -361,7 +361,8 @@ class QemuTarget(LocalTarget):
     def attribution_side_by_side(self, plan: Plan) -> int:
         """Attribution that counts instructions by function alone (no guest
         trace, which times calls) runs its arms' counting boots at once."""
-        return self._tcg_width(plan) if set(plan.profile.attribution) == {"functions"} else 1
+        alone = set(plan.profile.attribution) - {"state_functions"} == {"functions"}
+        return self._tcg_width(plan) if alone else 1
 
     def _tcg_width(self, plan: Plan) -> int:
         """The cores this process may use over the plan's vCPUs under TCG;
@@ -468,8 +469,7 @@ class QemuTarget(LocalTarget):
 
     def _attribute(self, arm: Arm, plan: Plan) -> dict[str, dict]:
         wl = plan.workload
-        wanted = set(plan.profile.attribution) or {"guest_trace", "functions"}
-        guest = self.guest(arm, plan)
+        wanted = set(plan.profile.attribution) or {"guest_trace", "functions", "state_functions"}
         found = {}
         count = tuple(plan.profile.trace_count) or wl.mm_paths
         time_ = tuple(plan.profile.trace_time) or wl.mm_paths[:1]
@@ -477,22 +477,22 @@ class QemuTarget(LocalTarget):
             self.say(f"{arm.name}: no guest trace: {wl.name} names no mm paths to trace "
                      "(give the profile trace_count or trace_time)")
         elif "guest_trace" in wanted:
-            got = sample(guest, wl, arm.params, samples=GUEST_TRACE_SAMPLES, warmups=0,
+            got = sample(self.guest(arm, plan), wl, arm.params, GUEST_TRACE_SAMPLES, warmups=0,
                          settings=arm.settings, instrument=Instrumentation(count, time_))
             found["guest_trace"] = guest_trace_record(got)
-        if "functions" in wanted:   # from each saved boot, for the states audit
-            found |= snapshot.by_function(arm, plan, lambda k: self._functions(
-                self.guest(arm, plan, k), arm, plan))
+        if wanted & {"functions", "state_functions"}:   # and from each saved boot, if asked
+            found |= snapshot.by_function(arm, plan, wanted,
+                                          lambda k: self._functions(arm, plan, k))
         return found
 
-    def _functions(self, guest: Guest, arm: Arm, plan: Plan) -> functions.FunctionInsns | None:
-        """Kernel instructions per function in the timed windows, where the
-        guest runs under TCG and mmlab's plugin builds; otherwise the reason
-        is said and there are none."""
+    def _functions(self, arm: Arm, plan: Plan, state: int) -> functions.FunctionInsns | None:
+        """Kernel instructions per function in the timed windows, from saved
+        boot `state`, where the guest runs under TCG and mmlab's plugin
+        builds; otherwise the reason is said and there are none."""
         if not plan.workload.windows:
             return None
         try:
-            return count_functions(guest, plan.workload, arm.params,
+            return count_functions(self.guest(arm, plan, state), plan.workload, arm.params,
                                    plan.profile.samples_per_trial, plan.profile.warmups,
                                    arm.settings, qemu_plugin.ensure())
         except MmlabError as exc:

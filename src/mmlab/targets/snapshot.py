@@ -78,7 +78,7 @@ from mmlab.workloads import insns
 from mmlab.workloads.mmwork import TrialFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Set
 
     from mmlab.attribution.functions import FunctionInsns
     from mmlab.experiment.plan import Arm, Plan
@@ -152,17 +152,21 @@ def rotation(arm: Arm, plan: Plan) -> int:
     return arm.round % states(plan)
 
 
-def by_function(arm: Arm, plan: Plan,
+def by_function(arm: Arm, plan: Plan, wanted: Set[str],
                 count: Callable[[int], FunctionInsns | None]) -> dict[str, dict]:
     """An arm's attribution by function (`count(k)`: counted from saved
     boot k, None if it could not be): its first boot's counts as
-    `functions`, and where its trials start from several saved boots,
-    each of those boots' counts by function (STATE_FUNCTIONS, by index), so that
-    the audit names the functions where its boots disagree (judge/states.py)."""
+    `functions`, and where `wanted` has STATE_FUNCTIONS and its trials
+    start from several saved boots, each of those boots' counts by function
+    (by index), so that the audit names the functions where its boots
+    disagree (judge/states.py).  Each boot costs an attribution boot (one
+    took 3.5 counting trials' time here), so the tracker, which asks for
+    `functions` alone, does not count them."""
     first = count(0)
     if first is None:
         return {}
-    n = min(states(plan), plan.profile.repetitions) if arm.guest_start == "snapshot" else 1
+    several = arm.guest_start == "snapshot" and STATE_FUNCTIONS in wanted
+    n = min(states(plan), plan.profile.repetitions) if several else 1
     each = {"0": first.windows} | {str(k): f.windows for k in range(1, n) if (f := count(k))}
     return {"functions": first.model_dump()} | ({STATE_FUNCTIONS: each} if n > 1 else {})
 
