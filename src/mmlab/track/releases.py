@@ -97,11 +97,14 @@ def _series(name: str) -> str:
 def _merge(line: list[Release], extra: list[Release], inside: bool) -> list[Release]:
     """`line` with the releases of `extra` whose label it lacks (the newest
     of each label), in version order among its Debian releases; with
-    `inside`, only those between its first and last Debian release."""
+    `inside`, only those between its first and last Debian release.  A
+    release `line` holds already (a suite naming point releases) is not
+    added again under another label."""
     have = {r.label for r in line}
+    held = {(r.name, r.version) for r in line}
     newest: dict[str, Release] = {}
     for r in sorted(extra, key=lambda r: VersionKey(r.version)):
-        if r.label not in have:
+        if r.label not in have and (r.name, r.version) not in held:
             newest[r.label] = r
     debian = [VersionKey(r.version) for r in line if r.name.startswith("debian:")]
     out = list(line)
