@@ -20,6 +20,7 @@ from mmlab.attribution.functions import FunctionInsns
 from mmlab.check import changes, coverage, reach, session, variants
 from mmlab.check import request as requests
 from mmlab.check.variants import Table, Variant
+from mmlab.errors import MmlabError
 from mmlab.kernels import series
 from mmlab.kernels.images import Kernel
 from mmlab.report import robot, robot_html
@@ -201,13 +202,16 @@ class Functions(FakeTarget):
     """Every arm's windows run unmap_page_range (and shrink_folio_list);
     kernels in `step_at` count more."""
 
-    def __init__(self, step_at: set[str]):
+    def __init__(self, step_at: set[str], hangs: bool = False):
         super().__init__(cv=0.001, model=lambda arm: (1.3 if arm.kernel in step_at else 1.0,
                                                       {}))
         self.attributed: list[str] = []
+        self.hangs = hangs
 
     def attribute(self, arm, plan):
         self.attributed.append(arm.kernel)
+        if self.hangs:
+            raise MmlabError(f"guest hung: no result from {arm.kernel} after 600 s")
         advise = {"unmap_page_range": 120.5, "shrink_folio_list": 400.0}
         return {"functions": FunctionInsns(
             windows={"advise": advise}, kernel={"advise": sum(advise.values())},
@@ -223,7 +227,8 @@ def built(where: Path, name: str, key: str, names: list[str] = SYMBOLS, grow: st
                            "compiler": "gcc (Debian 14.2.0-19) 14.2.0"})
 
 
-def check(tmp_path: Path, monkeypatch, text: str, step_at: set[str], **patched):
+def check(tmp_path: Path, monkeypatch, text: str, step_at: set[str], hangs: bool = False,
+          **patched):
     """A check of one patch on the fake, its kernels with symbol tables,
     the base's source `tree`, mmlab's cache under tmp_path, TABLE the
     variants."""
@@ -234,7 +239,7 @@ def check(tmp_path: Path, monkeypatch, text: str, step_at: set[str], **patched):
     (tmp_path / "p.toml").write_text(PROFILE)
     (tmp_path / "one.patch").write_text(text)
     asked = requests.read([tmp_path / "one.patch"], str(tree), None, [tmp_path / "p.toml"])
-    fake = Functions({"build:patched"} & step_at)
+    fake = Functions({"build:patched"} & step_at, hangs)
     kernels = [built(tmp_path / "k", "base", "b" * 64),
                built(tmp_path / "k", "patched", "p" * 64, **patched)]
     result = session.run(Store(tmp_path / "r"), asked, kernels,
@@ -370,3 +375,15 @@ def test_a_header_inline_is_said_to_be_not_known(tmp_path):
     assert cov.unknown == cov.functions and not cov.unreached
     assert robot.not_measured(SimpleNamespace(coverage=cov))[1:] == [
         "  mm_helper (mm/helper.h): not known: inline in a header: its callers are not followed"]
+
+
+def test_a_profile_whose_base_could_not_be_counted_is_named(tmp_path, monkeypatch):
+    """A counting boot that hangs leaves the profile's functions unknown:
+    what only it runs shows as not run, and the report says so."""
+    result, fake = check(tmp_path, monkeypatch, TWO, set(), hangs=True, grow="unmap_page_range")
+    assert fake.attributed == ["build:base"] and result.coverage is not None
+    assert result.coverage.uncounted == ["pageout"] and not result.coverage.profiles
+    assert robot.text(result).splitlines()[-1] == (
+        "  (the base could not be counted by function in pageout: what only they run is "
+        "listed as not run)")
+    assert robot.record(result)["coverage"]["uncounted"] == ["pageout"]

@@ -85,6 +85,7 @@ class Coverage:
     layout: Layout | None       # None: a kernel without a symbol table
     table: str = ""             # the variants table's kernel ("" where none)
     seconds: float = 0.0        # what counting the base by function took here
+    uncounted: list[str] = field(default_factory=list)   # profiles the base failed in
 
     @property
     def reached(self) -> list[FunctionCoverage]:
@@ -116,10 +117,13 @@ def needs_counts(changes: Changes, layout: Layout | None) -> bool:
 
 
 def cover(changes: Changes, counts: dict[str, Counts], layout: Layout | None,
-          table: Table | None, checked: set[str], seconds: float = 0.0) -> Coverage:
+          table: Table | None, checked: set[str], seconds: float = 0.0,
+          uncounted: list[str] | None = None) -> Coverage:
     """Each changed function's reach over the profiles' base `counts`,
     suggestions from `table` for those no path ran (leaving out the
-    `checked` profiles as they are), and `layout` with the paths' functions."""
+    `checked` profiles as they are), and `layout` with the paths' functions;
+    `uncounted`: the profiles whose base could not be counted (a boot that
+    failed), where a function may have run unseen."""
     ran = {s for windows, _ in counts.values() for w in windows.values()
            for s, n in w.items() if n > 0}
     resized = set(layout.resized) if layout else set()
@@ -138,7 +142,7 @@ def cover(changes: Changes, counts: dict[str, Counts], layout: Layout | None,
         layout = Layout(layout.resized, layout.moved, layout.same, len(ran),
                         len(ran & set(layout.moved)), sorted(ran & resized))
     return Coverage(out, changes.parser, list(counts), layout, table.kernel if table else "",
-                    seconds)
+                    seconds, list(uncounted or []))
 
 
 def compare(base: Path, patched: Path) -> Layout | None:

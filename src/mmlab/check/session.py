@@ -181,6 +181,7 @@ def _coverage(check: Check, request: Request, kernels: list[Kernel],
     base, patched = kernels[0], kernels[-1]
     layout = coverage.compare(base.symbols, patched.symbols)
     counts: dict[str, coverage.Counts] = {}
+    failed: list[str] = []
     started = time.monotonic()
     if coverage.needs_counts(changed, layout):
         for t in request.profiles:
@@ -189,8 +190,11 @@ def _coverage(check: Check, request: Request, kernels: list[Kernel],
             got = reach.base_counts(check.store, check.here, check.on_event, base, t, exps)
             if got is not None:
                 counts[t.name] = got
+            else:
+                failed.append(t.name)
     return coverage.cover(changed, counts, layout, variants.load(),
-                          {t.name for t in request.profiles}, time.monotonic() - started)
+                          {t.name for t in request.profiles}, time.monotonic() - started,
+                          failed)
 
 
 def _confirm(check: Check, t: Tracked, base: str, patched: str, moved: dict[str, str]

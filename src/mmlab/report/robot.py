@@ -122,7 +122,15 @@ def not_measured(result: CheckResult) -> list[str]:
     return ["not measured: the check's paths did not run these changed functions (or it "
             "cannot tell), so no change there means not measured:",
             *(f"  {unreached_line(f, cov.table)}" for f in cov.unreached),
-            *(f"  {f.function} ({f.changed.path}): not known: {f.why}" for f in cov.unknown)]
+            *(f"  {f.function} ({f.changed.path}): not known: {f.why}" for f in cov.unknown),
+            *uncounted(cov)]
+
+
+def uncounted(cov: Coverage) -> list[str]:
+    """The profiles whose base could not be counted by function: a function
+    only they run is listed as not run."""
+    return [f"  (the base could not be counted by function in {', '.join(cov.uncounted)}: "
+            "what only they run is listed as not run)"] if cov.uncounted else []
 
 
 def unreached_line(f: FunctionCoverage, table: str, said: str = "") -> str:
@@ -149,7 +157,7 @@ def coverage_lines(result: CheckResult) -> list[str]:
             out.append(f"  {unreached_line(f, cov.table, ': no path ran it, not measured')}")
         else:
             out.append(f"  {f.function} ({f.changed.path}): {f.why}")
-    return out + [""]
+    return out + uncounted(cov) + [""]
 
 
 def skipped(result: CheckResult) -> str:
@@ -300,7 +308,8 @@ def coverage_record(cov: Coverage | None) -> dict | None:
         return None
     lay = cov.layout
     return {
-        "parser": cov.parser, "profiles": cov.profiles, "seconds": round(cov.seconds, 1),
+        "parser": cov.parser, "profiles": cov.profiles, "uncounted": cov.uncounted,
+        "seconds": round(cov.seconds, 1),
         "variants_kernel": cov.table,
         "functions": [{"function": f.function, "file": f.changed.path,
                        "patches": list(f.changed.patches), "code": f.changed.code,
