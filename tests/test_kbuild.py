@@ -117,7 +117,8 @@ def test_the_seed_patches_are_shipped_for_6_12_and_7_3():
 
 @pytest.mark.slow
 def test_a_real_build_boots_and_a_second_request_is_a_cache_hit(tmp_path):
-    """About 7 minutes on 2 cores: `make test-slow`."""
+    """About 7 minutes on 2 cores with the tiny config; with Debian's, its
+    base build is roughly four times the tiny one's (kept after): `make test-slow`."""
     from mmlab import workloads
     from mmlab.attribution import functions
     from mmlab.machine.knobs import HostSettings
