@@ -175,6 +175,9 @@ def main(argv: list[str] | None = None) -> None:
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--patch", type=Path, default=PATCH, help="a one-file patch")
     parser.add_argument("--base", default="debian-source:6.12", help="a base already kept")
+    parser.add_argument("--config", default="tiny",
+                        help="the check's --config: that of the kept base (tiny: the fastest "
+                             "to build, and the one kept here)")
     parser.add_argument("--suite", type=Path, default=SUITE)
     parser.add_argument("--results", default=None,
                         help="the check's store (default: a new folder under "
@@ -190,7 +193,8 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mmlab-check-speed-") as scratch:
         patch = fresh_copy(args.patch, Path(scratch))
         argv_ = [sys.executable, "-m", "mmlab.cli", "check", str(patch), "--base", args.base,
-                 "--suite", str(args.suite), "--results", results, "--json", *args.check_option]
+                 "--config", args.config, "--suite", str(args.suite), "--results", results,
+                 "--json", *args.check_option]
         done, start, loads = run_check(argv_)
         end = time.time()
     if done.returncode not in (0, 1):
