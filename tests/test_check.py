@@ -306,8 +306,8 @@ def test_seed_004s_patch_flags_the_ksm_rmap_paths_and_no_other(tmp_path):
     suite's move_pages of plain anonymous pages: the same syscall through
     rmap_walk_anon, which the patch leaves alone.  The KSM walk's paths
     change, by rmap_walk_ksm's functions; no path of the anonymous
-    migration does (a few minutes here)."""
-    done = mmlab("check", str(SEED004), "--base", "debian-source:6.12",
+    migration does (a few minutes here, on the kept tiny base)."""
+    done = mmlab("check", str(SEED004), "--base", "debian-source:6.12", "--config", "tiny",
                  "--profile", str(ROOT / "experiments/suites/ksm-rmap-move.toml"),
                  "--profile", str(ROOT / "experiments/suites/mm/migrate-move-pages.toml"),
                  "--results", str(tmp_path / "r"), "--json")
