@@ -14,6 +14,11 @@ own noise and a floor per kind of count), so a first look of few rounds
 finds the candidates and the confirmation's rounds decide; no p-value is
 asked for and no family corrected.
 
+Over a fleet (`fleet`, the tracker's spread.Fleet) every profile's first
+look, then every confirmation, runs at once, one experiment per machine;
+a bisection's steps, one at a time, go there too; the attribution runs
+here, as the tracker's does.
+
 The check's coverage (coverage.py) says which functions the series
 changes and which of them its paths ran on the base kernel: the base
 counted by function once per profile (reach.py), only where some changed
@@ -27,6 +32,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mmlab.check import changes as series_changes
 from mmlab.check import coverage, reach, variants
@@ -34,6 +40,7 @@ from mmlab.check.changes import Changes
 from mmlab.check.coverage import Coverage
 from mmlab.check.request import Request
 from mmlab.errors import MmlabError
+from mmlab.experiment.plan import with_kernels
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.criteria import COUNT_FLOORS
 from mmlab.kernels import kbuild
@@ -48,6 +55,9 @@ from mmlab.track.changepoints import Change
 from mmlab.track.evidence import Evidence
 from mmlab.track.releases import Release
 from mmlab.track.suite import Suite, Tracked
+
+if TYPE_CHECKING:
+    from mmlab.track.spread import Fleet
 
 FIRST_ROUNDS = cells.COUNT_CELL_ROUNDS      # the first look: finds the candidates
 CONFIRM_ROUNDS = tracking.ROUNDS["counts"]  # a confirmation: decides them
@@ -98,10 +108,13 @@ class CheckResult:
 
 class Check:
     """The pairs a check measures, each once: (profile, kernel) against the
-    base, so a bisection reuses the confirmation and its earlier steps."""
+    base, so a bisection reuses the confirmation and its earlier steps;
+    here, or over `fleet`'s machines."""
 
-    def __init__(self, store: Store, here: driver.Here, on_event: OnEvent, note: str):
+    def __init__(self, store: Store, here: driver.Here, on_event: OnEvent, note: str,
+                 fleet: Fleet | None = None):
         self.store, self.here, self.on_event, self.note = store, here, on_event, note
+        self.fleet = fleet
         self.judged = cells.Judgements(store)
         self.pairs: dict[tuple[str, str, str], int] = {}
         self.ran: list[int] = []
@@ -109,15 +122,30 @@ class Check:
     def measure(self, t: Tracked, base: str, kernel: str, rounds: int, why: str) -> int:
         """The experiment of `t` on `kernel` against `base` for `why`
         (first, confirm, narrow), measured when not measured yet."""
-        key = (t.name, kernel, "first" if why == "first" else "again")
-        if key not in self.pairs:
-            plan = cells.cell_plan(t, rounds, rounds, "none", t.metrics)
-            exp_id, _ = narrow.pair_experiment(
-                self.store, plan, base, kernel, f"check {self.note} {why} {t.name}", self.here,
-                f"{t.name}: {kernel} against {base} ({why}, {rounds} rounds)", self.on_event)
-            self.pairs[key] = exp_id
+        return self.measure_all([t], base, kernel, rounds, why)[0]
+
+    def measure_all(self, ts: list[Tracked], base: str, kernel: str, rounds: int,
+                    why: str) -> list[int]:
+        """measure for each of `ts`: those not measured yet at once over the
+        fleet (a batch per machine count), or one after another here."""
+        def key(t: Tracked) -> tuple[str, str, str]:
+            return t.name, kernel, "first" if why == "first" else "again"
+        todo = [t for t in ts if key(t) not in self.pairs]
+        plans = [cells.cell_plan(t, rounds, rounds, "none", t.metrics) for t in todo]
+        notes = [f"check {self.note} {why} {t.name}" for t in todo]
+        said = [f"{t.name}: {kernel} against {base} ({why}, {rounds} rounds)" for t in todo]
+        if self.fleet is not None:
+            ids = self.fleet.experiments(
+                [with_kernels(p, [base, kernel], n) for p, n in zip(plans, notes)],
+                lambda i: self.on_event(Message(f"{said[i]} (on the fleet)")))
+        else:
+            ids = [narrow.pair_experiment(self.store, p, base, kernel, n, self.here, w,
+                                          self.on_event)[0]
+                   for p, n, w in zip(plans, notes, said)]
+        for t, exp_id in zip(todo, ids):
+            self.pairs[key(t)] = exp_id
             self.ran.append(exp_id)
-        return self.pairs[key]
+        return [self.pairs[key(t)] for t in ts]
 
     def comparison(self, exp_id: int, metric: str) -> Comparison | None:
         c = cells.kernel_comparison(*self.judged.comparisons(exp_id), metric)
@@ -131,25 +159,20 @@ class Check:
 
 
 def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here,
-        results: str, on_event: OnEvent = ignore) -> CheckResult:
+        results: str, on_event: OnEvent = ignore, fleet: Fleet | None = None) -> CheckResult:
     """`kernels`: the base, then each patch's kernel (or the base and the
     whole series' alone); every profile of `request` measured on the last
-    against the first."""
+    against the first: every first look, then every confirmation, so that
+    a `fleet` runs each set at once."""
     base, patched = kernels[0], kernels[-1]
     changed = series_changes.read(request.patches, source(base, request.base), base.symbols) \
         if base.symbols.is_file() else None
-    check = Check(store, here, on_event, f"{base.name}..{patched.name}")
+    check = Check(store, here, on_event, f"{base.name}..{patched.name}", fleet)
     found: list[Found] = []
     unconfirmed: list[Unconfirmed] = []
-    paths = 0
+    paths, looked = _first_looks(check, request.profiles, base.name, patched.name)
     for t in request.profiles:
-        first = check.measure(t, base.name, patched.name, FIRST_ROUNDS, "first")
-        judged = check.paths(first, t)
-        paths += len(judged)
-        moved = {m: o for m in judged
-                 if (o := changepoints.outcome_of(m, check.comparison(first, m)))
-                 in changepoints.CONFIRMED}
-        if moved:
+        if moved := looked[t.name]:
             confirmed, missed = _confirm(check, t, base.name, patched.name, moved)
             unconfirmed += missed
             found += [_found(check, request, t, kernels, c, outcome, results)
@@ -157,6 +180,22 @@ def run(store: Store, request: Request, kernels: list[Kernel], here: driver.Here
     return CheckResult(request, base, patched, paths, FIRST_ROUNDS, found, unconfirmed,
                        check.ran, cells.failed(store, check.ran), probe.machine(),
                        _accelerator(check), coverage=_coverage(check, request, kernels, changed))
+
+
+def _first_looks(check: Check, profiles: list[Tracked], base: str, patched: str
+                 ) -> tuple[int, dict[str, dict[str, str]]]:
+    """Every profile's first look, then the confirmation of each that
+    found a path moved (each set at once over a fleet): how many paths the
+    first looks judged, and by profile the paths that moved and how."""
+    firsts = check.measure_all(profiles, base, patched, FIRST_ROUNDS, "first")
+    judged = {t.name: check.paths(first, t) for t, first in zip(profiles, firsts)}
+    looked = {t.name: {m: o for m in judged[t.name]
+                       if (o := changepoints.outcome_of(m, check.comparison(first, m)))
+                       in changepoints.CONFIRMED}
+              for t, first in zip(profiles, firsts)}
+    check.measure_all([t for t in profiles if looked[t.name]], base, patched,
+                      CONFIRM_ROUNDS[0], "confirm")
+    return sum(map(len, judged.values())), looked
 
 
 def source(base: Kernel, given: str) -> Path | None:

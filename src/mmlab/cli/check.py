@@ -20,7 +20,9 @@ from mmlab.cli.options import JSON, RESULTS
 if TYPE_CHECKING:
     from mmlab.check.request import Request
     from mmlab.check.session import CheckResult
+    from mmlab.run.events import OnEvent
     from mmlab.store import Store
+    from mmlab.track.spread import Fleet
 
 CHANGED = 1      # the exit status of a check that found a change
 FAILED = 2       # as every error's (cli.main)
@@ -48,6 +50,12 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
                                           "config of the base's release), debian-generic, or "
                                           "tiny (tinyconfig, the fastest build)"),
           results: str = RESULTS,
+          machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
+                                       help="spread the first looks and confirmations over "
+                                            "these fleet machines, one experiment per machine "
+                                            "at a time; needs a postgresql:// store and "
+                                            "workers on this machine (the built kernels are "
+                                            "in its kernel cache)"),
           output: Path = typer.Option(None, "--output", "-o", metavar="DIR",
                                       help="also write report.txt, report.json and "
                                            "report.html there, and each change's evidence "
@@ -67,6 +75,7 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
     from mmlab.cli.display import Display
     from mmlab.cli.kernels import build_status
     from mmlab.errors import MmlabError
+    from mmlab.fleet import machine_names
     from mmlab.kernels import kbuild
     from mmlab.report import json as report_json
     from mmlab.report import robot
@@ -75,19 +84,21 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
     from mmlab.targets import TargetPool
     if output is not None and output.exists() and not output.is_dir():
         raise MmlabError(f"-o {output}: exists and is not a directory")
+    names = machine_names(machines) if machines is not None else None
+    show = Display(stderr=True)
     with tempfile.TemporaryDirectory(prefix="mmlab-check-") as scratch:
         asked, commit = _asked(patches or [], tree, commits, base, suite, profile, config,
                                Path(scratch))
+        store, spread = _fleet(results, names, show) if names else (None, None)
         spec = str(kbuild.checkout(Path(asked.base), commit)) if commit else asked.base
         with build_status(spec) as on_line:
             files = requests.patch_files(asked, Path(scratch))
             kernels = kbuild.build_series(spec, files, [], None, on_line, every=len(files) > 1,
                                           config=asked.config)
-    show = Display(stderr=True)
     with show:
-        store = Store(results)
+        store = store or Store(results)
         result = session.run(store, asked, kernels,
-                             driver.Here(TargetPool(False, show.say)), results, show)
+                             driver.Here(TargetPool(False, show.say)), results, show, spread)
     report = report_json.check(result) if as_json else robot.text(result)
     typer.echo(report, nl=False)
     if output is not None:
@@ -120,6 +131,30 @@ def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: st
     files, commit = requests.from_commits(tree, commits, scratch)
     return requests.read(files, str(tree), suite, profiles,
                          f"--tree {tree} --commits {commits}", config), commit
+
+
+def _fleet(results: str, names: list[str], on_event: OnEvent) -> tuple[Store, Fleet]:
+    """The fleet's shared store and the check's experiments spread over
+    `names` (the tracker's spread.Fleet), refused before anything is
+    built: a lab directory, a machine no worker registered, or one whose
+    worker runs on another host, which cannot boot the kernels the check
+    builds into this machine's kernel cache."""
+    from mmlab.errors import MmlabError
+    from mmlab.fleet import registry, worker
+    from mmlab.store import Store, backend
+    from mmlab.track import spread
+    if not backend.is_url(results):
+        raise MmlabError(f"--machines needs the fleet's shared store: --results "
+                         f"postgresql://... (not {results})")
+    store = Store(results)
+    run = spread.fleet_runner(store, results, names, False, on_event)
+    for machine in registry.lookup(store, names).values():
+        if machine.node != worker.node(machine.name):
+            raise MmlabError(f"--machines {machine.name}: its worker ({machine.node}) is not "
+                             "on this machine, and the kernels a check builds are in this "
+                             "machine's kernel cache: only a worker started here (as "
+                             f"{worker.node(machine.name)}) can boot them")
+    return store, spread.Fleet(store, names, run)
 
 
 def _write(output: Path, result: CheckResult, store: Store) -> None:
