@@ -6,13 +6,14 @@ trials' spread, and a pair whose difference the choice of a boot explains."""
 from __future__ import annotations
 
 import collections
+import re
 
 import pytest
 
 from mmlab.attribution.functions import FunctionInsns
 from mmlab.errors import MmlabError
 from mmlab.experiment.plan import pairs, parse
-from mmlab.judge import audit, verdicts
+from mmlab.judge import audit, states, verdicts
 from mmlab.judge.criteria import Verdict
 from mmlab.judge.states import STATE_FUNCTIONS
 from mmlab.kernels import qemu_plugin
@@ -179,11 +180,14 @@ def test_boots_that_disagree_name_the_functions_that_differ_between_them():
     assert "functions that differ most from boot 0 to 1 (advise, per unit): " \
            "__free_one_page +150, free_pcppages_bulk +3, release_pages -1" in str(f), f
     assert "memset_erms" not in str(f)             # the same in both boots
-    (alone,) = audit.audit_arm("6.1", apart)
-    assert "functions" not in str(alone)
+    (alone,) = audit.audit_arm("6.1", apart)     # judged before attribution: says where
+    assert "differ most" not in str(alone) and states.FUNCTIONS_LATER in str(alone)
     # Only one of the two boots counted: nothing to set them against.
     (half,) = audit.audit_arm("6.1", apart, {"0": functions["0"]})
     assert "functions" not in str(half)
+
+
+RELEASE = "6.12.57+deb13-amd64"
 
 
 class _StatesTarget(FakeTarget):
@@ -193,7 +197,8 @@ class _StatesTarget(FakeTarget):
 
     def __init__(self):
         super().__init__(cv=0.0005, model=lambda arm: (
-            1.0 + 0.13 * (arm.round % 2), {"guest_state": f"{arm.round % 2}:{arm.name[-4:]}"}))
+            1.0 + 0.13 * (arm.round % 2), {"guest_state": f"{arm.round % 2}:{arm.name[-4:]}",
+                                           "guest_kernel": arm.kernel, "kernel": RELEASE}))
 
     def attribute(self, arm, plan):
         def count(k: int) -> FunctionInsns:
@@ -255,3 +260,81 @@ def test_attribution_counts_only_the_boots_the_trials_started_from():
     assert STATE_FUNCTIONS not in snapshot.by_function(arm, single, both, count)
     assert counted == [0]
     assert snapshot.by_function(arm, plan, both, lambda k: None) == {}
+
+
+def _mmlab(tmp_path, monkeypatch):
+    """The CLI on a store of its own, every arm's trials on a _StatesTarget;
+    returns a call that runs a command and gives its output, whitespace
+    made single spaces (the terminal wraps lines)."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    target = _StatesTarget()
+    monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: target)
+    results = str(tmp_path / "r")
+
+    def mmlab(*args: str) -> str:
+        ran = CliRunner().invoke(app, [*args, "--results", results])
+        assert ran.exit_code == 0, ran.output
+        return " ".join(ran.output.split())
+    return mmlab
+
+
+ONE_ARM = f"""
+name = "one kernel"
+workload = "pageout-refault"
+kernel = "debian:6.12"
+repetitions = 4
+warmups = 0
+attribution = ["state_functions"]
+metrics = ["{COUNT}"]
+baseline = "6.12"
+arms = [{{ name = "6.12", set = {{}} }}]
+[params]
+rounds = 2
+min-ms = 0
+"""
+
+
+def test_a_one_arm_experiments_boots_that_disagree_are_shown_where_a_user_reads_it(
+        tmp_path, monkeypatch):
+    """Four trials of one kernel over two saved boots that disagree: the
+    run's summary, compare and the report (text and HTML) name the kernel
+    and the boots' values; judged before any attribution, they say where
+    the functions will be named, and once attribution counted each boot,
+    compare and the report name them."""
+    mmlab = _mmlab(tmp_path, monkeypatch)
+    profile = tmp_path / "one.toml"
+    profile.write_text(ONE_ARM)
+    head = f"guest states differ: arm {parse(ONE_ARM).arms[0].name}: saved boots of " \
+           f"debian:6.12 ({RELEASE}): "
+    ran = mmlab("experiment", "run", str(profile))
+    boots = rf"{COUNT} [\d,.]+ from boot 0:6.12 vs [\d,.]+ from 1:6.12 \(\+13\.0%\)"
+    assert head in ran and re.search(boots, ran), ran
+    assert states.FUNCTIONS_LATER in ran
+    for shown in (mmlab("compare", "1"), mmlab("report", "1")):
+        assert head in shown and states.FUNCTIONS_LATER in shown, shown
+    assert "no pair of arms to compare" in mmlab("report", "1")
+    # Attribution after the trials: this summary was judged before it, so
+    # it still says where; compare and the report, read from the store, name them.
+    again = mmlab("experiment", "resume", "1", "--attribute")
+    assert "attribution stored for 1 arm(s)" in again and states.FUNCTIONS_LATER in again
+    named = "functions that differ most from boot 0 to 1 (advise, per unit): __free_one_page +150"
+    for shown in (mmlab("compare", "1"), mmlab("report", "1"),
+                  mmlab("report", "1", "--format", "html")):
+        assert head in shown and named in shown and states.FUNCTIONS_LATER not in shown, shown
+
+
+def test_compare_notes_a_pairs_boots_that_disagree_without_calling_it_not_comparable(
+        tmp_path, monkeypatch):
+    """Both arms' boots disagree the same way (the boot, not the arm, moves
+    the count): compare says so for each arm, as a note no verdict rests on."""
+    mmlab = _mmlab(tmp_path, monkeypatch)
+    profile = tmp_path / "pair.toml"
+    profile.write_text(PROFILE)
+    mmlab("experiment", "run", str(profile), "--no-controls")
+    shown = mmlab("compare", "1")
+    assert "same-state audit, noted (no verdict above rests on it):" in shown, shown
+    for arm in parse(PROFILE).arms:
+        assert f"guest states differ: arm {arm.name}: saved boots of debian:6.12" in shown
+    assert "not comparable" not in shown

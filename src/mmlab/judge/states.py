@@ -32,6 +32,10 @@ CLOCK_PACED = re.compile(r".+_interrupt_.+")
 STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
 STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
 NAMED_FUNCTIONS = 3   # functions a finding names
+# Where a finding judged with no counts by function from each boot (a run's
+# own summary, made before its attribution) says they will be named.
+FUNCTIONS_LATER = ("the functions that differ between the boots: named by `mmlab compare` "
+                   "and `mmlab report` once attribution has counted each boot (--attribute)")
 
 # One state's counts by function: window -> function -> instructions per unit.
 ByFunction = Mapping[str, Mapping[str, float]]
@@ -77,10 +81,11 @@ def counted(*arms: list[Sample]) -> list[str]:
 
 def disagree(samples: list[Sample],
              functions: Mapping[str, ByFunction] | None = None) -> str:
-    """The arm's counts on which its saved boots disagree, largest share
-    first, each with its two furthest boots, and the functions that differ
-    most between the first one's boots where `functions` holds both ("" if
-    the boots agree)."""
+    """The arm's counts on which its saved boots disagree, headed by the
+    kernel, largest share first, each with its two furthest boots, and the
+    functions that differ most between the first one's boots where
+    `functions` holds both, or without `functions` where they will be
+    named ("" if the boots agree)."""
     seen = []
     for metric in counted(samples):
         med = state_medians(samples, metric)
@@ -92,10 +97,26 @@ def disagree(samples: list[Sample],
         return ""
     seen.sort(key=lambda x: x[0], reverse=True)
     more = f" and {len(seen) - 3} more counts" if len(seen) > 3 else ""
-    text = "; ".join(f"{what} ({share:+.1%})" for share, _, _, what in seen[:3]) + more
+    text = kernel_of(samples) + "; ".join(f"{what} ({share:+.1%})"
+                                          for share, _, _, what in seen[:3]) + more
+    if not functions:
+        return f"{text}; {FUNCTIONS_LATER}"
     _, metric, (lo_state, hi_state), _ = seen[0]
-    named = functions_apart(functions or {}, lo_state, hi_state, metric)
+    named = functions_apart(functions, lo_state, hi_state, metric)
     return text + (f"; {named}" if named else "")
+
+
+def kernel_of(samples: list[Sample]) -> str:
+    """Whose saved boots these are, as a finding's head: the kernel as the
+    profile names it and as the guest's uname gives it ("saved boots of
+    debian:6.1 (RELEASE): "), since an arm's name need not say it (a
+    one-arm experiment's does not), and its samples do."""
+    names = sorted({str(v) for s in samples if (v := s.state.get("guest_kernel"))})
+    releases = sorted({str(v) for s in samples if (v := s.state.get("kernel"))})
+    if not names and not releases:
+        return ""
+    release = f" ({'/'.join(releases)})" if names and releases else ""
+    return f"saved boots of {'/'.join(names or releases)}{release}: "
 
 
 def functions_apart(functions: Mapping[str, ByFunction], lo: str, hi: str, metric: str,

@@ -21,7 +21,7 @@ from mmlab.judge import measurements
 from mmlab.judge.audit import guest_thp_notes
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.stats import summarize
-from mmlab.report import fmt
+from mmlab.report import auditnotes, fmt
 from mmlab.report.data import ReportData, regzbot_lines
 from mmlab.track import dashboard
 from mmlab.track.changepoints import EMULATED, Change
@@ -188,7 +188,9 @@ def render(d: ReportData) -> str:
     findings = {k: v for k, v in d.judgement.findings.items() if v}
     binding = {k: [f for f in v if any(f.matters_for(m) for m in p.metrics)]
                for k, v in findings.items()}
-    if not any(binding.values()):
+    if not d.judgement.findings:
+        out += _wrap("no pair of arms to compare; each arm's own trials are audited")
+    elif not any(binding.values()):
         out += _wrap("every compared pair ran in the same page state where the profile did "
                      "not ask for a difference (THP backing, swap, KSM, VMAs, kernel, errors)")
     for (arm, base), found in findings.items():
@@ -206,6 +208,10 @@ def render(d: ReportData) -> str:
             if (a, b) == (arm, base):
                 for label, ctrl in controls:
                     out += _wrap(f"- {metric}: {fmt.matched_state(label, ctrl)}", "    ")
+    for heading, said in auditnotes.noted(d.judgement, p.metrics, pairs=False).items():
+        out += _wrap(f"{heading}, noted (in no pair: no verdict rests on it):")
+        for line in said:
+            out += _wrap(f"- {line}", "    ")
     out += attribution(d)
     if d.missing:
         out += ["", "Missing"]

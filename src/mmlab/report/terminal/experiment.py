@@ -17,6 +17,7 @@ from mmlab.judge.audit import guest_thp_notes
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.measurements import BARE_METAL, SIMULATED_BARE_METAL
 from mmlab.judge.stats import summarize
+from mmlab.report import auditnotes
 from mmlab.report.fmt import (
     DASH,
     VERDICT_RICH,
@@ -263,8 +264,9 @@ def reasons(comparisons: list[Comparison],
 
 def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements,
                    judged: Judgement) -> None:
-    """The per-arm figures, which arms ran emulated, and the verdicts with
-    their reasons: what `experiment run` and `compare` print."""
+    """The per-arm figures, which arms ran emulated, the verdicts with
+    their reasons, and the audit's findings no verdict carries
+    (auditnotes): what `experiment run` and `compare` print."""
     samples = measured.by_arm
     out.print(arm_summary_table(plan.workload, samples, plan.profile.metrics))
     for line in accelerator_notes(samples):
@@ -276,6 +278,12 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
     out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
     for line in reasons(judged.comparisons, judged.matched):
         out.print(escaped(line))
+    notes = auditnotes.noted(judged, plan.profile.metrics)
+    if notes:
+        out.print("same-state audit, noted (no verdict above rests on it):")
+    for heading, said in notes.items():
+        for line in said:
+            out.print(escaped(f"- {heading}: {line}"))
 
 
 def run_line(result: RunResult, prefix: str = "") -> str:
