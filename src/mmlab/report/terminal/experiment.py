@@ -275,15 +275,19 @@ def print_verdicts(out: Console, exp_id: int, plan: Plan, measured: Measurements
         out.print(escape(line))
     for line in guest_thp_notes(samples):
         out.print(escape(line))
-    out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
+    if judged.comparisons:
+        out.print(compare_table(plan, f"experiment {exp_id}: {plan.profile.name}", judged))
+    else:
+        out.print(escaped(f"experiment {exp_id}: {plan.profile.name}: no pair of arms to "
+                          "compare"))
     for line in reasons(judged.comparisons, judged.matched):
         out.print(escaped(line))
-    notes = auditnotes.noted(judged, plan.profile.metrics)
+    notes = [line for said in auditnotes.noted(judged, plan.profile.metrics).values()
+             for line in said]          # each names its arms
     if notes:
         out.print("same-state audit, noted (no verdict above rests on it):")
-    for heading, said in notes.items():
-        for line in said:
-            out.print(escaped(f"- {heading}: {line}"))
+    for line in notes:
+        out.print(escaped(f"- {line}"))
 
 
 def run_line(result: RunResult, prefix: str = "") -> str:
