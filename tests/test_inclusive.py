@@ -5,8 +5,6 @@ syscall in `explain`, and renamed functions paired into one row."""
 from __future__ import annotations
 
 import gzip
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -282,18 +280,10 @@ def test_a_task_resumed_takes_back_only_a_stack_that_went_through_its_own_call_s
     returns, the syscall lost its stack (and took a thread's), and
     __x64_sys_move_pages was never credited; taken on the third, its own
     call of the scheduler, every function of the path is credited once."""
-    from .test_syscalls import HARNESS
-    hdr = qemu_plugin.header(qemu_plugin.source_version())
-    glib = subprocess.run(["pkg-config", "--cflags", "--libs", "glib-2.0"], capture_output=True,
-                          text=True, check=True).stdout.split()
-    exe = tmp_path / "harness"
-    subprocess.run(["gcc", "-O2", "-Wall", "-Werror", f"-I{hdr.parent}", str(HARNESS),
-                    str(qemu_plugin.SOURCE), *glib, "-o", str(exe)], check=True)
-    (tmp_path / "stays.txt").write_text("A 80 40 syscall_unnamed\nN 1000 syscall_move_pages\n")
+    from .test_syscalls import scripted
     (tmp_path / "calls.txt").write_text(CALLS)
-    ran = subprocess.run([str(exe), f"out={tmp_path / 'out.jsonl'}",
-                          f"stays={tmp_path / 'stays.txt'}", f"calls={tmp_path / 'calls.txt'}"],
-                         capture_output=True, text=True, env={**os.environ, "SCRIPT": "calls"})
+    ran = scripted(tmp_path, "A 80 40 syscall_unnamed\nN 1000 syscall_move_pages\n",
+                   (f"calls={tmp_path / 'calls.txt'}",), script="calls")
     assert ran.returncode == 0, ran.stderr
     (line,) = [r for r in insns.plugin_records((tmp_path / "out.jsonl").read_text(), "calls")
                if r["window"] == 0]

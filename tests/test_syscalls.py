@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -157,8 +158,11 @@ HARNESS = Path(__file__).parent / "qemu_plugin_harness.c"
 STAYS = "A 80 40 syscall_unnamed\nE 200 20 fault\nE 300 100 interrupt\nN 1000 syscall_mprotect\n"
 
 
-def scripted(tmp_path: Path, stays_text: str) -> subprocess.CompletedProcess:
-    """The plugin, built with the harness's fake QEMU, run on its script."""
+def scripted(tmp_path: Path, stays_text: str, extra: tuple[str, ...] = (),
+             script: str | None = None) -> subprocess.CompletedProcess:
+    """The plugin, built with the harness's fake QEMU, run on its script
+    (`script`: the harness's SCRIPT, another of its scripts; `extra`: more
+    plugin arguments)."""
     hdr = qemu_plugin.header(qemu_plugin.source_version())
     glib = subprocess.run(["pkg-config", "--cflags", "--libs", "glib-2.0"], capture_output=True,
                           text=True, check=True).stdout.split()
@@ -166,8 +170,10 @@ def scripted(tmp_path: Path, stays_text: str) -> subprocess.CompletedProcess:
     subprocess.run(["gcc", "-O2", "-Wall", "-Werror", f"-I{hdr.parent}", str(HARNESS),
                     str(qemu_plugin.SOURCE), *glib, "-o", str(exe)], check=True)
     (tmp_path / "stays.txt").write_text(stays_text)
+    env = {**os.environ, "SCRIPT": script} if script else None
     return subprocess.run([str(exe), f"out={tmp_path / 'out.jsonl'}",
-                           f"stays={tmp_path / 'stays.txt'}"], capture_output=True, text=True)
+                           f"stays={tmp_path / 'stays.txt'}", *extra], capture_output=True,
+                          text=True, env=env)
 
 
 def test_the_plugin_counts_the_stays_that_begin_and_end_inside_a_window(tmp_path):
