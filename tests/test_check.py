@@ -326,12 +326,15 @@ def test_seed_004s_patch_flags_the_ksm_rmap_paths_and_no_other(tmp_path):
     assert {"rmap_walk_ksm", "anon_vma_interval_tree_iter_next"} <= moved, moved
 
 
-def git_tree(where: Path) -> Path:
-    """A kernel-shaped git tree with a base commit and two more."""
+def git_tree(where: Path, release: str = "6.12", name: str = "linux") -> Path:
+    """A kernel-shaped git tree of `release` (its Makefile's version) with a
+    base commit and two more."""
     import subprocess
-    tree = where / "linux"
+    tree = where / name
     (tree / "mm").mkdir(parents=True)
-    (tree / "Makefile").write_text("all:\n")
+    major, minor = release.split(".")
+    (tree / "Makefile").write_text(f"VERSION = {major}\nPATCHLEVEL = {minor}\nSUBLEVEL = 0\n"
+                                   "EXTRAVERSION =\nall:\n")
     (tree / "Kconfig").write_text("")
 
     def git(*args: str) -> None:
@@ -368,20 +371,28 @@ def test_a_trees_commits_are_the_series_and_its_old_end_the_base(monkeypatch, tm
     (["--tree", "T", "--commits", "HEAD..HEAD"], "--commits HEAD..HEAD: no commits in that "
                                                  "range"),
     (["--tree", "N", "--commits", "HEAD~1..HEAD"], "not a git tree"),
+    (["--tree", "O", "--commits", "HEAD~1..HEAD"], "the Debian catalog has no 4.9"),
 ])
 def test_bad_commit_ranges_are_one_line(tmp_path, args, wanted):
+    """Each refused in one line before anything is made: a release the
+    catalog has no Debian config of is read from OLD's Makefile in git, not
+    from a checkout of OLD in mmlab's cache."""
+    from mmlab.kernels import kbuild
     tree = git_tree(tmp_path)
+    old = git_tree(tmp_path, "4.9", "old")
     plain = tmp_path / "plain"
     (plain / "mm").mkdir(parents=True)
     (plain / "Makefile").write_text("all:\n")
     (plain / "Kconfig").write_text("")
-    args = [{"T": str(tree), "N": str(plain)}.get(a, a) for a in args]
+    args = [{"T": str(tree), "N": str(plain), "O": str(old)}.get(a, a) for a in args]
     before = sorted(p.name for p in tmp_path.rglob("*"))
+    worktrees = sorted((kbuild.build_cache() / "worktrees").glob("*"))
     done = mmlab("check", *args, "--profile", str(ROOT / "experiments/suites/unmap-young-shmem.toml"),
                  "--results", str(tmp_path / "r"))
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert wanted in done.stderr
     assert sorted(p.name for p in tmp_path.rglob("*")) == before
+    assert sorted((kbuild.build_cache() / "worktrees").glob("*")) == worktrees
 
 
 def test_the_report_is_written_in_every_form_with_its_evidence(monkeypatch, tmp_path):

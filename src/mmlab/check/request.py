@@ -81,10 +81,13 @@ def countable(t: Tracked) -> bool:
     return bool(t.plan.workload.windows and session.class_metrics(t, "counts"))
 
 
-def from_commits(tree: Path, rev_range: str, scratch: Path) -> tuple[list[Path], str]:
+def from_commits(tree: Path, rev_range: str, scratch: Path,
+                 config: str) -> tuple[list[Path], str]:
     """The commits OLD..NEW of a kernel git tree as format-patch files in
     `scratch` (a temporary folder the caller removes), and OLD's commit:
-    the base is the tree at OLD, checked out when the kernels are built."""
+    the base is the tree at OLD, checked out when the kernels are built, so
+    the Debian config OLD's release needs is looked up here, from OLD's
+    Makefile as git has it, before anything is checked out."""
     if not (tree / "Makefile").is_file() or not (tree / "Kconfig").is_file():
         raise MmlabError(f"--tree {tree}: not a kernel source tree (no Makefile and Kconfig)")
     inside = proc.call(["git", "-C", str(tree), "rev-parse", "--is-inside-work-tree"],
@@ -92,6 +95,11 @@ def from_commits(tree: Path, rev_range: str, scratch: Path) -> tuple[list[Path],
     if inside.returncode or inside.stdout.strip() != "true":
         raise MmlabError(f"--tree {tree}: not a git tree (--commits needs one)")
     base = kbuild.commits(tree, rev_range)[0]
+    kconfig.check_name(config)
+    if kconfig.NAMES[config] is not None:
+        makefile = proc.call(["git", "-C", str(tree), "show", f"{base}:Makefile"],
+                             what=f"git show {base[:12]}:Makefile").stdout
+        kconfig.image(config, kconfig.release_of(makefile, f"--tree {tree} at {base[:12]}"))
     proc.call(["git", "-C", str(tree), "format-patch", "-q", "--no-merges", "-o", str(scratch),
                rev_range], what=f"git format-patch {rev_range}")
     return sorted(scratch.glob("*.patch")), base

@@ -128,7 +128,7 @@ def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: st
         raise MmlabError("check: --tree DIR --commits OLD..NEW go together, without PATCH "
                          "files or --base (the base is the tree at OLD)")
     tree = tree.resolve()
-    files, commit = requests.from_commits(tree, commits, scratch)
+    files, commit = requests.from_commits(tree, commits, scratch, config)
     return requests.read(files, str(tree), suite, profiles,
                          f"--tree {tree} --commits {commits}", config), commit
 

@@ -146,14 +146,19 @@ def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
 def tree_release(tree: Path) -> str:
     """The release a kernel tree's Makefile names, as an upstream version
     that orders as Debian's do (6.12.0 -> 6.12, 7.3.0-rc7 -> 7.3~rc7)."""
-    text = (tree / "Makefile").read_text(errors="replace")
+    return release_of((tree / "Makefile").read_text(errors="replace"), str(tree))
+
+
+def release_of(text: str, where: str) -> str:
+    """tree_release of a Makefile's text (`where` names it in an error), so a
+    commit's release is read from git without checking the commit out."""
     parts = {k: v.strip() for k, v in re.findall(r"^(VERSION|PATCHLEVEL|SUBLEVEL|EXTRAVERSION)"
                                                  r"\s*=(.*)$", text, re.M)}
     release = (f"{parts.get('VERSION', '')}.{parts.get('PATCHLEVEL', '')}."
                f"{parts.get('SUBLEVEL') or 0}{parts.get('EXTRAVERSION', '')}")
     found = versions.release_upstream(release)
     if not found:
-        raise MmlabError(f"{tree}: its Makefile names no kernel version, so no Debian config "
+        raise MmlabError(f"{where}: its Makefile names no kernel version, so no Debian config "
                          "matches it; give --config tiny")
     return found
 
