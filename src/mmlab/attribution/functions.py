@@ -59,6 +59,17 @@ SWITCH = "__switch_to_asm"        # from here the kernel stack is another task's
 ENTRY_TEXT = ("__entry_text_start", "__entry_text_end")
 
 
+def text_symbols(path: Path) -> list[tuple[int, str]]:
+    """(address, name) of each text symbol of a gzipped System.map or
+    kallsyms, in the file's order."""
+    pairs = []
+    for line in gzip.decompress(path.read_bytes()).decode(errors="replace").splitlines():
+        f = line.split()
+        if len(f) == 3 and f[1] in TEXT_TYPES:
+            pairs.append((int(f[0], 16), f[2]))
+    return pairs
+
+
 class SymbolTable:
     """A kernel's text symbols as offsets from `_text`, sorted."""
 
@@ -68,11 +79,7 @@ class SymbolTable:
     @classmethod
     def load(cls, path: Path) -> SymbolTable:
         """A gzipped System.map or kallsyms (kernels.Kernel.symbols)."""
-        pairs = []
-        for line in gzip.decompress(path.read_bytes()).decode(errors="replace").splitlines():
-            f = line.split()
-            if len(f) == 3 and f[1] in TEXT_TYPES:
-                pairs.append((int(f[0], 16), f[2]))
+        pairs = text_symbols(path)
         by_name = {n: a for a, n in pairs}
         if "_text" not in by_name or not by_name["_text"]:
             raise MmlabError(f"{path}: no _text address (a placeholder System.map, or "

@@ -31,13 +31,13 @@ callers everywhere and is not followed.
 
 from __future__ import annotations
 
-import gzip
 import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmlab.attribution.functions import text_symbols
 from mmlab.errors import MmlabError
 from mmlab.kernels import kbuild, series
 from mmlab.kernels.series import Hunk, Patch
@@ -230,10 +230,8 @@ def symbol_names(symbols: Path | None) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
     if symbols is None or not symbols.is_file():
         return out
-    for line in gzip.decompress(symbols.read_bytes()).decode(errors="replace").splitlines():
-        f = line.split()
-        if len(f) == 3 and f[1] in "tTwW":
-            out.setdefault(f[2].split(".")[0], []).append(f[2])
+    for _, name in text_symbols(symbols):
+        out.setdefault(name.split(".")[0], []).append(name)
     return out
 
 

@@ -22,10 +22,10 @@ Records only: report/robot.py renders them.
 
 from __future__ import annotations
 
-import gzip
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmlab.attribution.functions import text_symbols
 from mmlab.check.changes import Changed, Changes
 from mmlab.check.variants import Table, Variant
 
@@ -163,12 +163,7 @@ def _sized(symbols: Path) -> dict[str, tuple[int, int]] | None:
     left out, as its place says nothing."""
     if not symbols.is_file():
         return None
-    pairs = []
-    for line in gzip.decompress(symbols.read_bytes()).decode(errors="replace").splitlines():
-        f = line.split()
-        if len(f) == 3 and f[1] in "tTwW":
-            pairs.append((int(f[0], 16), f[2]))
-    pairs.sort()
+    pairs = sorted(text_symbols(symbols))
     text = next((addr for addr, name in pairs if name == "_text"), None)
     if text is None:
         return None
