@@ -8,19 +8,21 @@ function on it.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
+from mmlab.attribution.functions import INCLUSIVE, PATH_STAY
 from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.measurements import Measurements
 from mmlab.store import Store
-from mmlab.workloads import Window, is_count
+from mmlab.workloads import CALLS, INSNS, Window
 from mmlab.workloads.samples import Sample
 
-FOLLOWED = re.compile(r".+_(syscall_\w+|fault|exception_\w+)(_incl_\w+)?"
-                      r"_(calls|kernel_insns_per_call)")
+# A followed path's figures: its calls, and its instructions per call (or a
+# function's on it, inclusively); per unit is per call times calls, the
+# same step again, and its events are the profile's to choose.
+FOLLOWED = (CALLS, f"kernel_{INSNS}_per_call")
 PATH_SHARE = 0.001   # of its window's kernel instructions: a stay's series worth following
 
 
@@ -67,36 +69,41 @@ class Judgements:
 
 def followed(plan: Plan, measured: Measurements) -> list[str]:
     """The counts a counting pass stored beyond the profile's metrics,
-    which the tracker follows too: every syscall's, fault's and
-    exception's calls and instructions per call (a profile naming one of
-    them has them all counted; per unit is per call times calls, the same
-    step again), the inclusive count per call of each function on their
-    paths that the counting pass kept (functions.inclusive_metrics: those
-    holding 10% of the path), and any other count narrower than a window
-    the trials hold, in name order.  Not the windows' own, which the
-    profile chose among, nor the interrupts and unnamed entries, whose
-    counts follow the host's clock under TCG, not the kernel's path; nor a
-    stay below PATH_SHARE of its window, or a function on its path (a C
-    library's start-up calls: a step there, however sure, is nothing at
-    the window's scale)."""
+    which the tracker follows too, in name order: every syscall's, fault's
+    and exception's calls and instructions per call (a profile naming one
+    of them has them all counted), and the inclusive count per call of
+    each function on their paths that the counting pass kept
+    (functions.inclusive_metrics: those holding 10% of the path).  Not the
+    windows' own instructions and events, nor the paths' events, which the
+    profile chose among (naming one event has every window count them
+    all); nor the interrupts and unnamed entries, whose counts follow the
+    host's clock under TCG, not the kernel's path; nor a stay below
+    PATH_SHARE of its window, or a function on its path (a C library's
+    start-up calls: a step there, however sure, is nothing at the
+    window's scale)."""
     wl = plan.workload
     samples = [s for t in measured.trials for s in t.samples]
     held = {k for s in samples for k in s.metrics}
 
     def wanted(m: str) -> bool:
         if (parts := wl.stay_parts(m)) is None:
-            return is_count(m)
-        return bool(FOLLOWED.fullmatch(m)) and _share(samples, *parts[:2]) >= PATH_SHARE
-    return sorted(filter(wanted, held - set(plan.profile.metrics) - wl.window_metrics()))
+            return False
+        w, stay, figure = parts
+        return (figure in FOLLOWED and bool(PATH_STAY.fullmatch(_path(stay)))
+                and _share(samples, w, stay) >= PATH_SHARE)
+    return sorted(filter(wanted, held - set(plan.profile.metrics)))
 
 
 def _share(samples: list[Sample], w: Window, stay: str) -> float:
     """The largest share of its window's kernel instructions the stay (a
     function's on its path: the path's) held in a sample (1 where no
     sample says: followed, as before)."""
-    stay = stay.partition("_incl_")[0]
+    stay = _path(stay)
     part, whole = (f"{w.name}_{p}kernel_insns_per_{w.unit}" for p in (f"{stay}_", ""))
     shares = [(s.metrics.get(part) or 0) / (s.metrics.get(whole) or math.inf) for s in samples]
     return max(shares) if any(shares) else 1.0
 
 
+def _path(stay: str) -> str:
+    """The path a stay's name is on (a function's inclusive count names it)."""
+    return stay.partition(f"_{INCLUSIVE}_")[0]
