@@ -34,8 +34,10 @@ def show(exp_id: int = EXPERIMENT, results: str = RESULTS) -> None:
 
 
 def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
-            as_json: bool = typer.Option(False, "--json", help="a JSON list of comparisons"),
-            as_csv: bool = typer.Option(False, "--csv", help="CSV, one comparison per row")
+            as_json: bool = typer.Option(False, "--json", help="a JSON list of comparisons, "
+                                         "each with what a count counts and the audit's findings"),
+            as_csv: bool = typer.Option(False, "--csv", help="CSV, one comparison per row, "
+                                        "the same as columns")
             ) -> None:
     """Verdicts per metric and pair of arms, with CIs, p-values and the
     same-state audit (see docs/verdicts.md for how to read them).
@@ -53,9 +55,9 @@ def compare(exp_id: int = EXPERIMENT, results: str = RESULTS,
     measured = store.measurements(exp_id)
     judged = verdicts.judge(plan, measured)
     if as_json:
-        typer.echo(report_json.comparisons(plan, judged))
+        typer.echo(report_json.comparisons(plan, judged, measured.by_arm))
     elif as_csv:
-        typer.echo(report_csv.comparisons(plan, judged), nl=False)
+        typer.echo(report_csv.comparisons(plan, judged, measured.by_arm), nl=False)
     else:
         experiment.print_verdicts(terminal.console(), exp_id, plan, measured, judged)
 

@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import csv
 import io
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from mmlab.experiment.plan import Plan
 from mmlab.judge.verdicts import Judgement
+from mmlab.report import auditnotes
+from mmlab.workloads.samples import Sample
 
 
-def comparisons(plan: Plan, judged: Judgement) -> str:
-    """One comparison per row, the columns of Comparison.as_row and
-    whether its figures are emulated time."""
-    rows = [{**c.as_row(), "emulated": judged.emulated_time(plan, c)}
-            for c in judged.comparisons]
+def comparisons(plan: Plan, judged: Judgement, samples: Mapping[str, Sequence[Sample]]) -> str:
+    """One comparison per row, the columns of Comparison.as_row, what a
+    counted figure counts and the audit's findings on its pair
+    (auditnotes.columns), and whether its figures are emulated time."""
+    rows = [{**c.as_row(), **auditnotes.columns(plan, judged, samples, c),
+             "emulated": judged.emulated_time(plan, c)} for c in judged.comparisons]
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else ["metric"])
     writer.writeheader()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict
 
 from mmlab.attribution.explain import Explanation
@@ -17,11 +17,12 @@ from mmlab.check.session import CheckResult
 from mmlab.experiment.plan import Plan
 from mmlab.judge.verdicts import Judgement
 from mmlab.kernels.images import Kernel
-from mmlab.report import robot
+from mmlab.report import auditnotes, robot
 from mmlab.track.dashboard import newest_first, tally
 from mmlab.track.evidence import Evidence
 from mmlab.track.session import TrackResult
 from mmlab.track.suite import Suite
+from mmlab.workloads.samples import Sample
 
 
 def records(rows: Iterable) -> str:
@@ -30,10 +31,12 @@ def records(rows: Iterable) -> str:
     return json.dumps([asdict(r) for r in rows], indent=1)
 
 
-def comparisons(plan: Plan, judged: Judgement) -> str:
-    """Each comparison with every field (Comparison.as_dict), and whether
-    its figures are emulated time."""
-    return json.dumps([{**c.as_dict(), "emulated": judged.emulated_time(plan, c)}
+def comparisons(plan: Plan, judged: Judgement, samples: Mapping[str, Sequence[Sample]]) -> str:
+    """Each comparison with every field (Comparison.as_dict), whether its
+    figures are emulated time, what a counted one counts and the audit's
+    findings on its pair (auditnotes.fields)."""
+    return json.dumps([{**c.as_dict(), "emulated": judged.emulated_time(plan, c),
+                        **auditnotes.fields(plan, judged, samples, c)}
                        for c in judged.comparisons], indent=1)
 
 

@@ -1,0 +1,92 @@
+"""`compare --json` and `--csv` carry what compare's text says beside its
+table: the same-state audit's findings on each comparison's pair (noted or
+deciding), and what a counted figure counts, as fields a script reads."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from mmlab.experiment.plan import pairs, parse
+from mmlab.judge import audit, verdicts
+from mmlab.report import csv as report_csv
+from mmlab.report import json as report_json
+from mmlab.targets import TargetPool
+
+from .test_guest_states import COUNT, PROFILE, _boots, _mmlab, _StatesTarget
+
+PLUGIN = {"insns_source": "qemu tcg plugin", "accelerator": "tcg"}
+
+
+def _counted_by_the_plugin(target: _StatesTarget) -> _StatesTarget:
+    """The target's samples as a TCG guest's counting pass gives them."""
+    model = target.model
+    target.model = lambda arm: (model(arm)[0], {**model(arm)[1], **PLUGIN})
+    return target
+
+
+def test_compare_json_and_csv_carry_the_audits_notes_and_what_a_count_counts(
+        tmp_path, monkeypatch):
+    """A pair whose kernels' saved boots disagree (noted, no verdict rests
+    on it): each JSON comparison lists the finding and says its count is the
+    plugin's, exact, rep strings per iteration, over two saved boots; the
+    CSV has the same as columns a spreadsheet filters on."""
+    mmlab = _mmlab(tmp_path, monkeypatch)
+    target = _counted_by_the_plugin(_StatesTarget())
+    monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: target)
+    profile = tmp_path / "pair.toml"
+    profile.write_text(PROFILE)
+    mmlab("experiment", "run", str(profile), "--no-controls")
+    (c,) = json.loads(raw(tmp_path, "compare", "1", "--json"))
+    assert c["counted"] == {"counts": "insns", "counter": "plugin", "counter_baseline": "plugin",
+                            "exact": True, "rep_string": "per iteration", "guest_states": 2,
+                            "guest_states_baseline": 2}
+    noted = [f for f in c["audit"] if f["check"] == audit.STATES_DIFFER]
+    assert {tuple(f["arms"]) for f in noted} == {(c["arm"],), (c["baseline"],)}, c["audit"]
+    assert all(not f["decides"] and "saved boots of debian:6.12" in f["detail"] for f in noted)
+    (row,) = csv.DictReader(io.StringIO(raw(tmp_path, "compare", "1", "--csv")))
+    assert row["audit_checks"] == audit.STATES_DIFFER and row["exact"] == "True"
+    assert row["counter"] == "plugin" and row["rep_string"] == "per iteration"
+    assert row["audit_notes"].count(f"{audit.STATES_DIFFER}: arm ") == 2, row
+
+
+def raw(tmp_path, *args: str) -> str:
+    """A command's stdout as printed (no whitespace made single)."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    ran = CliRunner().invoke(app, [*args, "--results", str(tmp_path / "r")])
+    assert ran.exit_code == 0, ran.output
+    return ran.stdout
+
+
+def test_a_finding_a_verdict_rests_on_is_marked_and_a_time_says_it_counts_nothing():
+    """Boots that explain the pair's difference make the count not
+    comparable: its finding `decides`, the other arm's boots that disagree
+    do not and are the CSV's note; a timed metric's `counted` is null and
+    its count columns empty."""
+    plan = parse(PROFILE.replace(f'"{COUNT}"', f'"{COUNT}", "advise_ns_per_page"'))
+    (pair,) = pairs(plan)
+    samples = {pair.arm.name: _boots(("0:aa", [1151, 1152, 1150]), ("1:bb", [1304, 1303, 1305])),
+               pair.baseline.name: _boots(("0:cc", [1200] * 3), ("1:dd", [1201] * 3))}
+    for ss in samples.values():
+        for s in ss:
+            s.state.update(PLUGIN)
+            s.metrics["advise_ns_per_page"] = 5.0
+    judged = verdicts.judge(plan, samples)
+    by_metric = {c["metric"]: c for c in json.loads(report_json.comparisons(plan, judged,
+                                                                            samples))}
+    count, time = by_metric[COUNT], by_metric["advise_ns_per_page"]
+    assert count["verdict"] == "not comparable" and time["counted"] is None
+    decides = {f["check"]: f["decides"] for f in count["audit"]}
+    assert decides == {audit.STATES_EXPLAIN: True, audit.STATES_DIFFER: False}, count["audit"]
+    assert {f["check"]: f["decides"] for f in time["audit"]} == {
+        audit.STATES_EXPLAIN: False, audit.STATES_DIFFER: False}
+    rows = {r["metric"]: r for r in csv.DictReader(io.StringIO(
+        report_csv.comparisons(plan, judged, samples)))}
+    assert set(rows[COUNT]["audit_checks"].split("; ")) == {audit.STATES_EXPLAIN,
+                                                           audit.STATES_DIFFER}
+    assert audit.STATES_EXPLAIN not in rows[COUNT]["audit_notes"]
+    assert audit.STATES_DIFFER in rows[COUNT]["audit_notes"]
+    assert rows["advise_ns_per_page"]["counts"] == rows["advise_ns_per_page"]["exact"] == ""
