@@ -11,10 +11,12 @@ kept already (a first check of it, or `mmlab kernels build`, makes it):
 the benchmark is of a check against a cached base.
 
 Where the time went is read from the command's own records, not guessed
-from outside: make's seconds (the patched kernel's build record); each
-experiment from its creation to its last trial's end, by what it was for
-(the first look, a confirmation, a bisection step); the attribution boots
-(from a confirmation's last trial to its last attribution record); the
+from outside: make's seconds (the patched kernel's build record); the
+experiments from their creation to their last trial's end, by what they
+were for (the first looks, the confirmations, the bisection steps), the
+seconds of experiments that ran at once (over a fleet's machines) counted
+once; the attribution boots (from a confirmation's last trial to its last
+attribution record, outside every experiment's run); the
 trials' guests (how many were restored from a saved boot or booted, and a
 bound on what starting them cost: no trial is shorter than its guest's
 start and end); the rest (mmlab's start, copying and patching the base
@@ -40,6 +42,7 @@ from rich.table import Table
 from mmlab.kernels import images
 from mmlab.report.terminal import console
 from mmlab.store import Store
+from mmlab.store.backend import is_url
 from mmlab.workloads.build import REPO_ROOT
 
 PATCH = REPO_ROOT / "experiments/patches/seed003-zap-set-referenced-6.12.patch"
@@ -47,6 +50,7 @@ SUITE = REPO_ROOT / "experiments/suites/mm.toml"
 GOAL_S = 20 * 60            # the issue's goal on this 2-core machine
 WHY = re.compile(r"^check \S+ (first|confirm|narrow) ")
 LOAD_EVERY_S = 10
+FIGURES = REPO_ROOT / "mmlab-results/bench/check-speed"   # a run's folder by default
 
 
 @dataclass
@@ -95,26 +99,58 @@ def run_check(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, list
 
 
 def spent(store: Store, record: dict, start: float, end: float) -> Spent:
-    """The check's time by part, from its kernels' and experiments' records."""
+    """The check's time by part, from its kernels' and experiments' records.
+    A part is the time some experiment of it ran (from its creation to its
+    last trial's end), each second once: over a fleet's machines a check
+    runs its first looks at once, then its confirmations, so adding their
+    spans would count the same seconds several times.  The attribution is
+    what its records took after their experiment's trials, outside every
+    experiment's span."""
     found = Spent(end - start, images.get(record["patched"]["name"]).details.get("make_s"))
-    if record["experiments"]:
-        found.before = float(store.experiment(record["experiments"][0])["created"]) - start
+    spans: dict[str, list[tuple[float, float]]] = {}
+    attributing = []
     for exp_id in record["experiments"]:
         m = WHY.match(store.plan(exp_id).profile.derived or "")
         why = m.group(1) if m else "other"
         created = float(store.experiment(exp_id)["created"])
         ran = [(t.started, t.ended) for t in store.trials(exp_id) if t.started and t.ended]
-        end = max((e for _, e in ran), default=created)
-        found.phases[why] = found.phases.get(why, 0.0) + end - created
+        measured = max((e for _, e in ran), default=created)
+        spans.setdefault(why, []).append((created, measured))
         found.experiments[why] = found.experiments.get(why, 0) + 1
         found.trials[why] = found.trials.get(why, 0) + len(ran)
         found.trial_walls += [e - b for b, e in ran]
         last = store.db.execute("SELECT MAX(created) AS last FROM attributions WHERE "
                                 "experiment_id=?", (exp_id,)).fetchone()["last"]
-        found.attribution += max(0.0, last - end) if last else 0.0
+        if last:
+            attributing.append((measured, float(last)))
         for trial in store.measurements(exp_id).trials:
             _started(found, trial.samples[0].state if trial.samples else {})
+    if spans:
+        found.before = min(a for span in spans.values() for a, _ in span) - start
+    taken: list[tuple[float, float]] = []
+    for why, span in spans.items():
+        found.phases[why] = _covered(span, taken)
+        taken += span
+    found.attribution = _covered(attributing, taken)
     return found
+
+
+def _covered(spans: list[tuple[float, float]], taken: list[tuple[float, float]]) -> float:
+    """The seconds inside some of `spans` and inside none of `taken`."""
+    held = _merged(taken)
+    return sum(b - a - sum(max(0.0, min(b, d) - max(a, c)) for c, d in held)
+               for a, b in _merged(spans))
+
+
+def _merged(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """`spans` as the fewest disjoint spans covering the same seconds."""
+    out: list[tuple[float, float]] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        elif b > a:
+            out.append((a, b))
+    return out
 
 
 def _started(found: Spent, state: dict) -> None:
@@ -183,13 +219,17 @@ def main(argv: list[str] | None = None) -> None:
                         help="the check's store (default: a new folder under "
                              "mmlab-results/bench/check-speed)")
     parser.add_argument("--check-option", action="append", default=[], metavar="OPTION",
-                        help="passed on to mmlab check, repeatable (e.g. --check-option=--config "
-                             "--check-option=tiny)")
+                        help="passed on to mmlab check, repeatable (e.g. "
+                             "--check-option=--machines --check-option=a,b)")
     args = parser.parse_args(argv)
     if not args.patch.is_file():
         sys.exit(f"mmlab bench: --patch {args.patch}: no such file")
-    results = args.results or str(REPO_ROOT / "mmlab-results/bench/check-speed" /
-                                  time.strftime("%Y%m%d-%H%M%S"))
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    results = args.results or str(FIGURES / stamp)
+    # A fleet's store is a URL with its password: the figures go to a
+    # folder here, and neither they nor the screen name the URL.
+    figures, shown = ((FIGURES / stamp, "the fleet's store") if is_url(results)
+                      else (Path(results), results))
     with tempfile.TemporaryDirectory(prefix="mmlab-check-speed-") as scratch:
         patch = fresh_copy(args.patch, Path(scratch))
         argv_ = [sys.executable, "-m", "mmlab.cli", "check", str(patch), "--base", args.base,
@@ -205,11 +245,18 @@ def main(argv: list[str] | None = None) -> None:
     out.print(table(s, record, loads, f"mmlab check {args.patch.name} --base {args.base} "
                                       f"--suite {args.suite.name}",
                     args.suite.resolve() == SUITE))
-    out.print(outcome(record) + f"; exit status {done.returncode}; results in {results}",
+    out.print(outcome(record) + f"; exit status {done.returncode}; results in {shown}",
               markup=False, highlight=False)
-    Path(results, "check.json").write_text(done.stdout)
-    Path(results, "check-speed.json").write_text(json.dumps(
-        {"argv": argv_, "exit": done.returncode, "seconds": s.total, "loads": loads,
+    keep(figures, done, [shown if a == results else a for a in argv_], s, loads, record)
+
+
+def keep(figures: Path, done: subprocess.CompletedProcess, argv: list[str], s: Spent,
+         loads: list[float], record: dict) -> None:
+    """The check's JSON and these figures, for a later look or the docs."""
+    figures.mkdir(parents=True, exist_ok=True)
+    (figures / "check.json").write_text(done.stdout)
+    (figures / "check-speed.json").write_text(json.dumps(
+        {"argv": argv, "exit": done.returncode, "seconds": s.total, "loads": loads,
          "spent": {**vars(s), "rest": s.rest}, "guests": guests(s),
          "outcome": outcome(record)}, indent=1) + "\n")
 

@@ -1,0 +1,94 @@
+"""`make bench-check`'s account of where a check's time went
+(bench/check_speed.py), read from a stand-in store: every second of the
+check is counted once, in one part, however many experiments ran at once."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from mmlab.bench import check_speed
+from mmlab.kernels import images
+
+
+class Store:
+    """What check_speed.spent reads of a store: each experiment's creation,
+    why it ran (its derived profile's note), its trials' spans and its
+    last attribution record."""
+
+    def __init__(self, experiments: dict[int, tuple[str, float, list[tuple[float, float]],
+                                                    float | None]]):
+        self.rows = experiments
+        self.db = self
+
+    def experiment(self, exp_id):
+        return {"created": self.rows[exp_id][1]}
+
+    def plan(self, exp_id):
+        derived = f"check 0001-x.patch {self.rows[exp_id][0]} p; derived from p.toml"
+        return SimpleNamespace(profile=SimpleNamespace(derived=derived))
+
+    def trials(self, exp_id):
+        return [SimpleNamespace(started=a, ended=b) for a, b in self.rows[exp_id][2]]
+
+    def measurements(self, exp_id):
+        return SimpleNamespace(trials=[])
+
+    def execute(self, sql, args):
+        last = self.rows[args[0]][3]
+        return SimpleNamespace(fetchone=lambda: {"last": last})
+
+
+@pytest.fixture(autouse=True)
+def patched_kernel(monkeypatch):
+    monkeypatch.setattr(images, "get", lambda name: SimpleNamespace(details={"make_s": 5.0}))
+
+
+def test_experiments_that_ran_at_once_over_a_fleet_are_counted_once():
+    """Two machines: both first looks at once (10-100 and 10-110 s), both
+    confirmations at once (120-200 s), each explained here until 260 s;
+    the check ended at 270 s.  The first looks took 100 s of the check,
+    not 190; the parts add up to the whole, the rest is what none holds."""
+    store = Store({1: ("first", 10.0, [(10.0, 50.0), (50.0, 100.0)], None),
+                   2: ("first", 10.0, [(10.0, 110.0)], None),
+                   3: ("confirm", 120.0, [(120.0, 200.0)], 250.0),
+                   4: ("confirm", 120.0, [(120.0, 190.0)], 260.0)})
+    s = check_speed.spent(store, {"patched": {"name": "build:x"}, "experiments": [1, 2, 3, 4]},
+                          0.0, 270.0)
+    assert (s.before, s.phases, s.attribution) == (10.0, {"first": 100.0, "confirm": 80.0}, 60.0)
+    assert s.rest == pytest.approx(20.0)
+    assert (s.experiments, s.trials) == ({"first": 2, "confirm": 2}, {"first": 3, "confirm": 2})
+
+
+def test_one_after_another_each_experiment_counts_whole():
+    store = Store({1: ("first", 30.0, [(30.0, 90.0)], None),
+                   2: ("first", 95.0, [(95.0, 150.0)], None),
+                   3: ("confirm", 160.0, [(160.0, 220.0)], 240.0)})
+    s = check_speed.spent(store, {"patched": {"name": "build:x"}, "experiments": [1, 2, 3]},
+                          0.0, 250.0)
+    assert (s.make, s.before, s.phases, s.attribution) == (
+        5.0, 30.0, {"first": 115.0, "confirm": 60.0}, 20.0)
+    assert s.rest == pytest.approx(25.0)
+
+
+def test_a_fleets_store_keeps_the_figures_in_a_folder_here(monkeypatch, tmp_path, capsys):
+    """Over a fleet the check's results are a postgresql:// store, no
+    folder: the figures go to a new folder under the bench's own, and the
+    check's argv keeps the store's URL out of them (it holds a password)."""
+    record = {"patched": {"name": "build:x"}, "experiments": [], "changes": [],
+              "unconfirmed": [], "failed": [], "paths": 3, "profiles": ["p"]}
+    ran = []
+    monkeypatch.setattr(check_speed, "run_check", lambda argv: ran.append(argv) or (
+        SimpleNamespace(returncode=0, stdout=json.dumps(record)), 0.0, [1.0]))
+    monkeypatch.setattr(check_speed, "Store", lambda *a, **k: Store({}))
+    monkeypatch.setattr(check_speed, "FIGURES", tmp_path / "figures")
+    url = "postgresql://mmlab:SECRET@storehost/mmlab"
+    check_speed.main(["--results", url, "--check-option=--machines", "--check-option=a,b"])
+    assert ran[0][ran[0].index("--results") + 1] == url
+    (folder,) = (tmp_path / "figures").iterdir()
+    assert json.loads((folder / "check.json").read_text()) == record
+    figures = (folder / "check-speed.json").read_text()
+    assert "SECRET" not in figures and json.loads(figures)["seconds"] >= 0
+    assert "SECRET" not in capsys.readouterr().out
