@@ -249,3 +249,21 @@ def test_debians_real_612_config_keeps_its_mm_options_on_its_source(tmp_path):
     dropped = kconfig.compare(kconfig.Start("debian", begin.text, "x"),
                               (copy / ".config").read_text(), copy)["not_kept"]
     assert {"CONFIG_BALLOON_COMPACTION=y (now n)", "CONFIG_HMM_MIRROR=y (now n)"} <= set(dropped)
+
+
+def test_a_fragment_that_is_not_text_is_one_line_and_nothing_is_made(tmp_path):
+    """A fragment saved in another encoding, or a binary file given by
+    mistake, is named in one line before anything is fetched or built
+    (it was a UnicodeDecodeError's traceback)."""
+    frag = tmp_path / "latin1.config"
+    frag.write_bytes(b"CONFIG_KSM=y\n# caf\xe9\n")
+    with pytest.raises(MmlabError, match=r"latin1.config: not a text file \(UTF-8\): byte "
+                                         r"0xe9 at offset 18, line 2"):
+        kconfig.check_fragment(frag)
+    env = {"MMLAB_KERNEL_CACHE": str(tmp_path / "cache" / "kernels")}
+    proc = mmlab("kernels", "build", "debian-source:6.12", "--config", "tiny",
+                 "--fragment", str(frag), env=env)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    assert "latin1.config: not a text file" in lines[0]
+    assert sorted(os.listdir(tmp_path)) == ["latin1.config"]

@@ -202,8 +202,15 @@ def check_fragment(path: Path) -> list[str]:
     """The fragment's lines, each checked; an error names file and line."""
     if not path.is_file():
         raise MmlabError(f"{path}: no such config fragment")
+    data = path.read_bytes()
+    try:
+        text = data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise MmlabError(f"{path}: not a text file (UTF-8): byte {data[exc.start]:#x} at offset "
+                         f"{exc.start}, line {line}") from exc
     lines = []
-    for no, raw in enumerate(path.read_text().splitlines(), 1):
+    for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         if not line or (line.startswith("#") and not line.startswith("# CONFIG_")):
             continue
