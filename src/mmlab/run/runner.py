@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from mmlab.errors import Interrupted, MmlabError
 from mmlab.experiment.plan import Arm, Plan
 from mmlab.experiment.schedule import schedule
-from mmlab.judge import controls, verdicts
+from mmlab.judge import controls, states, verdicts
 from mmlab.judge.measurements import Measurements
 from mmlab.run.events import Looked, Message, OnEvent, TrialStarting, ignore
 from mmlab.store import Store, Trial
 from mmlab.targets import TargetPool, run_counting_side_by_side, run_side_by_side
+from mmlab.workloads.samples import Sample
 
 
 @dataclass
@@ -156,7 +157,8 @@ def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
     by function alone, in TCG guests: two here); stored on this thread;
     returns how many arms got attribution."""
     stored = 0
-    for arm, found in zip(plan.arms, _attributions(plan, pool, on_event), strict=True):
+    samples = store.samples_by_arm(exp_id)
+    for arm, found in zip(plan.arms, _attributions(plan, pool, on_event, samples), strict=True):
         if isinstance(found, MmlabError):
             on_event(Message(f"attribution: {arm.name} failed: {found}"))
         elif not found:
@@ -168,14 +170,17 @@ def attribute(store: Store, exp_id: int, plan: Plan, pool: TargetPool,
     return stored
 
 
-def _attributions(plan: Plan, pool: TargetPool,
-                  on_event: OnEvent) -> list[dict[str, dict] | MmlabError]:
+def _attributions(plan: Plan, pool: TargetPool, on_event: OnEvent,
+                  samples: dict[str, list[Sample]]) -> list[dict[str, dict] | MmlabError]:
     """Each arm's attribution, or why it failed: one arm after another, each
     said as it starts, or as many at once as the targets allow, said before
-    they start (events stay on this thread), their guests ended on Ctrl-C."""
+    they start (events stay on this thread), their guests ended on Ctrl-C;
+    each saved boot counted by function only where the arm's stored
+    `samples` show its boots disagree (states.attribution_plan)."""
     def one(arm: Arm) -> dict[str, dict] | MmlabError:
         try:
-            return pool.target(arm).attribute(arm, plan)
+            return pool.target(arm).attribute(
+                arm, states.attribution_plan(plan, samples.get(arm.name, [])))
         except MmlabError as exc:
             return exc
 
