@@ -90,3 +90,24 @@ def test_a_finding_a_verdict_rests_on_is_marked_and_a_time_says_it_counts_nothin
     assert audit.STATES_EXPLAIN not in rows[COUNT]["audit_notes"]
     assert audit.STATES_DIFFER in rows[COUNT]["audit_notes"]
     assert rows["advise_ns_per_page"]["counts"] == rows["advise_ns_per_page"]["exact"] == ""
+
+
+def test_a_count_perf_gave_is_not_exact_and_retires_a_rep_string_once():
+    """The baseline counted by perf (a host), the arm by the plugin: the
+    fields name each counter, call neither exact and say the two count
+    rep strings differently; both by perf, once and not exact."""
+    plan = parse(PROFILE)
+    (pair,) = pairs(plan)
+    samples = {pair.arm.name: _boots(("0:aa", [1151.0] * 3)),
+               pair.baseline.name: _boots(("0:cc", [1200.0] * 3))}
+    for arm, ss in samples.items():
+        for s in ss:
+            s.state["insns_source"] = "qemu tcg plugin" if arm == pair.arm.name else "perf"
+    (c,) = json.loads(report_json.comparisons(plan, verdicts.judge(plan, samples), samples))
+    assert {k: c["counted"][k] for k in ("counter", "counter_baseline", "exact", "rep_string")} \
+        == {"counter": "plugin", "counter_baseline": "perf", "exact": False,
+            "rep_string": "mixed"}
+    for s in samples[pair.arm.name]:
+        s.state["insns_source"] = "perf"
+    (c,) = json.loads(report_json.comparisons(plan, verdicts.judge(plan, samples), samples))
+    assert (c["counted"]["exact"], c["counted"]["rep_string"]) == (False, "once")
