@@ -31,7 +31,8 @@ def test_compare_json_and_csv_carry_the_audits_notes_and_what_a_count_counts(
     """A pair whose kernels' saved boots disagree (noted, no verdict rests
     on it): each JSON comparison lists the finding and says its count is the
     plugin's, exact, rep strings per iteration, over two saved boots; the
-    CSV has the same as columns a spreadsheet filters on."""
+    CSV has the same as columns a spreadsheet filters on, and so have the
+    evidence bundle's summary.json and verdicts.csv."""
     mmlab = _mmlab(tmp_path, monkeypatch)
     target = _counted_by_the_plugin(_StatesTarget())
     monkeypatch.setattr(TargetPool, "local_target", lambda pool, arm: target)
@@ -49,6 +50,12 @@ def test_compare_json_and_csv_carry_the_audits_notes_and_what_a_count_counts(
     assert row["audit_checks"] == audit.STATES_DIFFER and row["exact"] == "True"
     assert row["counter"] == "plugin" and row["rep_string"] == "per iteration"
     assert row["audit_notes"].count(f"{audit.STATES_DIFFER}: arm ") == 2, row
+    # The evidence bundle's comparisons carry the same.
+    raw(tmp_path, "bundle", "1", str(tmp_path / "b"))
+    (kept,) = json.loads((tmp_path / "b" / "summary.json").read_text())["comparisons"]
+    assert kept["counted"] == c["counted"] and kept["audit"] == c["audit"]
+    (kept_row,) = csv.DictReader(io.StringIO((tmp_path / "b" / "verdicts.csv").read_text()))
+    assert kept_row["audit_checks"] == row["audit_checks"] and kept_row["exact"] == "True"
 
 
 def raw(tmp_path, *args: str) -> str:

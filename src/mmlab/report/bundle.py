@@ -10,8 +10,8 @@ import tarfile
 from pathlib import Path
 
 from mmlab.names import safe_name
+from mmlab.report import auditnotes, flamegraph, plots, reproducer, text
 from mmlab.report import csv as report_csv
-from mmlab.report import flamegraph, plots, reproducer, text
 from mmlab.report import json as report_json
 from mmlab.report.data import ReportData
 from mmlab.workloads import csource, execwork
@@ -64,10 +64,13 @@ def write(d: ReportData, out: Path, tar: bool = False) -> Path:
     report_csv.write(out / "raw.csv", _raw_rows(d))
     summary = text.summary_rows(d)
     report_csv.write(out / "summary.csv", summary)
-    verdict_rows = [c.as_dict() for c in d.judgement.comparisons]
+    verdict_rows = [{**c.as_dict(), **auditnotes.fields(d.plan, d.judgement, d.samples, c)}
+                    for c in d.judgement.comparisons]
     (out / "summary.json").write_text(json.dumps({"arms": summary, "comparisons": verdict_rows,
                                                   "missing": d.missing}, indent=1))
-    report_csv.write(out / "verdicts.csv", verdict_rows)
+    report_csv.write(out / "verdicts.csv", [
+        {**c.as_row(), **auditnotes.columns(d.plan, d.judgement, d.samples, c)}
+        for c in d.judgement.comparisons])
     (out / "plots").mkdir(exist_ok=True)
     for name, png in plots.all_figures(d).items():
         (out / "plots" / f"{name}.png").write_bytes(png)
