@@ -10,7 +10,7 @@ from mmlab.attribution.functions import FunctionInsns
 from mmlab.experiment.plan import parse
 from mmlab.judge import audit, states, verdicts
 from mmlab.judge.states import STATE_FUNCTIONS
-from mmlab.report import auditnotes
+from mmlab.report import auditnotes, data, text
 from mmlab.run import runner
 from mmlab.store import Store
 from mmlab.targets import TargetPool, snapshot
@@ -65,7 +65,8 @@ def test_only_an_arm_whose_saved_boots_disagree_counts_each_boot_by_function(tmp
     """A profile naming no attribution kind: the arm whose boots agree is
     counted by function once (boot 0), the one whose boots disagree from
     each of its two boots; the audit, judged from the store as compare and
-    report judge it, names the function behind the gap for that arm."""
+    report judge it, names the function behind the gap for that arm, in
+    compare's notes and in the report."""
     plan = parse(PROFILE)
     store, exp, target = _run(tmp_path, PROFILE)
     flagged = _flagged(plan)
@@ -84,6 +85,8 @@ def test_only_an_arm_whose_saved_boots_disagree_counts_each_boot_by_function(tmp
              for line in said]
     assert any("__free_one_page +150" in line and states.FUNCTIONS_LATER not in line
                for line in noted), noted
+    report = text.render(data.gather(store, exp))
+    assert "__free_one_page +150" in report and states.FUNCTIONS_LATER not in report
 
 
 def test_a_profile_that_names_state_functions_counts_every_boot_of_every_arm(tmp_path):
