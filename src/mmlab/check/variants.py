@@ -31,14 +31,15 @@ from mmlab.experiment import plan as experiment_plan
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.track import suite as suites
 from mmlab.track.suite import Tracked
+from mmlab.workloads import HARNESS_PARAMS
 
 TABLE = Path(__file__).with_name("variants.json")
 SUITE = Path("experiments/suites/mm.toml")
 EXTRA = (Path("experiments/suites/ksm-rmap-move.toml"),)   # profiles of workloads it lacks
 # Choices that move where the mapping lies, not which mm code runs it.
 LEFT_OUT = frozenset({"align"})
-# The harness's own flags (every workload has them): they measure, not drive.
-HARNESS = frozenset({"check", "no-probes", "insns", "cpu-time", "own-memcg"})
+# The harness's own parameters (every workload has them): they measure, not drive.
+HARNESS = frozenset({*HARNESS_PARAMS, "no-probes", "insns", "cpu-time"})
 SHOWN = 3              # suggestions per function at most
 # What a variant is counted with: the functions a workload runs are the
 # same in two rounds as in eight, and under TCG each round costs seconds.
@@ -148,7 +149,7 @@ def generate(kernel: str, results: str, out: Path) -> None:
     for t, name, plan in plans(kernel):
         started = time.monotonic()
         exp_id = store.create_experiment(plan)
-        here.attribute(store, exp_id, only_functions(plan), lambda e: print(e))
+        here.attribute(store, exp_id, only_functions(plan), print)
         got = store.attributions(exp_id)
         for arm in plan.arms:
             counted = got.get(arm.name, {}).get("functions")
