@@ -40,8 +40,9 @@ def test_compare_json_and_csv_carry_the_audits_notes_and_what_a_count_counts(
     profile.write_text(PROFILE)
     mmlab("experiment", "run", str(profile), "--no-controls")
     (c,) = json.loads(raw(tmp_path, "compare", "1", "--json"))
-    assert c["counted"] == {"counts": "insns", "counter": "plugin", "counter_baseline": "plugin",
-                            "exact": True, "rep_string": "per iteration", "guest_states": 2,
+    assert c["counted"] == {"counts": "insns", "side": "kernel", "per": "page",
+                            "counter": "plugin", "counter_baseline": "plugin", "exact": True,
+                            "rep_string": "per iteration", "guest_states": 2,
                             "guest_states_baseline": 2}
     noted = [f for f in c["audit"] if f["check"] == audit.STATES_DIFFER]
     assert {tuple(f["arms"]) for f in noted} == {(c["arm"],), (c["baseline"],)}, c["audit"]
@@ -118,3 +119,25 @@ def test_a_count_perf_gave_is_not_exact_and_retires_a_rep_string_once():
         s.state["insns_source"] = "perf"
     (c,) = json.loads(report_json.comparisons(plan, verdicts.judge(plan, samples), samples))
     assert (c["counted"]["exact"], c["counted"]["rep_string"]) == (False, "once")
+
+
+def test_an_event_a_syscall_and_its_calls_each_say_what_they_count():
+    """Per event, per syscall call and a syscall's calls: what is counted,
+    in which mode and per what, and how rep strings count in it."""
+    figures = {"advise_kernel_retired_insns_per_page": ("retired_insns", "page", "once"),
+               "advise_kernel_locked_insns_per_page": ("locked_insns", "page", ""),
+               "advise_syscall_madvise_kernel_insns_per_call": ("insns", "call",
+                                                                "per iteration"),
+               "advise_syscall_madvise_calls": ("calls", "window", "")}
+    plan = parse(PROFILE.replace(f'"{COUNT}"', ", ".join(f'"{m}"' for m in figures)))
+    (pair,) = pairs(plan)
+    samples = {arm: _boots(("0:aa", [1.0] * 3), ("1:bb", [1.0] * 3))
+               for arm in (pair.arm.name, pair.baseline.name)}
+    for ss in samples.values():
+        for s in ss:
+            s.state.update(PLUGIN)
+            s.metrics = dict.fromkeys(figures, 100.0)
+    found = json.loads(report_json.comparisons(plan, verdicts.judge(plan, samples), samples))
+    assert {c["metric"]: (c["counted"]["counts"], c["counted"]["per"],
+                          c["counted"]["rep_string"]) for c in found} == figures
+    assert all(c["counted"]["side"] == "kernel" and c["counted"]["exact"] for c in found)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from mmlab.judge.states import STATE_KEY
 from mmlab.report.fmt import count_source
-from mmlab.workloads import insns
+from mmlab.workloads import CALLS, COUNT_NAME, insns
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 # counter (fmt.COUNTED_BY's keys): the plugin's per iteration, perf's once.
 REP_STRING = {"plugin": "per iteration", "perf": "once"}
 # The CSV columns of `counted`, empty for a figure that is not a count.
-COUNTED_COLUMNS = ("counts", "counter", "counter_baseline", "exact", "rep_string",
+COUNTED_COLUMNS = ("counts", "side", "per", "counter", "counter_baseline", "exact", "rep_string",
                    "guest_states", "guest_states_baseline")
 
 
@@ -83,36 +83,42 @@ def _on_pair(judged: Judgement, c: Comparison) -> list[Finding]:
 
 def counted(plan: Plan, samples: Mapping[str, Sequence[Sample]],
             c: Comparison) -> dict[str, object] | None:
-    """What a counted figure counts, as fields: its unit (`counts`), each
-    arm's counter (fmt.COUNTED_BY's keys, from its samples), `exact` where
+    """What a counted figure counts, as fields: what (`counts`: insns, an
+    event, a stay's calls), in which mode (`side`) and per what unit of
+    work (`per`, read from its name as COUNT_NAME spells it), each arm's
+    counter (fmt.COUNTED_BY's keys, from its samples), `exact` where
     both are the TCG plugin's, how a rep-prefixed string instruction counts
     in an instruction figure, and how many saved boots each arm's trials
     started from (0: booted guests, each its own state), the exactness
     holding for one state; None for a figure that is not a count."""
     if not insns.counted(plan.workload, c.metric):
         return None
-    unit = plan.workload.metric(c.metric).unit
-    event = plan.workload.event_of(c.metric)
+    named = COUNT_NAME.fullmatch(c.metric)
+    if named and named[1]:       # <window>_<side>_<insns or event>_per_<unit>
+        what, side, per = named[2], named[1], c.metric.rpartition("_per_")[2]
+    else:                        # <window>_<stay>_calls: kernel entries, per window
+        what, side, per = CALLS, "kernel", "window"
     with_it = {arm: [s for s in samples.get(arm, []) if c.metric in s.metrics]
                for arm in (c.arm, c.baseline)}
     counter = {arm: ",".join(sorted({count_source(s.state) for s in ss})) or "unrecorded"
                for arm, ss in with_it.items()}
     states = {arm: len({v for s in ss if (v := s.state.get(STATE_KEY))})
               for arm, ss in with_it.items()}
-    return {"counts": unit, "counter": counter[c.arm], "counter_baseline": counter[c.baseline],
+    return {"counts": what, "side": side, "per": per, "counter": counter[c.arm],
+            "counter_baseline": counter[c.baseline],
             "exact": counter[c.arm] == counter[c.baseline] == "plugin",
-            "rep_string": _rep_string(unit, event[2] if event else "", set(counter.values())),
+            "rep_string": _rep_string(what, set(counter.values())),
             "guest_states": states[c.arm], "guest_states_baseline": states[c.baseline]}
 
 
-def _rep_string(unit: str, event: str, counters: set[str]) -> str:
+def _rep_string(what: str, counters: set[str]) -> str:
     """How a rep-prefixed string instruction counts in an instruction
     figure: per iteration (the plugin's instructions), once (perf's, and
     the plugin's retired_insns event), "mixed" where the arms' counters
     differ; "" in a figure of other events or of calls."""
-    if event:
-        return "once" if event == "retired_insns" else ""
-    if unit != insns.UNIT:
+    if what == "retired_insns":
+        return "once"
+    if what != insns.UNIT:
         return ""
     return REP_STRING.get(counters.pop(), "") if len(counters) == 1 else "mixed"
 
