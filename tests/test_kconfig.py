@@ -9,6 +9,7 @@ stand-in tree; a slow one configures Debian's real 6.12 source."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -267,3 +268,26 @@ def test_a_fragment_that_is_not_text_is_one_line_and_nothing_is_made(tmp_path):
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr
     assert "latin1.config: not a text file" in lines[0]
     assert sorted(os.listdir(tmp_path)) == ["latin1.config"]
+
+
+def test_a_fragments_option_no_kconfig_defines_is_refused_before_anything_is_made(
+        tree, tmp_path, monkeypatch):
+    """A typo in a fragment (KMS for KSM) would be dropped by Kconfig; its
+    =y was found only once Debian's image was fetched and the base tree
+    copied and configured.  It is one line naming file, line and option
+    before either; an option the series' own patches define is known."""
+    monkeypatch.setenv("MMLAB_KERNEL_CACHE", str(tmp_path / "cache" / "kernels"))
+    frag = tmp_path / "typo.config"
+    frag.write_text("# the workloads' needs\nCONFIG_KSM=y\nCONFIG_KMS=y\n"
+                    "# CONFIG_GONE_IN_7 is not set\n")      # nothing asked of a gone one
+    with pytest.raises(MmlabError, match=r"typo.config:3: CONFIG_KMS: no Kconfig file of "
+                                         rf"{re.escape(str(tree))} defines it, nor any patch "
+                                         r"given$"):
+        kconfig.check_known(tree, [frag], [])
+    with pytest.raises(MmlabError, match="typo.config:3: CONFIG_KMS: no Kconfig file"):
+        kbuild.build(str(tree), fragments=[frag], config="tiny")
+    assert not (tmp_path / "cache").exists()
+    adds = tmp_path / "0001-kms.patch"
+    adds.write_text("--- a/mm/Kconfig\n+++ b/mm/Kconfig\n@@ -1,1 +1,3 @@\n config LRU_GEN\n"
+                    "+config KMS\n+\tbool \"a new option\"\n")
+    kconfig.check_known(tree, [frag], [adds])

@@ -197,6 +197,7 @@ def build_series(spec: str, patches: list[Path], fragments: list[Path], name: st
     image, version = config_image(config, spec) if debian else (None, "")
     tree, source_id = source_tree(spec)
     check_applies(tree, patches)
+    kconfig.check_known(tree, fragments, patches)
     if not debian:
         image, version = config_image(config, spec)
     recipe = Recipe(source_id, kconfig.start(config, image, version), fragments)

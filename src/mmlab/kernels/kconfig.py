@@ -114,6 +114,10 @@ CHECKED = ("MEMCG", "NUMA", "NODES_SHIFT", "NR_CPUS")
 FRAGMENT_LINE = re.compile(r'^(CONFIG_[A-Za-z0-9_]+)=(y|m|n|-?\d+|0x[0-9a-fA-F]+|"[^"]*")$'
                            r'|^# (CONFIG_[A-Za-z0-9_]+) is not set$')
 SETTING = re.compile(r"^(?:(CONFIG_\w+)=(.*)|# (CONFIG_\w+) is not set)$")
+# An option a Kconfig file defines, and one a patch's added line defines.
+DEFINED = re.compile(r"^\s*(?:menu)?config\s+(\w+)", re.M)
+ADDED = re.compile(r"^\+\s*(?:menu)?config\s+(\w+)", re.M)
+YES = re.compile(r"^(CONFIG_\w+)=y$")     # what must stick in the final config
 
 
 @dataclass(frozen=True)
@@ -206,9 +210,9 @@ def check_fragment(path: Path) -> list[str]:
     try:
         text = data.decode()
     except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
+        where = data.count(b"\n", 0, exc.start) + 1
         raise MmlabError(f"{path}: not a text file (UTF-8): byte {data[exc.start]:#x} at offset "
-                         f"{exc.start}, line {line}") from exc
+                         f"{exc.start}, line {where}") from exc
     lines = []
     for no, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
@@ -226,11 +230,26 @@ def symbols(tree: Path, files: list[Path] | None = None) -> set[str]:
     found: set[str] = set()
     for f in files if files is not None else tree.rglob("Kconfig*"):
         try:
-            found.update(re.findall(r"^\s*(?:menu)?config\s+(\w+)", f.read_text(errors="replace"),
-                                    re.M))
+            found.update(DEFINED.findall(f.read_text(errors="replace")))
         except OSError:
             continue
     return {f"CONFIG_{s}" for s in found}
+
+
+def check_known(tree: Path, fragments: list[Path], patches: list[Path]) -> None:
+    """Refuse a fragment's =y that neither the tree's Kconfig files nor the
+    patches' added lines define (a typo): `configure` would refuse it as
+    not sticking, but only once Debian's image is fetched and the base
+    tree copied and configured.  One line naming the file, line and
+    option, before either."""
+    known = symbols(tree) | {f"CONFIG_{s}" for p in patches
+                             for s in ADDED.findall(p.read_text(errors="replace"))}
+    for f in fragments:
+        for no, line in enumerate(f.read_text().splitlines(), 1):
+            m = YES.match(line.strip())
+            if m and m.group(1) not in known:
+                raise MmlabError(f"{f}:{no}: {m.group(1)}: no Kconfig file of {tree} defines "
+                                 "it, nor any patch given")
 
 
 def configure(tree: Path, fragments: list[Path], begin: Start) -> None:
@@ -256,7 +275,7 @@ def configure(tree: Path, fragments: list[Path], begin: Start) -> None:
     _run(["make", "-s", "olddefconfig"], cwd=tree, what="make olddefconfig")
     final = settings((tree / ".config").read_text())
     for line in wanted:
-        m = re.match(r"^(CONFIG_\w+)=y$", line)
+        m = YES.match(line)
         if m and final.get(m.group(1)) != "y":
             raise MmlabError(f"config: {m.group(1)}=y did not stick in the final config "
                              "(unknown option or an unmet dependency)")
