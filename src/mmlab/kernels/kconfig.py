@@ -242,6 +242,8 @@ def check_known(tree: Path, fragments: list[Path], patches: list[Path]) -> None:
     not sticking, but only once Debian's image is fetched and the base
     tree copied and configured.  One line naming the file, line and
     option, before either."""
+    if not fragments:
+        return
     known = symbols(tree) | {f"CONFIG_{s}" for p in patches
                              for s in ADDED.findall(p.read_text(errors="replace"))}
     for f in fragments:
