@@ -6,7 +6,7 @@
  * The kernel's text is at TEXT; the stays file the test writes puts the
  * syscall entry at +0x80, a page fault's at +0x200, interrupts' at +0x300,
  * __x64_sys_mprotect at +0x1000.  Arguments: the plugin's.  SCRIPT=calls runs
- * calls_script instead, for calls.h.
+ * calls_script instead, for calls.h, and SCRIPT=irq irq_script.
  */
 #include <glib.h>
 #include <stdlib.h>
@@ -104,10 +104,10 @@ void qemu_plugin_register_vcpu_mem_cb(struct qemu_plugin_insn *insn, qemu_plugin
 }
 
 #define TEXT 0xffffffff9a000000ULL
-enum { PLAIN, SYSCALL, CALL, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
+enum { PLAIN, SYSCALL, CALL, IRET, BEGIN_ALL = 0x0500, END_ALL = 0x0600, SAMPLE = 0x0300 };
 
-/* A translated block of `n` NOPs; its last a `syscall` or a `call rel32`, or its first a
- * marker. */
+/* A translated block of `n` NOPs; its last a `syscall`, a `call rel32` or an `iretq`, or
+ * its first a marker. */
 static struct qemu_plugin_tb *block(uint64_t vaddr, size_t n, unsigned kind)
 {
 	struct qemu_plugin_tb *tb = g_new0(struct qemu_plugin_tb, 1);
@@ -123,6 +123,9 @@ static struct qemu_plugin_tb *block(uint64_t vaddr, size_t n, unsigned kind)
 	} else if (kind == CALL) {
 		tb->insns[n - 1].size = 5;
 		memcpy(tb->insns[n - 1].data, "\xe8\0\0\0\0", 5);
+	} else if (kind == IRET) {
+		tb->insns[n - 1].size = 2;
+		memcpy(tb->insns[n - 1].data, "\x48\xcf", 2);
 	} else if (kind != PLAIN) {
 		const uint32_t disp = 0x4d4d0000u | kind;
 		tb->insns[0].size = 7;
@@ -188,13 +191,58 @@ static void calls_script(void)
 	run(0, end), run(0, sample);
 }
 
+/*
+ * SCRIPT=irq (with calls=, test_inclusive.py): timer interrupts and an mprotect.
+ * Functions at +0x1000 (__x64_sys_mprotect), +0x2000 (do_syscall_64), +0x3000
+ * (change_protection), +0x4000 (the interrupt's handler), +0x5000 (what it calls); the
+ * interrupt entries (stays=' E line) from +0x300: a vector's stub there jumps to the
+ * common stub at +0x340, which calls the handler; +0x500 returns by iretq.  One call
+ * is interrupted inside change_protection, the other between its call and its entry;
+ * then an interrupt lands in user mode.
+ */
+static void irq_script(void)
+{
+	struct qemu_plugin_tb *user = block(0x400000, 4, PLAIN),
+		*user_syscall = block(0x400100, 3, SYSCALL),
+		*entry = block(TEXT + 0x80, 5, CALL), *do_syscall = block(TEXT + 0x2000, 4, CALL),
+		*sys = block(TEXT + 0x1000, 6, CALL), *leaf = block(TEXT + 0x3000, 3, PLAIN),
+		*leaf_rest = block(TEXT + 0x3040, 2, PLAIN), *vector = block(TEXT + 0x300, 2, PLAIN),
+		*stub = block(TEXT + 0x340, 3, CALL), *handler = block(TEXT + 0x4000, 4, CALL),
+		*timer = block(TEXT + 0x5000, 5, PLAIN), *iret = block(TEXT + 0x500, 3, IRET),
+		*begin = block(0x400200, 2, BEGIN_ALL), *end = block(0x400300, 2, END_ALL),
+		*sample = block(0x400400, 2, SAMPLE);
+	struct qemu_plugin_tb *in_handler = block(after(handler), 2, PLAIN),
+		*in_stub = block(after(stub), 2, PLAIN), *in_sys = block(after(sys), 2, PLAIN),
+		*in_do_syscall = block(after(do_syscall), 2, PLAIN),
+		*in_entry = block(after(entry), 2, PLAIN);
+	struct qemu_plugin_tb *tick[] = { vector, stub, handler, timer, in_handler, in_stub, iret };
+
+	run(0, user), run(0, user_syscall), run(0, entry), run(0, in_entry);  /* finds _text */
+	run(0, user), run(0, begin);
+	for (int call = 0; call < 2; call++) {
+		run(0, user_syscall), run(0, entry), run(0, do_syscall), run(0, sys);
+		if (!call)
+			run(0, leaf);
+		for (size_t i = 0; i < sizeof(tick) / sizeof(tick[0]); i++)	/* 21 */
+			run(0, tick[i]);
+		if (call)
+			run(0, leaf);
+		run(0, leaf_rest), run(0, in_sys), run(0, in_do_syscall), run(0, in_entry);
+		run(0, user);
+	}
+	for (size_t i = 0; i < sizeof(tick) / sizeof(tick[0]); i++)	/* in user mode */
+		run(0, tick[i]);
+	run(0, user), run(0, end), run(0, sample);
+}
+
 int main(int argc, char **argv)
 {
 	qemu_info_t info = { .system_emulation = true, .system = { .max_vcpus = 2 } };
 	if (qemu_plugin_install(0, &info, argc - 1, argv + 1))
 		return 1;
-	if (getenv("SCRIPT") && !strcmp(getenv("SCRIPT"), "calls")) {
-		calls_script();
+	if (getenv("SCRIPT") && (!strcmp(getenv("SCRIPT"), "calls") ||
+				 !strcmp(getenv("SCRIPT"), "irq"))) {
+		(strcmp(getenv("SCRIPT"), "irq") ? calls_script : irq_script)();
 		at_exit(0, NULL);
 		return 0;
 	}

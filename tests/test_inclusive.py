@@ -269,6 +269,74 @@ def test_a_kernel_thread_asleep_since_before_the_window_never_takes_a_tasks_stac
     assert {"synchronize_rcu_expedited", "lru_cache_disable"} <= path.keys()
 
 
+UNMAP_PROGRAM = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <sys/mman.h>
+#include "mmlab.h"
+
+/* One munmap of 32 MiB of faulted-in small pages: a call long enough under
+ * TCG (its zap and frees) for timer ticks to land in it. */
+int main(void)
+{
+	size_t size = 32 << 20;
+	char *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED || madvise(p, size, MADV_NOHUGEPAGE))
+		return 1;
+	for (size_t i = 0; i < size; i += 4096)
+		p[i] = 1;
+	MMLAB_BEGIN(1);
+	if (munmap(p, size))
+		return 1;
+	MMLAB_END(1);
+	printf("unmaps=1\n");
+	return 0;
+}
+"""
+UNMAP_PROFILE = """
+name = "ticks"
+workload = "exec"
+source = "unmap.c"
+command = ["{source}"]
+metrics_from = "key=value"
+metrics = ["unmap_kernel_insns_per_unmaps"]
+repetitions = 1
+baseline = { kernel = "debian:6.12" }
+[matrix]
+kernel = ["debian:6.12"]
+[windows.unmap]
+id = 1
+per = "unmaps"
+"""
+TICK = {"sysvec_apic_timer_interrupt", "__sysvec_apic_timer_interrupt", "hrtimer_interrupt"}
+
+
+def test_a_tick_inside_a_syscall_counts_apart_from_its_functions(tmp_path, plugin):
+    """debian:6.12, one vCPU: a munmap of 32 MiB, long enough for timer
+    ticks to land in it.  Before, a tick's handler counted inside the
+    functions it landed in, and its functions were on munmap's path; now
+    they are the interrupt's path, and the ticks' instructions count apart,
+    under munmap's stay.  The stay (all the window's kernel work: one vCPU)
+    is then do_syscall_64 inclusively, the ticks, and what is in neither:
+    the entry and exit code and what other tasks ran while munmap's task
+    was switched out at a cond_resched (under 1%)."""
+    from mmlab.experiment.plan import parse
+    (tmp_path / "unmap.c").write_text(UNMAP_PROGRAM)
+    plan = parse(UNMAP_PROFILE, str(tmp_path / "p.toml"))
+    guest = boot.Guest(images.ensure("debian:6.12"), vcpus=1, memory_mb=512)
+    found = qemu.count_functions(guest, plan.workload, plan.arms[0].params, 1, 0,
+                                 HostSettings(), plugin)
+    calls, stay = found.stays["unmap"]["syscall_munmap"]
+    assert calls == 1, found.stays["unmap"]
+    ticks, in_ticks = found.interrupts["unmap"]["syscall_munmap"]
+    paths = found.paths["unmap"]
+    assert ticks >= 1 and in_ticks > 0 and TICK <= paths["interrupt"].keys(), found.interrupts
+    assert not TICK & paths["syscall_munmap"].keys()
+    assert paths["syscall_munmap"]["__x64_sys_munmap"] == max(paths["syscall_munmap"].values())
+    rest = stay - found.inclusive["unmap"]["do_syscall_64"] - in_ticks
+    assert 0 <= rest < 0.01 * stay, (rest, stay, ticks, in_ticks)
+
+
 CALLS = "F 1000\nF 2000\nF 3000\nF 4000\nF 5000\nX 6000 4\n"
 
 
@@ -291,6 +359,40 @@ def test_a_task_resumed_takes_back_only_a_stack_that_went_through_its_own_call_s
     move = "syscall_move_pages"
     assert called[(0x1000, move)] == called[(0x3000, move)] == 1, called
     assert (0x2000, "") in called           # do_syscall_64: below the syscall's entry, no path
+
+
+IRQ_STAYS = "A 80 40 syscall_unnamed\nE 300 100 interrupt\nN 1000 syscall_mprotect\n"
+
+
+def test_an_interrupt_taken_in_a_function_is_no_call_of_it_and_counts_apart(tmp_path):
+    """The plugin on the harness's script of timer ticks (SCRIPT=irq): two
+    mprotect calls, one ticked inside change_protection, one between the
+    call of change_protection and its entry; a tick in user mode.  Each
+    tick's 21 instructions (a vector's stub jumping to the common stub,
+    the handler and what it calls, the iretq) leave the interrupted
+    functions' counts and count once, under the stay they interrupted; the
+    handler's functions are the interrupt's path, as a tick in user mode's
+    are.  Before: change_protection counted 26 in the first call, and 5
+    under no path in the second (the tick took its entry's place), and
+    __x64_sys_mprotect 68 for 26, the handler's functions on its path."""
+    from .test_syscalls import scripted
+    (tmp_path / "calls.txt").write_text(CALLS)
+    ran = scripted(tmp_path, IRQ_STAYS, (f"calls={tmp_path / 'calls.txt'}",), script="irq")
+    assert ran.returncode == 0, ran.stderr
+    out = (tmp_path / "out.jsonl").read_text()
+    (line,) = [r for r in insns.plugin_records(out, "calls") if r["window"] == 0]
+    counted = {(address - line["text"], stay): [count, calls]
+               for address, stay, count, calls in line["entries"]}
+    mprotect = "syscall_mprotect"
+    assert counted == {(0x3000, mprotect): [10, 2], (0x1000, mprotect): [26, 2],
+                       (0x2000, ""): [38, 2], (0x4000, "interrupt"): [33, 3],
+                       (0x5000, "interrupt"): [15, 3]}
+    assert line["interrupts"] == {mprotect: [2, 42]}
+    # The stays still hold the ticks inside them: the entry code, do_syscall_64
+    # inclusively and the interrupts make up mprotect's 47 a call.
+    (sample,) = insns.plugin_records(out, "sample")
+    assert sample["stays"][0] == {mprotect: [2, 94], "interrupt": [1, 21]}
+    assert 94 == 2 * (5 + 2) + counted[(0x2000, "")][0] + line["interrupts"][mprotect][1]
 
 
 def test_a_counting_pass_follows_calls_only_where_a_profile_names_a_function():

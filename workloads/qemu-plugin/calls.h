@@ -29,10 +29,28 @@
  * A function start entered neither by a call nor by a return (a tail call:
  * jmp to another function) pushes a frame that returns with the frame
  * below it.  Recursion counts once: a popped frame whose entry is also in
- * a deeper frame adds nothing.  Interrupts and faults taken in the kernel
- * are not calls: the handler's calls nest above the interrupted frames,
- * whose totals include them (as a stay's does); entry code (stays=' A, S,
- * E ranges) never pushes a tail frame.
+ * a deeper frame adds nothing (within one interrupt level, below).  Entry
+ * code (stays=' A, S, E ranges) never pushes a tail frame.
+ *
+ * An interrupt taken in the kernel is no call of the function it lands in:
+ * a hardware interrupt or system vector (stays=' "interrupt" entries, and
+ * the NMI's) opens an interrupt level at the depth it found, and the
+ * handler's frames go above it under the path "interrupt".  The level ends
+ * at the block after the next `iretq` (not iret_to_self's, which returns
+ * to the block after it; an exception inside a handler, which is rare,
+ * ends it early), and its instructions are taken out of every frame below,
+ * as a task's time switched out is: per vCPU, frames and windows count on
+ * an own clock, the kernel count less the instructions of the interrupt
+ * levels ended so far (a level's own excludes the levels nested in it).
+ * Each level's instructions count once, beside the calls, per window under
+ * the stay it interrupted ("interrupts" in the calls line), so the stays'
+ * totals (which include the interrupts, stays=) are still accounted for.
+ * An interrupt's entry block is one reached neither from other entry code
+ * (irq_entries_start's jump to asm_common_interrupt) nor by a return (into
+ * its stub), while the vCPU is in the kernel: one from user mode is a stay
+ * of its own.  Faults and the other exceptions are raised by the code they
+ * land in (a copy_from_user's fault, a WARN's ud2): their handlers stay
+ * inside the faulting function's count, as its callees.
  *
  * A context switch parks the task's stack (PARKED per vCPU) and the next
  * task starts with an empty one.  Every task comes back through the same
@@ -74,6 +92,8 @@
 #define PLAIN 1					/* a block that starts nothing PATH names */
 #define PARKED 8
 #define OWN_FRAMES 3				/* returns a resumed task matches to take a stack */
+#define IRQ_DEPTH 8				/* interrupt levels nested in one another */
+#define IRQ_SLOT NO_ENTRY			/* the key slot of a stay's interrupt levels */
 
 struct frame {
 	uint64_t ret;				/* the return address the frame ends at */
@@ -83,9 +103,20 @@ struct frame {
 	uint8_t tail;				/* entered by a jump: returns with the frame below */
 };
 
+/* An interrupt taken in the kernel: its handler is no call of the interrupted function. */
+struct level {
+	uint64_t open;				/* the own count when it was taken */
+	int base;				/* the depth it found: the handler's frames go above */
+	int32_t label;				/* its entry's label: the handler's path */
+	int32_t stay;				/* the stay it interrupted */
+	uint8_t entering;			/* it came between a call and the callee's entry */
+};
+
 /* A switched-out task's stack. */
 struct parked {
 	struct frame f[CALL_DEPTH];
+	struct level l[IRQ_DEPTH];
+	int levels;
 	int depth;				/* 0: a free place */
 	int matched;				/* resuming: its top frames the returns landed on */
 	uint64_t when;				/* parked at this count: the oldest goes first */
@@ -94,7 +125,13 @@ struct parked {
 struct call_stack {
 	struct frame f[CALL_DEPTH];
 	int depth;
+	struct level l[IRQ_DEPTH];
+	int levels;
+	uint64_t excluded;			/* kernel instructions in ended interrupt levels */
+	uint64_t own_start[MM_MAX_WINDOWS];	/* its own windows' start on the own clock */
 	uint8_t entering;			/* the top frame's callee is the next block */
+	uint8_t in_entry;			/* the last block was entry code */
+	uint64_t iret_end;			/* the last block ended in iretq: its end */
 	uint8_t switching, resuming;		/* in __switch_to_asm; after it, task not known */
 	uint8_t following;			/* a window is open here: calls are followed */
 	uint64_t resumed;			/* the count when the last switch ended */
@@ -107,7 +144,8 @@ struct call_stack {
 /* Per block slot: its last call's return address (0: none), and what it starts. */
 struct call_site {
 	uint64_t ret;
-	int8_t kind;				/* 0 not known yet; PLAIN, 'F', 'T', 'X', 'E' */
+	uint64_t iret;				/* its end, when its last instruction is iretq */
+	int8_t kind;				/* 0 not known yet; PLAIN, 'F', 'T', 'X', 'E', 'I' */
 };
 
 struct call_range {
@@ -125,6 +163,7 @@ static int n_call_ranges;
 static uint64_t frames_cut[MM_MAX_WINDOWS];	/* dropped while the window was open */
 static uint64_t frames_overflow;		/* past CALL_DEPTH, in the whole run */
 static uint8_t *syscall_labels;			/* per stays= label: a syscall's */
+static uint8_t *irq_labels;			/* per stays= label: an interrupt's */
 
 /* calls=PATH: the function starts, thunks and the context switch.  0 on success. */
 static int read_calls(const char *path)
@@ -152,29 +191,37 @@ static int read_calls(const char *path)
 	return bad ? -1 : 0;
 }
 
-/* Does `insn` call (E8 rel32, or FF /2), after prefixes (cs for retpolines, REX)? */
-static int is_call(struct qemu_plugin_insn *insn)
+/* Does `insn` call (E8 rel32, or FF /2), or return from an interrupt (CF, iretq with
+ * REX.W), after prefixes (cs for retpolines, REX)?  'C', 'I' or 0. */
+static char call_or_iret(struct qemu_plugin_insn *insn)
 {
 	const uint8_t *b = qemu_plugin_insn_data(insn);
 	const size_t n = qemu_plugin_insn_size(insn);
 	size_t i = 0;
 	while (i < n && (b[i] == 0x2e || b[i] == 0x3e || (b[i] & 0xf0) == 0x40))
 		i++;
-	return i < n && (b[i] == 0xe8 || (b[i] == 0xff && i + 1 < n && ((b[i + 1] >> 3) & 7) == 2));
+	if (i < n && (b[i] == 0xe8 || (b[i] == 0xff && i + 1 < n && ((b[i + 1] >> 3) & 7) == 2)))
+		return 'C';
+	return i < n && b[i] == 0xcf ? 'I' : 0;
 }
 
-/* At translation: the block's return address when its last instruction calls. */
+/* At translation: the block's return address when its last instruction calls, or
+ * that it ends in iretq. */
 static void calls_trans(struct qemu_plugin_tb *tb, struct block *b)
 {
 	const size_t n = qemu_plugin_tb_n_insns(tb);
 	uint64_t end = qemu_plugin_tb_vaddr(tb);
 	for (size_t i = 0; i < n; i++)
 		end += qemu_plugin_insn_size(qemu_plugin_tb_get_insn(tb, i));
-	if (is_call(qemu_plugin_tb_get_insn(tb, n - 1)))
+	const char last = call_or_iret(qemu_plugin_tb_get_insn(tb, n - 1));
+	if (last == 'C')
 		__atomic_store_n(&call_sites[b - blocks].ret, end, __ATOMIC_RELAXED);
+	else if (last == 'I')
+		__atomic_store_n(&call_sites[b - blocks].iret, end, __ATOMIC_RELAXED);
 }
 
-/* What block `b` starts: a thunk, the switch, entry code, a function, or PLAIN. */
+/* What block `b` starts: a thunk, the switch, an interrupt's entry code ('I'), other
+ * entry code, a function, or PLAIN. */
 static int8_t site_kind(struct block *b)
 {
 	struct call_site *s = &call_sites[b - blocks];
@@ -186,8 +233,9 @@ static int8_t site_kind(struct block *b)
 	for (int i = 0; i < n_call_ranges && !kind; i++)
 		if (offset - call_ranges[i].offset < call_ranges[i].size)
 			kind = call_ranges[i].type;
-	if (!kind && entry_label(b->vaddr, &type) != LABEL_OTHER)
-		kind = 'E';
+	const int32_t label = kind ? LABEL_OTHER : entry_label(b->vaddr, &type);
+	if (label != LABEL_OTHER)
+		kind = irq_labels[label] ? 'I' : 'E';
 	if (!kind && g_hash_table_contains(function_starts, &offset))
 		kind = 'F';
 	if (!kind)
@@ -208,14 +256,23 @@ static int push_frame(struct call_stack *cs, uint64_t ret, uint64_t start, uint3
 	return 1;
 }
 
-/* The top frame's entry is `b` (slot): its path, from the frame below, the syscall `b`
- * names, or the stay's when that is no syscall's. */
+/* The depth the open interrupt level found (0: none open): frames below are not its. */
+static int floor_depth(const struct call_stack *cs)
+{
+	return cs->levels ? cs->l[cs->levels - 1].base : 0;
+}
+
+/* The top frame's entry is `b` (slot): its path, the interrupt's for a handler's first
+ * frame, from the frame below, the syscall `b` names, or the stay's when that is no
+ * syscall's. */
 static void enter(struct vcpu *v, struct call_stack *cs, struct block *b)
 {
 	struct frame *f = &cs->f[cs->depth - 1];
 	const int32_t name = block_name(b);
 	f->entry = (uint32_t)(b - blocks);
-	if (cs->depth > 1 && f[-1].path >= 0)
+	if (cs->levels && cs->depth - 1 == floor_depth(cs))
+		f->path = cs->l[cs->levels - 1].label;
+	else if (cs->depth > 1 && f[-1].path >= 0)
 		f->path = f[-1].path;
 	else if (name >= 0)
 		f->path = name;
@@ -246,23 +303,17 @@ static GHashTable *new_calls_table(void)
 	return g_hash_table_new_full(g_direct_hash, g_direct_equal, NULL, g_free);
 }
 
-/* A popped frame's entry gets its instructions and a call, in the vCPU's open windows. */
-static void credit(unsigned int vcpu, struct call_stack *cs, int j, uint64_t now)
+/* `key` gets the own instructions since `start` and one call, in the vCPU's open windows
+ * (from a window's start when it began later). */
+static void add_in_windows(unsigned int vcpu, struct call_stack *cs, gpointer key,
+			   uint64_t start, uint64_t now)
 {
-	const uint32_t e = cs->f[j].entry;
 	struct vcpu *v = &vcpus[vcpu];
-	if (e == NO_ENTRY)
-		return;
-	for (int k = 0; k < j; k++)	/* recursion: the deepest frame of a function counts */
-		if (cs->f[k].entry != NO_ENTRY && blocks[cs->f[k].entry].vaddr == blocks[e].vaddr)
-			return;
-	const uint64_t start = cs->f[j].start;
-	const gpointer key = call_key(cs->f[j].path, e);
 	for (uint32_t open = v->open; open; open &= open - 1) {
 		const int w = __builtin_ctz(open);
 		if (!cs->pending[w])	/* first use: this vCPU's thread only */
 			cs->pending[w] = new_calls_table();
-		add_calls(cs->pending[w], key, now - MAX(start, v->start[w][KERNEL]), 1);
+		add_calls(cs->pending[w], key, now - MAX(start, cs->own_start[w]), 1);
 	}
 	uint32_t all = inline_counts ? 0 : __atomic_load_n(&all_open, __ATOMIC_RELAXED);
 	if (!all)
@@ -273,6 +324,27 @@ static void credit(unsigned int vcpu, struct call_stack *cs, int j, uint64_t now
 		add_calls(incl[w], key, now - MAX(start, cs->all_start[w]), 1);
 	}
 	g_mutex_unlock(&lock);
+}
+
+/* The base of the interrupt level frame `j` is in (0: none). */
+static int level_base(const struct call_stack *cs, int j)
+{
+	int base = 0;
+	for (int k = 0; k < cs->levels && cs->l[k].base <= j; k++)
+		base = cs->l[k].base;
+	return base;
+}
+
+/* A popped frame's entry gets its instructions and a call, in the vCPU's open windows. */
+static void credit(unsigned int vcpu, struct call_stack *cs, int j, uint64_t now)
+{
+	const uint32_t e = cs->f[j].entry;
+	if (e == NO_ENTRY)
+		return;
+	for (int k = level_base(cs, j); k < j; k++)	/* recursion: the deepest frame counts */
+		if (cs->f[k].entry != NO_ENTRY && blocks[cs->f[k].entry].vaddr == blocks[e].vaddr)
+			return;
+	add_in_windows(vcpu, cs, call_key(cs->f[j].path, e), cs->f[j].start, now);
 }
 
 /* Several vCPUs: where each window over every vCPU began in this vCPU's count
@@ -290,20 +362,28 @@ static void see_all_windows(struct call_stack *cs, uint64_t now)
 	}
 }
 
+/* The frame (its index) the block at `vaddr` returns to, in the open level; -1 none. */
+static int landing(const struct call_stack *cs, uint64_t vaddr)
+{
+	const int floor = floor_depth(cs);
+	for (int i = cs->depth - 1; i >= floor && i >= cs->depth - CALL_SEARCH; i--)
+		if (cs->f[i].ret == vaddr)
+			return i;
+	return -1;
+}
+
 /* Does the block at `vaddr` land on a frame's return address?  Then pop to it. */
 static int land(unsigned int vcpu, struct call_stack *cs, uint64_t vaddr, uint64_t now)
 {
-	for (int i = cs->depth - 1; i >= 0 && i >= cs->depth - CALL_SEARCH; i--) {
-		if (cs->f[i].ret != vaddr)
-			continue;
-		while (i > 0 && cs->f[i].tail)	/* a tail call returns with its caller */
-			i--;
-		for (int j = cs->depth - 1; j >= i; j--)
-			credit(vcpu, cs, j, now);
-		cs->depth = i;
-		return 1;
-	}
-	return 0;
+	int i = landing(cs, vaddr);
+	if (i < 0)
+		return 0;
+	while (i > floor_depth(cs) && cs->f[i].tail)	/* a tail call returns with its caller */
+		i--;
+	for (int j = cs->depth - 1; j >= i; j--)
+		credit(vcpu, cs, j, now);
+	cs->depth = i;
+	return 1;
 }
 
 /* Is `b` the entry of the frame's function (a jump back to its own start)? */
@@ -322,12 +402,46 @@ static void count_cut(unsigned int vcpu, int n)
 		__atomic_fetch_add(&frames_cut[__builtin_ctz(open)], (uint64_t)n, __ATOMIC_RELAXED);
 }
 
-/* The stack cannot be followed on: its frames are dropped. */
+/* The stack cannot be followed on: its frames (and interrupt levels) are dropped. */
 static void cut(unsigned int vcpu, struct call_stack *cs)
 {
 	count_cut(vcpu, cs->depth);
-	cs->depth = 0;
+	cs->depth = cs->levels = 0;
 	cs->entering = 0;
+	cs->iret_end = 0;
+}
+
+/* An interrupt's entry block `b` while in the kernel: a level opens at this depth, a
+ * call waiting for its callee's entry waits on until the level ends.  Levels nested
+ * past IRQ_DEPTH cannot be followed: the stack is cut. */
+static void irq_open(unsigned int vcpu, struct call_stack *cs, struct block *b, uint64_t now)
+{
+	char type;
+	if (cs->levels == IRQ_DEPTH) {
+		cut(vcpu, cs);
+		return;
+	}
+	cs->l[cs->levels++] = (struct level){ now, cs->depth, entry_label(b->vaddr, &type),
+					      vcpus[vcpu].stay_label, cs->entering };
+	cs->entering = 0;
+}
+
+/* The block after an iretq that leaves the open level (frames its handler left are
+ * cut): the level's own instructions count once under the stay it interrupted, and
+ * leave the frames below it: the own clock goes back to when it was taken, and so
+ * does the start of a window over every vCPU first seen during it. */
+static void irq_close(unsigned int vcpu, struct call_stack *cs, uint64_t now)
+{
+	const struct level *l = &cs->l[--cs->levels];
+	if (cs->depth > l->base) {
+		count_cut(vcpu, cs->depth - l->base);
+		cs->depth = l->base;
+	}
+	cs->entering = l->entering;
+	add_in_windows(vcpu, cs, call_key(l->stay, IRQ_SLOT), l->open, now);
+	cs->excluded += now - l->open;
+	for (int w = 0; w < MM_MAX_WINDOWS; w++)
+		cs->all_start[w] = MIN(cs->all_start[w], l->open);
 }
 
 /* The task switches out: its stack parked (in place of the oldest when all are
@@ -342,10 +456,12 @@ static void park(unsigned int vcpu, struct call_stack *cs, uint64_t now)
 		cs->parked[k].matched = 0;
 	count_cut(vcpu, p->depth);
 	memcpy(p->f, cs->f, sizeof(cs->f[0]) * (size_t)cs->depth);
+	memcpy(p->l, cs->l, sizeof(cs->l[0]) * (size_t)cs->levels);
 	p->depth = cs->depth;
+	p->levels = cs->levels;
 	p->matched = -1;		/* a task does not switch to itself */
 	p->when = now;
-	cs->depth = 0;
+	cs->depth = cs->levels = 0;
 	cs->entering = 0;
 	cs->resuming = 1;
 }
@@ -369,9 +485,13 @@ static void adopt(unsigned int vcpu, struct call_stack *cs, uint64_t now)
 		return;
 	count_cut(vcpu, cs->depth);	/* left by returning below them */
 	memcpy(cs->f, best->f, sizeof(cs->f[0]) * (size_t)best->depth);
+	memcpy(cs->l, best->l, sizeof(cs->l[0]) * (size_t)best->levels);
 	cs->depth = best->depth;
+	cs->levels = best->levels;
 	for (int j = 0; j < cs->depth; j++)	/* the time away is other tasks' */
 		cs->f[j].start += cs->resumed - best->when;
+	for (int k = 0; k < cs->levels; k++)
+		cs->l[k].open += cs->resumed - best->when;
 	for (int j = cs->depth - 1; j >= best->depth - best->matched; j--)
 		credit(vcpu, cs, j, now);
 	cs->depth = best->depth - best->matched;
@@ -407,8 +527,9 @@ static int following(unsigned int vcpu, struct call_stack *cs)
 	const int open = vcpus[vcpu].open ||
 		(!inline_counts && __atomic_load_n(&all_open, __ATOMIC_RELAXED));
 	if (!open && cs->following) {
-		cs->depth = 0;
+		cs->depth = cs->levels = 0;
 		cs->entering = cs->switching = cs->resuming = 0;
+		cs->iret_end = 0;
 		for (int k = 0; k < PARKED; k++)
 			cs->parked[k].depth = 0;
 	}
@@ -420,11 +541,18 @@ static int following(unsigned int vcpu, struct call_stack *cs)
 static void calls_block(unsigned int vcpu, struct block *b)
 {
 	struct call_stack *cs = &call_stacks[vcpu];
-	const uint64_t now = vcpus[vcpu].insns[KERNEL];
+	uint64_t now = vcpus[vcpu].insns[KERNEL] - cs->excluded;
 	const uint32_t slot = (uint32_t)(b - blocks);
 	if (!__atomic_load_n(&text_base, __ATOMIC_RELAXED) || !following(vcpu, cs))
 		return;
 	const int8_t kind = site_kind(b);
+	const int after_entry = cs->in_entry;
+	cs->in_entry = kind == 'E' || kind == 'I';
+	if (cs->levels && cs->iret_end && cs->iret_end != b->vaddr) {	/* not iret_to_self */
+		irq_close(vcpu, cs, now);
+		now = vcpus[vcpu].insns[KERNEL] - cs->excluded;
+	}
+	cs->iret_end = __atomic_load_n(&call_sites[slot].iret, __ATOMIC_RELAXED);
 	if (!inline_counts)
 		see_all_windows(cs, now);
 	if (kind == 'X' && !cs->switching)
@@ -434,12 +562,15 @@ static void calls_block(unsigned int vcpu, struct block *b)
 	cs->switching = kind == 'X';
 	if (kind == 'X' || kind == 'T')
 		return;
+	if (kind == 'I' && vcpus[vcpu].in_kernel && !after_entry && landing(cs, b->vaddr) < 0)
+		irq_open(vcpu, cs, b, now);
 	if (cs->entering) {
 		cs->entering = 0;
-		if (kind != 'E')	/* 'E': an interrupt came first, the callee is unknown */
+		if (kind != 'E')	/* 'E': an exception came first, the callee is unknown */
 			enter(&vcpus[vcpu], cs, b);
 	} else if (!land(vcpu, cs, b->vaddr, now) &&
-		   !(cs->resuming && resume(vcpu, cs, b->vaddr, now)) && kind == 'F' && cs->depth &&
+		   !(cs->resuming && resume(vcpu, cs, b->vaddr, now)) && kind == 'F' &&
+		   cs->depth > floor_depth(cs) &&
 		   !same_function(&cs->f[cs->depth - 1], b) &&
 		   push_frame(cs, cs->f[cs->depth - 1].ret, now, slot, 1)) {
 		enter(&vcpus[vcpu], cs, b);	/* a tail call */
@@ -455,9 +586,16 @@ static void calls_user(unsigned int vcpu)
 {
 	struct call_stack *cs = &call_stacks[vcpu];
 	if (cs->resuming)
-		adopt(vcpu, cs, vcpus[vcpu].insns[KERNEL]);
+		adopt(vcpu, cs, vcpus[vcpu].insns[KERNEL] - cs->excluded);
 	cs->resuming = cs->switching = 0;
 	cut(vcpu, cs);
+}
+
+/* Window w begins on `vcpu`: where, on the vCPU's own clock (no interrupt level is
+ * open in user mode, where windows begin). */
+static void calls_begin(unsigned int vcpu, unsigned w)
+{
+	call_stacks[vcpu].own_start[w] = vcpus[vcpu].insns[KERNEL] - call_stacks[vcpu].excluded;
 }
 
 /* Window w ended on `v`: its pending inclusive counts into the sums (under `lock`)
@@ -482,27 +620,43 @@ static void calls_reset(void)
 		g_hash_table_remove_all(incl[w]);
 }
 
-/* At exit: per window, this boot's _text and each entry's inclusive instructions and
- * calls by stay label ("" for none): [address, label, insns, calls]. */
+/* One window's entries (`irq`: its interrupt levels instead) from `table`: each entry's
+ * [address, label, insns, calls], or each stay's "label": [levels, insns]. */
+static void write_entries(GHashTable *table, gboolean irq)
+{
+	GHashTableIter it;
+	gpointer key, sum;
+	const char *sep = "";
+	g_hash_table_iter_init(&it, table);
+	while (g_hash_table_iter_next(&it, &key, &sum)) {
+		const gsize k = GPOINTER_TO_SIZE(key);
+		const int32_t label = (int32_t)(k >> 32) - 2;
+		const char *name = label >= 0 ? labels[label] : "";
+		const uint64_t *n = sum;
+		if (((k & 0xffffffffu) == IRQ_SLOT) != irq)
+			continue;
+		if (irq)
+			fprintf(out, "%s\"%s\": [%" PRIu64 ", %" PRIu64 "]", sep, name, n[1], n[0]);
+		else
+			fprintf(out, "%s[%" PRIu64 ", \"%s\", %" PRIu64 ", %" PRIu64 "]", sep,
+				blocks[k & 0xffffffffu].vaddr, name, n[0], n[1]);
+		sep = ", ";
+	}
+}
+
+/* At exit: per window, this boot's _text, each entry's inclusive instructions and calls
+ * by stay label ("" for none), and the interrupt levels taken out of them by the stay
+ * they interrupted. */
 static void write_calls(void)
 {
 	for (int w = 0; w < MM_MAX_WINDOWS; w++) {
-		GHashTableIter it;
-		gpointer key, sum;
-		const char *sep = "";
 		fprintf(out, "{\"kind\": \"calls\", \"window\": %d, \"text\": %" PRIu64
 			", \"cut\": %" PRIu64 ", \"overflow\": %" PRIu64 ", \"entries\": [", w,
 			text_base, frames_cut[w], frames_overflow);
-		g_hash_table_iter_init(&it, incl[w]);
-		while (g_hash_table_iter_next(&it, &key, &sum)) {
-			const gsize k = GPOINTER_TO_SIZE(key);
-			const int32_t label = (int32_t)(k >> 32) - 2;
-			fprintf(out, "%s[%" PRIu64 ", \"%s\", %" PRIu64 ", %" PRIu64 "]", sep,
-				blocks[k & 0xffffffffu].vaddr, label >= 0 ? labels[label] : "",
-				((uint64_t *)sum)[0], ((uint64_t *)sum)[1]);
-			sep = ", ";
-		}
-		fputs("]}\n", out);
+		write_entries(incl[w], FALSE);
+		fputs("], \"interrupts\": {", out);
+		write_entries(incl[w], TRUE);
+		fputs("}}\n", out);
 	}
 }
 
@@ -514,10 +668,13 @@ static int calls_install(const char *path)
 	call_stacks = aligned_alloc(64, sizeof(*call_stacks) * (size_t)n_vcpus);
 	call_sites = calloc(MAX_BLOCKS, sizeof(*call_sites));
 	syscall_labels = calloc(MAX_LABELS, 1);
-	if (!call_stacks || !call_sites || !syscall_labels)
+	irq_labels = calloc(MAX_LABELS, 1);
+	if (!call_stacks || !call_sites || !syscall_labels || !irq_labels)
 		return -1;
-	for (int l = 0; l < n_labels; l++)
+	for (int l = 0; l < n_labels; l++) {
 		syscall_labels[l] = g_str_has_prefix(labels[l], "syscall_");
+		irq_labels[l] = !strcmp(labels[l], "interrupt") || !strcmp(labels[l], "exception_nmi");
+	}
 	for (int w = 0; w < MM_MAX_WINDOWS; w++)
 		incl[w] = new_calls_table();
 	memset(call_stacks, 0, sizeof(*call_stacks) * (size_t)n_vcpus);

@@ -545,6 +545,8 @@ static void on_marker(unsigned int vcpu, void *udata)
 		memcpy(v->start[w], v->insns, sizeof(v->insns));
 		if (events)
 			events_begin(vcpu, w);
+		if (calls)
+			calls_begin(vcpu, w);
 		settle_blocks(v, w, FALSE);	/* a window begun here before never ended here */
 		settle_stays(v, w, FALSE);
 		v->gen[w]++;

@@ -158,12 +158,15 @@ class FunctionInsns(BaseModel):
     # callees', per unit; its calls per unit; the same by path (a syscall's
     # entry function and what it called, or a fault's, ...: "other" outside
     # them); each stay's calls and instructions per unit, of the same boot;
-    # and the frames dropped where the stack could not be followed (a
-    # context switch).  Inclusive counts overlap and never add up.
+    # the interrupts taken inside each stay, which no function's count holds
+    # (their number and instructions per unit); and the frames dropped where
+    # the stack could not be followed (a context switch).  Inclusive counts
+    # overlap and never add up.
     inclusive: dict[str, dict[str, float]] = {}
     calls: dict[str, dict[str, float]] = {}
     paths: dict[str, dict[str, dict[str, float]]] = {}
     stays: dict[str, dict[str, list[float]]] = {}
+    interrupts: dict[str, dict[str, list[float]]] = {}
     frames_cut: dict[str, int] = {}
 
     def top(self, window: str, n: int) -> list[tuple[str, float]]:
@@ -221,12 +224,15 @@ def inclusive(workload: Workload, units: dict[str, float], output: str,
     by_window = {r["window"]: r for r in insns.plugin_records(output, "calls")}
     if not by_window:
         return {}
-    out: dict = {"inclusive": {}, "calls": {}, "paths": {}, "stays": {}, "frames_cut": {}}
+    out: dict = {"inclusive": {}, "calls": {}, "paths": {}, "stays": {}, "interrupts": {},
+                 "frames_cut": {}}
     for w in workload.windows:
         n = units[w.name]
         if not n or w.marker not in by_window:
             continue
         out["frames_cut"][w.name] = by_window[w.marker]["cut"]
+        out["interrupts"][w.name] = {stay or "other": [taken / n, count / n] for stay, (
+            taken, count) in by_window[w.marker]["interrupts"].items()}
         incl, calls, paths = (out[k].setdefault(w.name, {})
                               for k in ("inclusive", "calls", "paths"))
         for address, stay, count, called in by_window[w.marker]["entries"]:
