@@ -92,3 +92,27 @@ def test_a_fleets_store_keeps_the_figures_in_a_folder_here(monkeypatch, tmp_path
     figures = (folder / "check-speed.json").read_text()
     assert "SECRET" not in figures and json.loads(figures)["seconds"] >= 0
     assert "SECRET" not in capsys.readouterr().out
+
+
+def test_the_fresh_copy_keeps_a_folded_subject_whole(tmp_path):
+    """git format-patch folds a long subject over lines; the bench's own
+    line goes in at a header's start, so the check reads the same subject
+    (and the same diff) from the copy's new bytes."""
+    import email
+    import email.policy
+    folded = ("From 3f2a Mon Sep 17 00:00:00 2001\nFrom: A <a@example.org>\n"
+              "Subject: [PATCH v3 2/7] mm/ksm: walk only the range of the rmap item's\n"
+              " anon_vma that can map the page\n\nWhy.\n---\n mm/ksm.c | 2 +-\n\n"
+              "diff --git a/mm/ksm.c b/mm/ksm.c\n--- a/mm/ksm.c\n+++ b/mm/ksm.c\n")
+    (tmp_path / "in").mkdir()
+    patch = tmp_path / "in" / "0002-ksm.patch"
+    patch.write_text(folded)
+    copy = check_speed.fresh_copy(patch, tmp_path)
+
+    def read(p):
+        return email.message_from_bytes(p.read_bytes(), policy=email.policy.default)
+    assert copy.read_bytes() != patch.read_bytes()
+    assert " ".join(str(read(copy)["Subject"]).split()) == (
+        "[PATCH v3 2/7] mm/ksm: walk only the range of the rmap item's anon_vma that can map "
+        "the page")
+    assert read(copy).get_content() == read(patch).get_content()

@@ -72,10 +72,12 @@ class Spent:
 
 
 def fresh_copy(patch: Path, into: Path) -> Path:
-    """`patch` with a line of this run's own after its subject: the same
-    diff, new bytes, so its kernel is built again on the kept base."""
+    """`patch` with a header line of this run's own: the same diff, new
+    bytes, so its kernel is built again on the kept base.  It goes in
+    before the subject, where a header starts (after it, a subject folded
+    over lines would lose its rest to the new header)."""
     lines = patch.read_text().splitlines(keepends=True)
-    at = next((i + 1 for i, line in enumerate(lines) if line.startswith("Subject:")), 0)
+    at = next((i for i, line in enumerate(lines) if line.startswith("Subject:")), 0)
     lines.insert(at, f"X-mmlab-bench: check_speed {time.time_ns()}\n")
     out = into / patch.name
     out.write_text("".join(lines))
