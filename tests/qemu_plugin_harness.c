@@ -191,14 +191,21 @@ static void calls_script(void)
 	run(0, end), run(0, sample);
 }
 
+/* Blocks one after another on vCPU 0. */
+static void run_all(struct qemu_plugin_tb **tbs, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		run(0, tbs[i]);
+}
+
 /*
- * SCRIPT=irq (with calls=, test_inclusive.py): timer interrupts and an mprotect.
+ * SCRIPT=irq (with calls=, test_inclusive.py): timer interrupts, a fault and mprotect.
  * Functions at +0x1000 (__x64_sys_mprotect), +0x2000 (do_syscall_64), +0x3000
- * (change_protection), +0x4000 (the interrupt's handler), +0x5000 (what it calls); the
- * interrupt entries (stays=' E line) from +0x300: a vector's stub there jumps to the
- * common stub at +0x340, which calls the handler; +0x500 returns by iretq.  One call
- * is interrupted inside change_protection, the other between its call and its entry;
- * then an interrupt lands in user mode.
+ * (change_protection), +0x4000 (a handler), +0x5000 (what it calls); the interrupt
+ * entries (stays=' E lines) from +0x300: a vector's stub there jumps to the common stub
+ * at +0x340, which calls the handler; the page fault's at +0x200; +0x500 returns by
+ * iretq.  One call is interrupted inside change_protection, one between its call and
+ * its entry, one faults inside it; then an interrupt lands in user mode.
  */
 static void irq_script(void)
 {
@@ -209,29 +216,33 @@ static void irq_script(void)
 		*leaf_rest = block(TEXT + 0x3040, 2, PLAIN), *vector = block(TEXT + 0x300, 2, PLAIN),
 		*stub = block(TEXT + 0x340, 3, CALL), *handler = block(TEXT + 0x4000, 4, CALL),
 		*timer = block(TEXT + 0x5000, 5, PLAIN), *iret = block(TEXT + 0x500, 3, IRET),
-		*begin = block(0x400200, 2, BEGIN_ALL), *end = block(0x400300, 2, END_ALL),
-		*sample = block(0x400400, 2, SAMPLE);
+		*fault = block(TEXT + 0x200, 3, CALL), *begin = block(0x400200, 2, BEGIN_ALL),
+		*end = block(0x400300, 2, END_ALL), *sample = block(0x400400, 2, SAMPLE);
 	struct qemu_plugin_tb *in_handler = block(after(handler), 2, PLAIN),
-		*in_stub = block(after(stub), 2, PLAIN), *in_sys = block(after(sys), 2, PLAIN),
+		*in_stub = block(after(stub), 2, PLAIN), *in_fault = block(after(fault), 2, PLAIN),
+		*in_sys = block(after(sys), 2, PLAIN),
 		*in_do_syscall = block(after(do_syscall), 2, PLAIN),
 		*in_entry = block(after(entry), 2, PLAIN);
-	struct qemu_plugin_tb *tick[] = { vector, stub, handler, timer, in_handler, in_stub, iret };
+	struct qemu_plugin_tb *tick[] = { vector, stub, handler, timer, in_handler, in_stub, iret },
+		*faults[] = { fault, handler, timer, in_handler, in_fault, iret };
+	const size_t ticks = sizeof(tick) / sizeof(tick[0]), faulted = sizeof(faults) / sizeof(faults[0]);
 
 	run(0, user), run(0, user_syscall), run(0, entry), run(0, in_entry);  /* finds _text */
 	run(0, user), run(0, begin);
-	for (int call = 0; call < 2; call++) {
+	for (int call = 0; call < 3; call++) {
 		run(0, user_syscall), run(0, entry), run(0, do_syscall), run(0, sys);
-		if (!call)
+		if (call != 1)
 			run(0, leaf);
-		for (size_t i = 0; i < sizeof(tick) / sizeof(tick[0]); i++)	/* 21 */
-			run(0, tick[i]);
-		if (call)
+		if (call == 2)
+			run_all(faults, faulted);	/* 19 */
+		else
+			run_all(tick, ticks);		/* 21 */
+		if (call == 1)
 			run(0, leaf);
 		run(0, leaf_rest), run(0, in_sys), run(0, in_do_syscall), run(0, in_entry);
 		run(0, user);
 	}
-	for (size_t i = 0; i < sizeof(tick) / sizeof(tick[0]); i++)	/* in user mode */
-		run(0, tick[i]);
+	run_all(tick, ticks);				/* in user mode */
 	run(0, user), run(0, end), run(0, sample);
 }
 

@@ -330,7 +330,7 @@ def test_a_tick_inside_a_syscall_counts_apart_from_its_functions(tmp_path, plugi
     assert calls == 1, found.stays["unmap"]
     ticks, in_ticks = found.interrupts["unmap"]["syscall_munmap"]
     paths = found.paths["unmap"]
-    assert ticks >= 1 and in_ticks > 0 and TICK <= paths["interrupt"].keys(), found.interrupts
+    assert ticks >= 1 and in_ticks > 0 and paths["interrupt"].keys() >= TICK, found.interrupts
     assert not TICK & paths["syscall_munmap"].keys()
     assert paths["syscall_munmap"]["__x64_sys_munmap"] == max(paths["syscall_munmap"].values())
     rest = stay - found.inclusive["unmap"]["do_syscall_64"] - in_ticks
@@ -361,20 +361,24 @@ def test_a_task_resumed_takes_back_only_a_stack_that_went_through_its_own_call_s
     assert (0x2000, "") in called           # do_syscall_64: below the syscall's entry, no path
 
 
-IRQ_STAYS = "A 80 40 syscall_unnamed\nE 300 100 interrupt\nN 1000 syscall_mprotect\n"
+IRQ_STAYS = ("A 80 40 syscall_unnamed\nE 200 20 fault\nE 300 100 interrupt\n"
+             "N 1000 syscall_mprotect\n")
 
 
 def test_an_interrupt_taken_in_a_function_is_no_call_of_it_and_counts_apart(tmp_path):
-    """The plugin on the harness's script of timer ticks (SCRIPT=irq): two
+    """The plugin on the harness's script of timer ticks (SCRIPT=irq): three
     mprotect calls, one ticked inside change_protection, one between the
-    call of change_protection and its entry; a tick in user mode.  Each
-    tick's 21 instructions (a vector's stub jumping to the common stub,
-    the handler and what it calls, the iretq) leave the interrupted
-    functions' counts and count once, under the stay they interrupted; the
-    handler's functions are the interrupt's path, as a tick in user mode's
-    are.  Before: change_protection counted 26 in the first call, and 5
-    under no path in the second (the tick took its entry's place), and
-    __x64_sys_mprotect 68 for 26, the handler's functions on its path."""
+    call of change_protection and its entry, one faulting inside it; a tick
+    in user mode.  Each tick's 21 instructions (a vector's stub jumping to
+    the common stub, the handler and what it calls, the iretq) leave the
+    interrupted functions' counts and count once, under the stay they
+    interrupted; the handler's functions are the interrupt's path, as a
+    tick in user mode's are.  The fault (19) is change_protection's own
+    work: inside its count, its handler on mprotect's path.  Before the
+    ticks were taken out: change_protection counted 26 in the first call,
+    and 5 under no path in the second (the tick took its entry's place),
+    and __x64_sys_mprotect 68 for 26 over those two, the handler's functions
+    on its path."""
     from .test_syscalls import scripted
     (tmp_path / "calls.txt").write_text(CALLS)
     ran = scripted(tmp_path, IRQ_STAYS, (f"calls={tmp_path / 'calls.txt'}",), script="irq")
@@ -384,15 +388,17 @@ def test_an_interrupt_taken_in_a_function_is_no_call_of_it_and_counts_apart(tmp_
     counted = {(address - line["text"], stay): [count, calls]
                for address, stay, count, calls in line["entries"]}
     mprotect = "syscall_mprotect"
-    assert counted == {(0x3000, mprotect): [10, 2], (0x1000, mprotect): [26, 2],
-                       (0x2000, ""): [38, 2], (0x4000, "interrupt"): [33, 3],
-                       (0x5000, "interrupt"): [15, 3]}
+    assert counted == {(0x3000, mprotect): [5 + 5 + 24, 3], (0x1000, mprotect): [13 + 13 + 32, 3],
+                       (0x2000, ""): [19 + 19 + 38, 3], (0x4000, "interrupt"): [33, 3],
+                       (0x5000, "interrupt"): [15, 3], (0x4000, mprotect): [11, 1],
+                       (0x5000, mprotect): [5, 1]}
     assert line["interrupts"] == {mprotect: [2, 42]}
     # The stays still hold the ticks inside them: the entry code, do_syscall_64
-    # inclusively and the interrupts make up mprotect's 47 a call.
+    # inclusively and the interrupts make up mprotect's calls.
     (sample,) = insns.plugin_records(out, "sample")
-    assert sample["stays"][0] == {mprotect: [2, 94], "interrupt": [1, 21]}
-    assert 94 == 2 * (5 + 2) + counted[(0x2000, "")][0] + line["interrupts"][mprotect][1]
+    assert sample["stays"][0] == {mprotect: [3, 47 + 47 + 45], "interrupt": [1, 21]}
+    stay = sample["stays"][0][mprotect][1]
+    assert stay == 3 * (5 + 2) + counted[(0x2000, "")][0] + line["interrupts"][mprotect][1]
 
 
 def test_a_counting_pass_follows_calls_only_where_a_profile_names_a_function():
