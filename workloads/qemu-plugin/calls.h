@@ -52,8 +52,8 @@
  * land in (a copy_from_user's fault, a WARN's ud2): their handlers stay
  * inside the faulting function's count, as its callees.
  *
- * A context switch parks the task's stack (PARKED per vCPU) and the next
- * task starts with an empty one.  Every task comes back through the same
+ * A context switch parks the task's stack (PARKED per vCPU), its open
+ * interrupt levels with it, and the next task starts with an empty one.  Every task comes back through the same
  * return from __switch_to_asm and then returns to where it called the
  * scheduler from, so a parked stack whose top frames the resumed task's
  * returns land on, and that alone matched the most of them (OWN_FRAMES at
