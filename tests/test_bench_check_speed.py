@@ -22,7 +22,6 @@ class Store:
     def __init__(self, experiments: dict[int, tuple[str, float, list[tuple[float, float]],
                                                     float | None]]):
         self.rows = experiments
-        self.db = self
 
     def experiment(self, exp_id):
         return {"created": self.rows[exp_id][1]}
@@ -37,9 +36,8 @@ class Store:
     def measurements(self, exp_id):
         return SimpleNamespace(trials=[])
 
-    def execute(self, sql, args):
-        last = self.rows[args[0]][3]
-        return SimpleNamespace(fetchone=lambda: {"last": last})
+    def attributed_at(self, exp_id):
+        return self.rows[exp_id][3]
 
 
 def record(*experiments: int) -> dict:
@@ -146,3 +144,21 @@ def test_a_base_built_by_the_check_is_its_own_part_not_mmlabs_start(monkeypatch,
     assert "the base's build (it was not kept)" in rows
     shown = check_speed.table(built, record(1), [1.0], "t", True).columns[3]._cells
     assert any("not a check against a kept base" in what for what in shown)
+
+
+def test_a_stores_last_attribution_is_when_it_was_stored(tmp_path):
+    """What the bench reads of a real store: none before attribution, then
+    the time of the last record stored."""
+    import time
+
+    from mmlab.experiment.plan import parse
+    from mmlab.store import Store as Real
+
+    from .test_count_rule import PROFILE
+    store = Real(tmp_path / "r")
+    exp_id = store.create_experiment(parse(PROFILE, "p.toml"))
+    assert store.attributed_at(exp_id) is None
+    before = time.time()
+    arm = store.plan(exp_id).arms[0].name
+    store.save_attribution(exp_id, arm, "functions", {})
+    assert before <= (store.attributed_at(exp_id) or 0.0) <= time.time()

@@ -123,10 +123,8 @@ def spent(store: Store, record: dict, start: float, end: float) -> Spent:
         found.experiments[why] = found.experiments.get(why, 0) + 1
         found.trials[why] = found.trials.get(why, 0) + len(ran)
         found.trial_walls += [e - b for b, e in ran]
-        last = store.db.execute("SELECT MAX(created) AS last FROM attributions WHERE "
-                                "experiment_id=?", (exp_id,)).fetchone()["last"]
-        if last:
-            attributing.append((measured, float(last)))
+        if (last := store.attributed_at(exp_id)) is not None:
+            attributing.append((measured, last))
         for trial in store.measurements(exp_id).trials:
             _started(found, trial.samples[0].state if trial.samples else {})
     if spans:

@@ -286,6 +286,13 @@ class Store:
             out.setdefault(r["name"], {})[r["kind"]] = json.loads(r["data"])
         return out
 
+    def attributed_at(self, exp_id: int) -> float | None:
+        """When the experiment's last attribution was stored (None: none
+        was): `make bench-check` tells attribution's time from its trials'."""
+        row = self.db.execute("SELECT MAX(created) AS last FROM attributions WHERE "
+                              "experiment_id=?", (exp_id,)).fetchone()
+        return None if row["last"] is None else float(row["last"])
+
     def plan(self, exp_id: int) -> Plan:
         """The plan as it was stored: arms from their rows, the order from the
         trials (which adaptive rounds may have extended)."""
