@@ -137,16 +137,22 @@ def plans(kernel: str) -> list[tuple[Tracked, str | None, Plan]]:
 
 def generate(kernel: str, results: str, out: Path) -> None:
     """Count every variant by function on `kernel`, writing the table
-    after each plan (a run cut short leaves what it counted)."""
+    after each plan that counted some (a run cut short leaves what it
+    counted).  Every plan is checked, the kernel among them, before the
+    store is made; a run that counted nothing is an error, and `out` (by
+    default the table mmlab ships) is left as it was."""
     from mmlab.run import driver
     from mmlab.store import Store
     from mmlab.targets import TargetPool
     from mmlab.track.session import only_functions
-    store = Store(results)
     here = driver.Here(TargetPool(False, print))
+    todo = plans(kernel)
+    for _, _, plan in todo:
+        here.check(plan, True)
+    store = Store(results)
     variants: list[Variant] = []
     functions: dict[str, list[int]] = {}
-    for t, name, plan in plans(kernel):
+    for t, name, plan in todo:
         started = time.monotonic()
         exp_id = store.create_experiment(plan)
         here.attribute(store, exp_id, only_functions(plan), print)
@@ -163,7 +169,10 @@ def generate(kernel: str, results: str, out: Path) -> None:
                 functions.setdefault(f, []).append(len(variants) - 1)
         print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
               f"{time.monotonic() - started:.0f} s", flush=True)
-        _write(out, kernel, variants, functions)
+        if variants:
+            _write(out, kernel, variants, functions)
+    if not variants:
+        raise MmlabError(f"no variant was counted on {kernel}: {out} is left as it was")
 
 
 def _write(out: Path, kernel: str, variants: list[Variant],
