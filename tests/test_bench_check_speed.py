@@ -162,3 +162,21 @@ def test_a_stores_last_attribution_is_when_it_was_stored(tmp_path):
     arm = store.plan(exp_id).arms[0].name
     store.save_attribution(exp_id, arm, "functions", {})
     assert before <= (store.attributed_at(exp_id) or 0.0) <= time.time()
+
+
+def test_the_coverages_counting_is_its_own_part_not_attribution():
+    """The coverage counts the base by function on each first look's base
+    arm once the confirmations are done (stored with the first look); that
+    span, from the first look's end to its record, held the confirmations,
+    their attribution and the judging too, and was shown as attribution.
+    Coverage is the check's own measure of it, attribution the
+    confirmations' records."""
+    store = Store({1: ("first", 10.0, [(10.0, 100.0)], 400.0),
+                   2: ("confirm", 110.0, [(110.0, 200.0)], 260.0)})
+    checked = {**record(1, 2), "coverage": {"seconds": 120.0}}
+    s = check_speed.spent(store, checked, 0.0, 420.0)
+    assert (s.phases, s.attribution, s.coverage) == ({"first": 90.0, "confirm": 90.0}, 60.0,
+                                                     120.0)
+    assert s.rest == pytest.approx(420.0 - 10.0 - 180.0 - 60.0 - 120.0)
+    parts = check_speed.table(s, checked, [1.0], "t", False).columns[0]._cells
+    assert "coverage (the base counted by function)" in parts

@@ -64,12 +64,14 @@ class Spent:
     experiments: dict[str, int] = field(default_factory=dict)
     trials: dict[str, int] = field(default_factory=dict)
     attribution: float = 0.0
+    coverage: float = 0.0              # the base counted by function (the check's own figure)
     trial_walls: list[float] = field(default_factory=list)    # each trial's seconds
     starts: dict[str, int] = field(default_factory=dict)   # booted, restored
 
     @property
     def rest(self) -> float:
-        return self.total - self.before - sum(self.phases.values()) - self.attribution
+        return (self.total - self.before - sum(self.phases.values()) - self.attribution
+                - self.coverage)
 
 
 def fresh_copy(patch: Path, into: Path) -> Path:
@@ -107,8 +109,10 @@ def spent(store: Store, record: dict, start: float, end: float) -> Spent:
     last trial's end), each second once: over a fleet's machines a check
     runs its first looks at once, then its confirmations, so adding their
     spans would count the same seconds several times.  The attribution is
-    what its records took after their experiment's trials, outside every
-    experiment's span."""
+    what a confirmation's or bisection step's records took after its
+    trials, outside every experiment's span; the coverage's counts of the
+    base, stored with the first looks at the check's end, are timed by the
+    check itself."""
     found = Spent(end - start, images.get(record["patched"]["name"]).details.get("make_s"),
                   base_built(record, start))
     spans: dict[str, list[tuple[float, float]]] = {}
@@ -123,7 +127,7 @@ def spent(store: Store, record: dict, start: float, end: float) -> Spent:
         found.experiments[why] = found.experiments.get(why, 0) + 1
         found.trials[why] = found.trials.get(why, 0) + len(ran)
         found.trial_walls += [e - b for b, e in ran]
-        if (last := store.attributed_at(exp_id)) is not None:
+        if why != "first" and (last := store.attributed_at(exp_id)) is not None:
             attributing.append((measured, last))
         for trial in store.measurements(exp_id).trials:
             _started(found, trial.samples[0].state if trial.samples else {})
@@ -134,6 +138,7 @@ def spent(store: Store, record: dict, start: float, end: float) -> Spent:
         found.phases[why] = _covered(span, taken)
         taken += span
     found.attribution = _covered(attributing, taken)
+    found.coverage = float((record.get("coverage") or {}).get("seconds") or 0.0)
     return found
 
 
@@ -193,6 +198,8 @@ def table(s: Spent, record: dict, loads: list[float], title: str, goal: bool) ->
             row(label, s.phases[why], f"{s.experiments[why]} experiment(s), {s.trials[why]} "
                                       "trial(s)")
     row("attribution", s.attribution, f"{len(record['changes'])} confirmed change(s) explained")
+    row("coverage (the base counted by function)", s.coverage,
+        "which changed functions the paths ran")
     row("the rest", s.rest, "judging between the experiments, the evidence, the report")
     row("whole check", s.total, "not a check against a kept base: its base was built in it"
         if s.base_make is not None else f"the broad suite's goal {GOAL_S // 60} min: "
