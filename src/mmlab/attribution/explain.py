@@ -85,7 +85,10 @@ class CallPath:
     and do not add up); beside the stay's own count, which also holds the
     kernel entry and exit code around the entry function, the interrupts
     taken there and what other tasks ran while it was switched out (the
-    per-syscall metrics count stays)."""
+    per-syscall metrics count stays).  The interrupts are counted apart
+    (`interrupts`), so the stay less the entry's count and theirs is what
+    neither holds; None where a record predates that (its functions'
+    counts hold the interrupts that landed in them)."""
     stay: str                        # syscall_mprotect, fault, ...
     entry: str                       # __x64_sys_mprotect, or the stay's largest function
     per_unit: float
@@ -93,6 +96,17 @@ class CallPath:
     stay_per_unit: float | None      # the stay's kernel instructions per unit, same boot
     stay_per_unit_baseline: float | None
     rows: list[FunctionChange]       # alone: the largest; paired: those that moved most
+    interrupts: tuple[float, float] | None = None   # (taken, instructions) per unit in the stay
+    interrupts_baseline: tuple[float, float] | None = None
+
+    def rest(self, baseline: bool = False) -> float | None:
+        """The stay's instructions per unit in neither its entry function's
+        count nor its interrupts: the kernel entry and exit code and other
+        tasks' runs while it was switched out (None where unknown)."""
+        stay, entry, irq = ((self.stay_per_unit_baseline, self.per_unit_baseline,
+                             self.interrupts_baseline) if baseline else
+                            (self.stay_per_unit, self.per_unit, self.interrupts))
+        return None if stay is None or entry is None or irq is None else stay - entry - irq[1]
 
 
 @dataclass(frozen=True)
@@ -294,8 +308,21 @@ def call_paths(f: FunctionInsns, base: FunctionInsns | None, window: str,
                  if k != entry][:n])
         out.append(CallPath(stay, entry, fa.get(entry, 0.0),
                             fb.get(entry, 0.0) if base is not None else None,
-                            sa[1] if sa else None, sb[1] if sb else None, rows))
+                            sa[1] if sa else None, sb[1] if sb else None, rows,
+                            _interrupts(f, window, stay),
+                            _interrupts(base, window, stay) if base is not None else None))
     return sorted(out, key=lambda p: (-max(p.per_unit, p.per_unit_baseline or 0.0), p.stay))
+
+
+def _interrupts(f: FunctionInsns, window: str, stay: str) -> tuple[float, float] | None:
+    """The interrupts taken inside `stay` (taken, instructions per unit),
+    none where none landed; None where the record holds no interrupts of
+    the window: counted before the plugin took them out of the functions'
+    inclusive counts."""
+    if window not in f.interrupts:
+        return None
+    taken, insns = f.interrupts[window].get(stay, (0.0, 0.0))
+    return taken, insns
 
 
 def _functions(plan: Plan, attributed: dict[str, Attribution], samples: dict[str, list[Sample]],

@@ -18,7 +18,7 @@ from mmlab.workloads import Metric, insns
 from mmlab.workloads.execwork import PLACEHOLDER, RESERVED
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Callable, Mapping, Sequence
 
     from mmlab.attribution.explain import CallPath, WindowFunctions
     from mmlab.track.changepoints import Change
@@ -332,7 +332,30 @@ def call_path(p: CallPath, unit: str, top: int = 6) -> str:
     stay = (f" (the whole {p.stay} stay {pair(p.stay_per_unit, p.stay_per_unit_baseline)}: "
             "also the kernel entry and exit code, interrupts and other tasks' runs inside)"
             if p.stay_per_unit is not None else "")
+    if p.interrupts is not None or p.interrupts_baseline is not None:
+        stay = _stay_parts(p, unit, pair)
     under = ", ".join(f"{r.label} {signed(r.change) if paired else num(r.per_unit)}"
                       for r in p.rows[:top]) or ("nothing moved" if paired else "none")
     return (f"{p.stay}, inclusive (a function with all it calls): {p.entry} "
             f"{pair(p.per_unit, p.per_unit_baseline)} /{unit}{stay}; under it: {under}")
+
+
+def _stay_parts(p: CallPath, unit: str, pair: Callable[[float | None, float | None], str]) -> str:
+    """What a stay holds beside its entry function's count, where the
+    interrupts inside it were counted apart: those interrupts, and the
+    rest that neither holds, so the three add up to the stay (a record
+    from before, whose functions held them, shows none: `-`)."""
+    def part(i: int) -> str:      # 0: taken, 1: instructions
+        return pair(*(x[i] if x is not None else None
+                      for x in (p.interrupts, p.interrupts_baseline)))
+    old = (" (a record counted before interrupts were taken out of the functions has -: "
+           "its functions' counts hold them)" if None in (p.interrupts, p.interrupts_baseline)
+           and p.per_unit_baseline is not None else "")
+    said = (f"; interrupts inside it, in none of its functions' counts: "
+            f"{part(0)} taken, {part(1)} instructions /{unit}{old}")
+    if p.stay_per_unit is None:
+        return said
+    return (f"{said}; the whole {p.stay} stay {pair(p.stay_per_unit, p.stay_per_unit_baseline)}"
+            f" /{unit} is {p.entry}, its interrupts and {pair(p.rest(), p.rest(True))} more: the "
+            f"kernel entry and exit code around {p.entry} and other tasks' runs while it "
+            "was switched out")
