@@ -139,6 +139,7 @@ class Start:
 
 
 def check_name(name: str) -> None:
+    """Refuse a --config no build knows, before a source or image is fetched."""
     if name not in NAMES:
         raise MmlabError(f"--config {name}: unknown config (known: {', '.join(NAMES)})")
 
@@ -284,6 +285,7 @@ def configure(tree: Path, fragments: list[Path], begin: Start) -> None:
 
 
 def _name(line: str) -> str:
+    """The option a config line sets ("" for any other line)."""
     m = SETTING.match(line)
     return (m.group(1) or m.group(3)) if m else ""
 
