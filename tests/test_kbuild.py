@@ -93,7 +93,7 @@ def test_a_broken_fragment_names_file_and_line(tmp_path):
     with pytest.raises(MmlabError, match="no such config fragment"):
         kconfig.check_fragment(tmp_path / "nope.config")
     ok = tmp_path / "ok.config"
-    ok.write_text('CONFIG_NR_CPUS=8\n# CONFIG_ZRAM is not set\nCONFIG_CMDLINE="x"\n')
+    ok.write_text('CONFIG_NR_CPUS=8\n# CONFIG_LRU_GEN is not set\nCONFIG_CMDLINE="x"\n')
     assert len(kconfig.check_fragment(ok)) == 3
 
 

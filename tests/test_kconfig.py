@@ -291,3 +291,20 @@ def test_a_fragments_option_no_kconfig_defines_is_refused_before_anything_is_mad
     adds.write_text("--- a/mm/Kconfig\n+++ b/mm/Kconfig\n@@ -1,1 +1,3 @@\n config LRU_GEN\n"
                     "+config KMS\n+\tbool \"a new option\"\n")
     kconfig.check_known(tree, [frag], [adds])
+
+
+def test_a_fragment_that_turns_off_what_the_guest_needs_is_named(tmp_path):
+    """The user's fragments come last, but the base fragment's =y must
+    stick: a fragment asking zram as a module was refused only after the
+    build had begun, as an option that did not stick "(unknown option or
+    an unmet dependency)", which it is neither."""
+    frag = tmp_path / "modules.config"
+    frag.write_text("CONFIG_KSM=y\nCONFIG_ZRAM=m\n")
+    with pytest.raises(MmlabError, match=r"modules.config:2: CONFIG_ZRAM=m: the guest needs "
+                                         r"CONFIG_ZRAM=y \(mmlab's base fragment\)"):
+        kconfig.check_fragment(frag)
+    frag.write_text("# CONFIG_SWAP is not set\n")
+    with pytest.raises(MmlabError, match=r"modules.config:1: # CONFIG_SWAP is not set: the guest"):
+        kconfig.check_fragment(frag)
+    frag.write_text("CONFIG_ZRAM=y\nCONFIG_ZRAM_DEF_COMP_LZ4=y\n")
+    assert kconfig.check_fragment(frag) == ["CONFIG_ZRAM=y", "CONFIG_ZRAM_DEF_COMP_LZ4=y"]

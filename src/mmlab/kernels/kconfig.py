@@ -96,6 +96,9 @@ CONFIG_EXT4_FS=y
 CONFIG_X86_64_ACPI_NUMA=y
 """
 
+# What the guest needs, which no fragment may turn off (each must stick).
+BASE_OPTIONS = frozenset(re.findall(r"^(CONFIG_\w+)=y$", BASE_FRAGMENT, re.M))
+
 # Debug info off: no instruction changes, and BTF (which needs it) goes too.
 NO_DEBUG_INFO = """\
 CONFIG_DEBUG_INFO_NONE=y
@@ -204,7 +207,10 @@ def start(name: str, entry: catalog.Entry | None, version: str) -> Start:
 
 
 def check_fragment(path: Path) -> list[str]:
-    """The fragment's lines, each checked; an error names file and line."""
+    """The fragment's lines, each checked; an error names file and line.
+    Fragments come last, so one could undo an option the guest needs,
+    which `configure` would find only once the build began, as one that
+    did not stick."""
     if not path.is_file():
         raise MmlabError(f"{path}: no such config fragment")
     data = path.read_bytes()
@@ -222,6 +228,9 @@ def check_fragment(path: Path) -> list[str]:
         if not FRAGMENT_LINE.match(line):
             raise MmlabError(f"{path}:{no}: not a config line: {raw!r} "
                              "(expected CONFIG_NAME=value or '# CONFIG_NAME is not set')")
+        if (name := _name(line)) in BASE_OPTIONS and line != f"{name}=y":
+            raise MmlabError(f"{path}:{no}: {line}: the guest needs {name}=y (mmlab's base "
+                             "fragment)")
         lines.append(line)
     return lines
 
