@@ -8,7 +8,8 @@ SUITE --results DIR --json`, the patch written out with a line of its own
 in its message: a build's cache key is the patch's bytes, so its kernel is
 built again, incrementally, on the kept base, each run.  The base must be
 kept already (a first check of it, or `mmlab kernels build`, makes it):
-the benchmark is of a check against a cached base.
+the benchmark is of a check against a cached base (where it was not, the
+base's build is a part of its own and the whole is said not to be that).
 
 Where the time went is read from the command's own records, not guessed
 from outside: make's seconds (the patched kernel's build record); the
@@ -16,10 +17,11 @@ experiments from their creation to their last trial's end, by what they
 were for (the first looks, the confirmations, the bisection steps), the
 seconds of experiments that ran at once (over a fleet's machines) counted
 once; the attribution boots (from a confirmation's last trial to its last
-attribution record, outside every experiment's run); the
-trials' guests (how many were restored from a saved boot or booted, and a
-bound on what starting them cost: no trial is shorter than its guest's
-start and end); the rest (mmlab's start, copying and patching the base
+attribution record, outside every experiment's run); the coverage's
+counts of the base (as the check times them); the trials' guests (how
+many were restored from a saved boot or booted, and a bound on what
+starting them cost: no trial is shorter than its guest's start and
+end); the rest (mmlab's start, copying and patching the base
 tree, judging, evidence, the report) is what remains.  The load average is
 sampled through the run: a figure taken beside other work says so.
 """
@@ -179,6 +181,7 @@ def _started(found: Spent, state: dict) -> None:
 
 
 def table(s: Spent, record: dict, loads: list[float], title: str, goal: bool) -> Table:
+    """The parts as a table; `goal`: over the broad suite, whose goal it says."""
     t = Table(title=title)
     for col in ("part", "seconds", "share", "what"):
         t.add_column(col, justify="left" if col in ("part", "what") else "right")
