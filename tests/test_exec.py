@@ -1,4 +1,4 @@
-"""Any command as a workload (issue 12): the three output formats and what
+"""Any command as a workload: the three output formats and what
 malformed output does, `mmwork exec` on the host (rusage, {out}, smaps at
 exit, timeouts), a C file compiled and cached by hash, exec profiles end to
 end with a failed arm that loses nothing else, and a guest that runs

@@ -117,7 +117,7 @@ def test_the_unpaired_bootstrap_is_the_exact_ideal_bootstrap():
 
 # ---------------------------------------------------------------- operating characteristics
 
-# The README's four noise models before issue 23 (10,000 profiles per cell):
+# The README's four noise models as first published (10,000 profiles per cell):
 # A/A family false alarms and A/A "no change" per test.
 BEFORE = {"LN2": (0.000, 1.000), "LN5": (0.006, 0.906), "MIX": (0.001, 0.983),
           "DRIFT": (0.000, 1.000)}

@@ -165,7 +165,7 @@ class RealResult:
     judgement: verdicts.Judgement
 
     def expected(self) -> list[str]:
-        """What the issue expects of this profile, and whether it came."""
+        """What the report behind this profile expects, and whether it came."""
         out = []
         for (arm, base), want in EXPECTED.get(self.name, {}).items():
             got = {c.verdict for c in self.judgement.comparisons

@@ -1,4 +1,4 @@
-"""Does mmlab measure what the reporter measured?  Issue 12's done-when,
+"""Does mmlab measure what the reporter measured?  Two checks of it,
 measured side by side (`python -m mmlab.bench --part agreement`):
 
 1. `mmlab run pageout-refault --align none` against

@@ -49,7 +49,7 @@ from mmlab.workloads.build import REPO_ROOT
 
 PATCH = REPO_ROOT / "experiments/patches/seed003-zap-set-referenced-6.12.patch"
 SUITE = REPO_ROOT / "experiments/suites/mm.toml"
-GOAL_S = 20 * 60            # the goal on this 2-core machine
+GOAL_S = 20 * 60            # the goal on this 2-core machine (docs/check.md)
 WHY = re.compile(r"^check \S+ (first|confirm|narrow) ")
 LOAD_EVERY_S = 10
 FIGURES = REPO_ROOT / "mmlab-results/bench/check-speed"   # a run's folder by default

@@ -49,7 +49,7 @@ class SeriesModel:
     metric: str           # a count metric or a time metric, by name
     cv: float             # trial-to-trial noise
     steps: tuple[tuple[int, float], ...]   # (release index, ratio), cumulative
-    goal: float | None = None              # issue 20's share of series found, if any
+    goal: float | None = None              # the published share of series found, if any
     outliers: float = 0.0                  # share of trials 30 % slower (heavy tail)
 
     def noise(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
@@ -202,7 +202,7 @@ def rate_bounds(share: float, series: int, level: float = GOAL_LEVEL) -> tuple[f
 
 @dataclass(frozen=True)
 class ChangePointGoals:
-    """The published goals at the defaults (issue 20): A/A series with a
+    """The published goals at the defaults: A/A series with a
     candidate and with a false change; each stepped case's own goal.  A
     goal is judged against the simulation's sampling error: missed only
     when even the rate's bound toward it (rate_bounds) is past it, so a
