@@ -38,7 +38,7 @@ from pydantic import BaseModel
 
 from mmlab.errors import MmlabError
 from mmlab.kernels import qemu_plugin
-from mmlab.workloads import Workload, insns
+from mmlab.workloads import PATH_STAY, Workload, insns
 from mmlab.workloads.samples import Sample
 
 TEXT_TYPES = frozenset("tTwW")
@@ -261,10 +261,15 @@ def inclusive(workload: Workload, units: dict[str, float], output: str,
 # measured samples (the plugin sums calls at exit), in each of its samples.
 INCLUSIVE = "incl"
 FOLLOW_SHARE = 0.1
-PATH_STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+")
-# A compiler's clone suffix (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold):
-# one release inlines what another clones, so a series is the function's name.
-CLONE = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(\.[a-z_]+(\.\d+)?)*")
+SERIES_NAME = re.compile(r"[a-z_][a-z0-9_]*")    # a function a metric's name can hold
+
+
+def function_of(symbol: str) -> str:
+    """The function a text symbol compiles: its name without a compiler's
+    clone suffix (foo.isra.0, foo.constprop.0, foo.part.0, foo.cold), since
+    one release inlines what another clones, and a series, a change's
+    coverage or a variant's reach is the function's."""
+    return symbol.partition(".")[0]
 
 
 def inclusive_metrics(workload: Workload, samples: list[Sample], output: str,
@@ -309,11 +314,11 @@ def _paths(line: dict, table: SymbolTable) -> dict[str, dict[str, float]]:
         top = max(funcs.values())
         named = out.setdefault(stay, {})
         for name, count in funcs.items():
-            m = CLONE.fullmatch(name)
-            if m is None or count < FOLLOW_SHARE * top or (m["name"] != name and
-                                                           m["name"] in funcs):
+            base = function_of(name)
+            if (not SERIES_NAME.fullmatch(base) or count < FOLLOW_SHARE * top
+                    or (base != name and base in funcs)):
                 continue
-            named[m["name"]] = named.get(m["name"], 0.0) + count
+            named[base] = named.get(base, 0.0) + count
     return out
 
 

@@ -20,7 +20,6 @@ only for an arm whose boots disagree, unless the profile asks for it
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import get_args
 
@@ -28,14 +27,15 @@ import numpy as np
 
 from mmlab.experiment.plan import Plan
 from mmlab.experiment.profile import Profile
-from mmlab.workloads import is_count
+from mmlab.judge import criteria
+from mmlab.workloads import clock_paced, is_count
 from mmlab.workloads.samples import Sample
 
 STATE_KEY = "guest_state"      # the saved boot a restored guest started from: "INDEX:ID"
-# Interrupts in user mode come with the timer, paced by the host under TCG.
-CLOCK_PACED = re.compile(r".+_interrupt_.+")
 STATES_MARGIN = 3.0   # boots differ beyond this many times their widest own range
-STATES_FLOOR = 0.01   # and beyond this share of the count: a count's timer ticks move ~0.1%
+# and beyond the count rule's floor of the metric (criteria.COUNT_FLOORS: a
+# whole window's 1%, a path's 0.25%), as a step between kernels must.
+NAMED_COUNTS = 3      # counts a finding names (the rest are counted)
 NAMED_FUNCTIONS = 3   # functions a finding names
 # Where a finding judged with no counts by function from each boot (a run's
 # own summary, made before its attribution) says they will be named.
@@ -64,9 +64,9 @@ def state_medians(samples: list[Sample], metric: str) -> dict[str, tuple[float, 
             for k, v in groups.items()}
 
 
-def apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
+def apart(medians: dict[str, tuple[float, float]], metric: str) -> tuple[str, str] | None:
     """The lowest and highest boots when their medians differ beyond their
-    own spread (STATES_MARGIN) and STATES_FLOOR of the count; None if not,
+    own spread (STATES_MARGIN) and `metric`'s floor (floor_of); None if not,
     or if no boot has two values: one trial per boot cannot tell the
     boots' difference from the trials' own (8 saved boots of debian:6.12,
     one trial each, spread 1.4% where trials of one boot spread up to 0.9%)."""
@@ -76,14 +76,22 @@ def apart(medians: dict[str, tuple[float, float]]) -> tuple[str, str] | None:
     lo = min(medians, key=lambda k: medians[k][0])
     hi = max(medians, key=lambda k: medians[k][0])
     gap, own = medians[hi][0] - medians[lo][0], max(own_ranges)
-    floor = STATES_FLOOR * abs(float(np.median([m for m, _ in medians.values()])))
+    floor = floor_of(metric) * abs(float(np.median([m for m, _ in medians.values()])))
     return (lo, hi) if gap > max(STATES_MARGIN * own, floor) else None
 
 
+def floor_of(metric: str) -> float:
+    """The share below which two figures of the counted `metric` are one:
+    the count rule's floor, so the boots disagree where a step between two
+    kernels would be a change."""
+    return criteria.COUNT_FLOORS[criteria.count_family(metric)]
+
+
 def counted(*arms: list[Sample]) -> list[str]:
-    """The counts the arms' samples hold, but those the host's clock paces."""
+    """The counts the arms' samples hold, but those the host's clock paces
+    (workloads.clock_paced: no series of the tracker's either)."""
     return sorted({m for ss in arms for s in ss for m in s.metrics
-                   if is_count(m) and not CLOCK_PACED.fullmatch(m)})
+                   if is_count(m) and not clock_paced(m)})
 
 
 def disagree(samples: list[Sample],
@@ -96,16 +104,17 @@ def disagree(samples: list[Sample],
     seen = []
     for metric in counted(samples):
         med = state_medians(samples, metric)
-        if (pair := apart(med)) is not None:
+        if (pair := apart(med, metric)) is not None:
             lo, hi = med[pair[0]][0], med[pair[1]][0]
             seen.append(((hi - lo) / abs(lo) if lo else np.inf, metric, pair,
                          f"{metric} {lo:,.6g} from boot {pair[0]} vs {hi:,.6g} from {pair[1]}"))
     if not seen:
         return ""
     seen.sort(key=lambda x: x[0], reverse=True)
-    more = f" and {len(seen) - 3} more counts" if len(seen) > 3 else ""
+    rest = len(seen) - NAMED_COUNTS
+    more = f" and {rest} more counts" if rest > 0 else ""
     text = kernel_of(samples) + "; ".join(f"{what} ({share:+.1%})"
-                                          for share, _, _, what in seen[:3]) + more
+                                          for share, _, _, what in seen[:NAMED_COUNTS]) + more
     if not functions:
         return f"{text}; {FUNCTIONS_LATER}"
     _, metric, (lo_state, hi_state), _ = seen[0]
@@ -145,12 +154,14 @@ def functions_apart(functions: Mapping[str, ByFunction], lo: str, hi: str, metri
                     n: int = NAMED_FUNCTIONS) -> str:
     """The functions whose counts differ most from boot `lo` to boot `hi`,
     in words ("" without both boots' counts): in the window `metric` counts
-    if it names one, else in every window.  Boots are matched by index (the
+    if it names one (the longest name it starts with: map_fault_... is
+    map_fault's, not map's), else in every window.  Boots are matched by index (the
     label's "INDEX:" part), which is how attribution restores them."""
     a, b = (functions.get(label.split(":")[0]) for label in (lo, hi))
     if a is None or b is None:
         return ""
-    windows = [w for w in set(a) | set(b) if metric.startswith(f"{w}_")] or sorted(set(a) | set(b))
+    named = [w for w in set(a) | set(b) if metric.startswith(f"{w}_")]
+    windows = [max(named, key=len)] if named else sorted(set(a) | set(b))
     moved: dict[str, float] = {}
     for w in windows:
         fa, fb = a.get(w, {}), b.get(w, {})
@@ -174,11 +185,11 @@ def explained(arm: str, baseline: str, samples: list[Sample],
     found = []
     for metric in counted(samples, base_samples):
         a, b = state_medians(samples, metric), state_medians(base_samples, metric)
-        if not a or not b or (apart(a) is None and apart(b) is None):
+        if not a or not b or (apart(a, metric) is None and apart(b, metric) is None):
             continue
         ma, mb = (float(np.median([m for m, _ in x.values()])) for x in (a, b))
         ra, rb = ([min(m for m, _ in x.values()), max(m for m, _ in x.values())] for x in (a, b))
-        if ra[0] <= rb[1] and rb[0] <= ra[1] and abs(ma - mb) > STATES_FLOOR * abs(mb):
+        if ra[0] <= rb[1] and rb[0] <= ra[1] and abs(ma - mb) > floor_of(metric) * abs(mb):
             found.append((metric, f"{metric}: {arm}'s boots give {ra[0]:,.6g}..{ra[1]:,.6g}, "
                                   f"{baseline}'s {rb[0]:,.6g}..{rb[1]:,.6g}"))
     return found

@@ -26,8 +26,13 @@ HARNESS_PARAMS = ("samples", "warmups", "check", "own-memcg")
 # workloads/syscalls.py): <window>_<stay>_<figure>, for any window.
 # A stay's path may name a function on it, counted inclusively (calls=:
 # attribution/functions.py): <stay>_incl_<function>.
-STAY = re.compile(r"(?:syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+|interrupt|other)"
-                  r"(?:_incl_[a-z0-9_]+)?")
+# A path's stays follow the kernel's path; the clock's (interrupts taken in
+# user mode, and the entries no symbol names) come as the host's clock
+# paces them under TCG: the tracker follows no series of theirs, and the
+# guest states audit judges none (clock_paced).
+PATH_STAY = re.compile(r"syscall_[a-z0-9_]+|fault|exception_[a-z0-9_]+")
+CLOCK_STAYS = ("interrupt", "other")
+STAY = re.compile(rf"(?:{PATH_STAY.pattern}|{'|'.join(CLOCK_STAYS)})(?:_incl_[a-z0-9_]+)?")
 STAY_HINT = re.compile(r"_(syscall|fault|exception|interrupt)(_|$)")
 STAY_FORM = ("<window>_syscall_<name>_{calls,kernel_insns_per_call,kernel_insns_per_<unit>} "
              "(or fault, exception_<name>, interrupt in place of syscall_<name>; an event "
@@ -67,6 +72,17 @@ def is_count(name: str) -> bool:
     """Is the metric `name` an exact count (instructions, an event, a stay's
     calls), judged by the count rule rather than as a time?"""
     return COUNT_NAME.fullmatch(name) is not None
+
+
+# A clock's stay's figure, read without its workload (CLOCK_STAYS).
+CLOCK_FIGURE = re.compile(rf".+_(?:{'|'.join(CLOCK_STAYS)})(?:_incl_[a-z0-9_]+)?"
+                          rf"_(?:{CALLS}|kernel_[a-z0-9_]+_per_[a-z0-9_]+)")
+
+
+def clock_paced(name: str) -> bool:
+    """Is the metric `name` a figure of a stay the host's clock paces
+    (CLOCK_STAYS), which says nothing of the kernel's path?"""
+    return CLOCK_FIGURE.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
