@@ -99,6 +99,14 @@ def _built(version: str, hdr: Path) -> Path:
     return _dir(version) / f"insns-{_key(version, hdr)}.so"
 
 
+def build(so: Path) -> str:
+    """Which build of the plugin `so` is, as each sample it counted records
+    it (insns.PLUGIN_KEY): its name, made of the QEMU version and the hash
+    of its sources and header (`_key`), so any change to what it counts or
+    how gives another, and the tracker never compares counts across two."""
+    return so.stem
+
+
 def _compile(hdr: Path, dest: Path) -> None:
     glib = proc.call(["pkg-config", "--cflags", "--libs", "glib-2.0"], check=False)
     if glib.returncode:

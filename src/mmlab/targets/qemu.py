@@ -179,7 +179,7 @@ def sample(guest: Guest, workload: Workload, params: Mapping[str, object], sampl
         say(f"{guest.kernel.name}: booting every trial: {boot.why_booted}")
     got, stderr = guest_samples(boot, guest, workload, samples)
     if plugin:
-        insns.from_plugin(workload, got, boot.plugin_output)
+        insns.from_plugin(workload, got, boot.plugin_output, qemu_plugin.build(plugin))
         stays.from_plugin(guest, cache, workload, got, boot.plugin_output)
     traced = Instrumentation.parse(stderr) if instrument else {}
     if instrument and not traced:

@@ -391,7 +391,8 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
     """Every (profile, metric, series) over its releases in release order,
     read back from the stored cells, each judged as `compare` judges it;
     releases with no cell yet, or no ratio for the metric (its trials
-    failed, or it made no such call), are left out.  A line's series are of
+    failed, or it made no such call, or two builds of the plugin counted
+    its two sides: a cell resumed after the plugin changed), are left out.  A line's series are of
     what its cells measure (line_profiles: a counts-only branch has no time
     series), and of every other count its cells hold (`followed`)."""
     have = stored(store, suite)
@@ -417,7 +418,7 @@ def series(store: Store, suite: Suite, lines: list[Line], ref: Release,
                         continue
                     c = kernel_comparison(*judged.comparisons(exp_id), metric, r.name)
                     if c is not None and math.isfinite(x := changepoints.stated_ratio(c)) \
-                            and x > 0:
+                            and x > 0 and not changepoints.across_builds(c):
                         points.append(Point(r, c, exp_id, judged[exp_id].emulated(c)))
                 out.append(Series(tracked.name, metric, line.kind, points))
     return out

@@ -48,10 +48,11 @@ import ruptures
 from ruptures.base import BaseCost
 from scipy.stats import false_discovery_control
 
-from mmlab.judge.comparison import Comparison
+from mmlab.judge.comparison import Comparison, not_comparable
 from mmlab.judge.criteria import COUNT_FLOORS, Criteria, Verdict, count_family
 from mmlab.track.releases import Release
-from mmlab.workloads import is_count
+from mmlab.workloads import insns, is_count
+from mmlab.workloads.samples import Sample
 
 Z90 = 1.6449          # a 90 % interval's half-width in sigmas
 CONFIRMED = ("regression", "improvement")
@@ -59,6 +60,8 @@ EMULATED_ONLY = "emulated time only"              # the pair's counts did not ch
 NOT_COUNTED = "emulated time, not counted"        # the pair has no counts to say
 COUNTS_CHANGED = "emulated time, counts changed"  # the counts' own change is the finding
 EMULATED = (EMULATED_ONLY, NOT_COUNTED, COUNTS_CHANGED)
+BUILDS = "counted by different plugin builds"
+ACROSS_BUILDS = f"not comparable ({BUILDS})"      # a count pair no one build counted
 
 
 @dataclass(frozen=True)
@@ -194,12 +197,44 @@ def outcome_of(metric: str, c: Comparison | None, t: Thresholds = Thresholds()) 
     if c is None:
         return "candidate"
     if c.verdict == Verdict.NOT_COMPARABLE:
-        return "state change"
+        return ACROSS_BUILDS if across_builds(c) else "state change"
     if is_count(metric) and not c.method:
         return "unknown"                     # no estimate: too few trials
     if c.verdict.changed:
         return str(c.verdict)
     return "same" if c.verdict == Verdict.NO_CHANGE else "unknown"
+
+
+def plugin_builds(samples: list[Sample]) -> set[str]:
+    """The builds of mmlab's TCG plugin that counted `samples` (the state
+    each records; "" for one counted before samples recorded it: its
+    inclusive counts still held the interrupts that landed in them)."""
+    return {str(s.state.get(insns.PLUGIN_KEY, "")) for s in samples
+            if str(s.state.get(insns.SOURCE_KEY, "")).startswith("qemu tcg plugin")}
+
+
+def by_one_build(comparisons: list[Comparison],
+                 by_arm: dict[str, list[Sample]]) -> list[Comparison]:
+    """`comparisons`, each count whose two arms were counted by more than
+    one build of the plugin made not comparable: a change to the plugin
+    (what it counts, or how: an interrupt taken out of the functions it
+    landed in) moves the counts as much as a kernel's, so only counts of
+    one build say how two kernels differ.  One build on both sides is
+    judged as before, whichever it is."""
+    out = []
+    for c in comparisons:
+        builds = plugin_builds([*by_arm.get(c.arm, []), *by_arm.get(c.baseline, [])])
+        if is_count(c.metric) and len(builds) > 1:
+            named = ", ".join(b or "one that recorded none" for b in sorted(builds))
+            c = not_comparable(c, f"{BUILDS} ({named}): {c.reason}")
+        out.append(c)
+    return out
+
+
+def across_builds(c: Comparison) -> bool:
+    """`c` is not comparable because its two sides were counted by
+    different builds of the plugin (by_one_build)."""
+    return c.verdict == Verdict.NOT_COMPARABLE and c.reason.startswith(BUILDS)
 
 
 def why(metric: str, c: Comparison, outcome: str) -> str:
@@ -213,6 +248,9 @@ def why(metric: str, c: Comparison, outcome: str) -> str:
     if outcome == COUNTS_CHANGED:
         return ("it is emulated time; the pair's instruction counts changed, and that change "
                 "is reported on its own")
+    if outcome == ACROSS_BUILDS:
+        return ("its two sides were counted by different builds of mmlab's plugin, whose "
+                "counts differ by the plugin's change as well as the kernels'")
     return ""
 
 

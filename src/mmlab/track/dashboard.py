@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections import Counter
 
 from mmlab.kernels.versions import VersionKey
-from mmlab.track.changepoints import CONFIRMED, EMULATED, Change
+from mmlab.track.changepoints import ACROSS_BUILDS, CONFIRMED, EMULATED, Change
 from mmlab.track.evidence import Evidence
 from mmlab.track.suite import Suite
 
 SHOWN = (*CONFIRMED, *EMULATED, "state change")     # explained in full, with their evidence
-OUTCOMES = (*SHOWN, "unknown", "same", "candidate")   # in the order they are counted
+OUTCOMES = (*SHOWN, "unknown", ACROSS_BUILDS, "same", "candidate")   # in the order counted
 
 
 def tally(changes: list[Change]) -> dict[str, int]:

@@ -8,7 +8,7 @@ function on it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mmlab.attribution.functions import INCLUSIVE, PATH_STAY
 from mmlab.experiment.plan import Plan
@@ -16,6 +16,7 @@ from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.measurements import Measurements
 from mmlab.store import Store
+from mmlab.track.changepoints import by_one_build
 from mmlab.workloads import CALLS, INSNS, Window
 from mmlab.workloads.samples import Sample
 
@@ -54,8 +55,9 @@ class Judgements:
             plan = self.store.plan(exp_id)
             measured = self.store.measurements(exp_id)
             extra = followed(plan, measured)
-            self.memo[exp_id] = Judged(plan, measured, verdicts.judge(
-                plan, measured, [*plan.profile.metrics, *extra]), extra)
+            judged = verdicts.judge(plan, measured, [*plan.profile.metrics, *extra])
+            self.memo[exp_id] = Judged(plan, measured, replace(judged, comparisons=by_one_build(
+                judged.comparisons, measured.by_arm)), extra)
         return self.memo[exp_id]
 
     def comparisons(self, exp_id: int) -> tuple[Plan, list[Comparison]]:

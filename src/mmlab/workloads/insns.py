@@ -48,6 +48,7 @@ from mmlab.workloads.samples import Sample
 
 UNIT = INSNS
 SOURCE_KEY = "insns_source"
+PLUGIN_KEY = "insns_plugin"   # the build of the TCG plugin that counted (qemu_plugin.build)
 # The events the plugin counts in a memory callback, the costly ones
 # (qemu-plugin/events.h's EV_MEMORY): counted only with events=on.
 MEMORY_EVENTS = ("loads", "stores", "load_bytes", "store_bytes", "ipis", "string_bytes")
@@ -136,6 +137,8 @@ def join(timed: list[Sample], counted: list[Sample], workload: Workload) -> None
         s.counts.update({k: v for k, v in c.counts.items()
                          if k in keys or k == "insns_windows_unmatched"})
         s.state[SOURCE_KEY] = f"{c.state.get(SOURCE_KEY, 'none')}, separate counting pass"
+        if PLUGIN_KEY in c.state:
+            s.state[PLUGIN_KEY] = c.state[PLUGIN_KEY]
 
 
 def plugin_records(output: str, kind: str) -> list[dict]:
@@ -152,9 +155,11 @@ def sample_records(output: str, counted: list[Sample]) -> list[dict]:
     return records
 
 
-def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
+def from_plugin(workload: Workload, counted: list[Sample], output: str,
+                build: str = "") -> None:
     """The plugin's per-sample records (one JSON line after each sample, in
-    order) as the counted samples' instruction metrics."""
+    order) as the counted samples' instruction metrics, each sample naming
+    the plugin's `build` (qemu_plugin.build) where given."""
     records = sample_records(output, counted)
     for s, r in zip(counted, records):
         for w in workload.windows:
@@ -166,6 +171,8 @@ def from_plugin(workload: Workload, counted: list[Sample], output: str) -> None:
                 s.metrics.update(event_metrics(w, r.get("events"), n * units))
         s.counts["insns_windows_unmatched"] = float(r["unmatched"])
         s.state[SOURCE_KEY] = "qemu tcg plugin"
+        if build:
+            s.state[PLUGIN_KEY] = build
 
 
 def event_metrics(window: Window, counted: list[dict] | None, per: float) -> dict[str, float]:
