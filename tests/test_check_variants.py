@@ -4,6 +4,7 @@ and a kernel the cache lacks is refused before a store is made."""
 
 from __future__ import annotations
 
+import gzip
 import json
 
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from mmlab.check import variants
 from mmlab.errors import MmlabError
 from mmlab.targets import TargetPool
+from mmlab.workloads.build import REPO_ROOT
 
 from .fake_target import FakeTarget
 
@@ -48,3 +50,33 @@ def test_a_run_that_counted_nothing_leaves_the_table_as_it_was(tmp_path, monkeyp
                                          rf"{out} is left as it was"):
         variants.generate("local:base", str(tmp_path / "r"), out)
     assert json.loads(out.read_text()) == KEPT
+
+
+def test_the_suites_are_found_and_named_from_any_directory(tmp_path, monkeypatch):
+    """`python -m mmlab.check.variants` read its suite relative to the
+    current directory: from anywhere but the project's root it failed to
+    find it.  The table names each profile relative to the project, as the
+    shipped one does."""
+    monkeypatch.chdir(tmp_path)
+    suite, extra = variants.profiles()
+    assert suite and extra
+    named = {variants.shown(t.plan.path) for t in suite + extra}
+    assert all(not n.startswith("/") and (REPO_ROOT / n).is_file() for n in named)
+    shipped = {v["path"] for v in json.loads(variants.TABLE.read_text())["variants"]}
+    assert named & shipped
+    assert variants.shown("/elsewhere/x.toml") == "/elsewhere/x.toml"
+
+
+def test_a_clone_is_its_function_wherever_a_symbol_is_named(tmp_path):
+    """One helper strips a compiler's clone suffix for the series, the
+    changes' symbols, the coverage and the variants table (each had its
+    own split)."""
+    from mmlab.attribution.functions import function_of
+    from mmlab.check.changes import symbol_names
+    clones = ["zap_pte_range", "zap_pte_range.isra.0", "zap_pte_range.constprop.0",
+              "zap_pte_range.part.0", "zap_pte_range.cold"]
+    assert {function_of(s) for s in clones} == {"zap_pte_range"}
+    system_map = tmp_path / "symbols.gz"
+    system_map.write_bytes(gzip.compress("".join(
+        f"ffffffff8100{k:04x} t {s}\n" for k, s in enumerate(["_text", *clones])).encode()))
+    assert symbol_names(system_map)["zap_pte_range"] == clones

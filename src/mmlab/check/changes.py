@@ -37,7 +37,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmlab.attribution.functions import text_symbols
+from mmlab.attribution.functions import function_of, text_symbols
 from mmlab.errors import MmlabError
 from mmlab.kernels import kbuild, series
 from mmlab.kernels.series import Hunk, Patch
@@ -231,7 +231,7 @@ def symbol_names(symbols: Path | None) -> dict[str, list[str]]:
     if symbols is None or not symbols.is_file():
         return out
     for _, name in text_symbols(symbols):
-        out.setdefault(name.split(".")[0], []).append(name)
+        out.setdefault(function_of(name), []).append(name)
     return out
 
 

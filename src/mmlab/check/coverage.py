@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mmlab.attribution.functions import text_symbols
+from mmlab.attribution.functions import function_of, text_symbols
 from mmlab.check.changes import Changed, Changes
 from mmlab.check.variants import Table, Variant
 
@@ -133,7 +133,7 @@ def cover(changes: Changes, counts: dict[str, Counts], layout: Layout | None,
         reached = [Reached(profile, window, sum(w.get(s, 0.0) for s in symbols), units[window])
                    for profile, (windows, units) in counts.items()
                    for window, w in windows.items() if any(w.get(s, 0.0) > 0 for s in symbols)]
-        names = [s.split(".")[0] for s in symbols] or [c.function]
+        names = [function_of(s) for s in symbols] or [c.function]
         suggested = table.reaching(names, checked) if table and not reached and symbols else []
         out.append(FunctionCoverage(c, symbols, changes.hosts.get(c.function, []),
                                     changes.why.get(c.function, ""), reached, suggested,

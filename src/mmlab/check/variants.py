@@ -26,16 +26,20 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from pathlib import Path
 
+from mmlab.attribution.functions import function_of
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.experiment.plan import Plan, with_kernels
 from mmlab.track import suite as suites
 from mmlab.track.suite import Tracked
 from mmlab.workloads import HARNESS_PARAMS
+from mmlab.workloads.build import REPO_ROOT
 
 TABLE = Path(__file__).with_name("variants.json")
-SUITE = Path("experiments/suites/mm.toml")
-EXTRA = (Path("experiments/suites/ksm-rmap-move.toml"),)   # profiles of workloads it lacks
+# The project's suites, wherever it is run from; the table names their
+# profiles relative to the project (`shown`), as a user's checkout has them.
+SUITE = REPO_ROOT / "experiments/suites/mm.toml"
+EXTRA = (REPO_ROOT / "experiments/suites/ksm-rmap-move.toml",)   # profiles of workloads it lacks
 # Choices that move where the mapping lies, not which mm code runs it.
 LEFT_OUT = frozenset({"align"})
 # The harness's own parameters (every workload has them): they measure, not drive.
@@ -162,9 +166,9 @@ def generate(kernel: str, results: str, out: Path) -> None:
             if counted is None:
                 print(f"{t.name} {arm.name}: no counts")
                 continue
-            variants.append(Variant(t.name, str(t.plan.path), t.plan.workload.name,
+            variants.append(Variant(t.name, shown(t.plan.path), t.plan.workload.name,
                                     {name: str(arm.values[name]).lower()} if name else {}))
-            for f in {f.split(".")[0] for w in counted["windows"].values()
+            for f in {function_of(f) for w in counted["windows"].values()
                       for f, n in w.items() if n > 0}:
                 functions.setdefault(f, []).append(len(variants) - 1)
         print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
@@ -173,6 +177,13 @@ def generate(kernel: str, results: str, out: Path) -> None:
             _write(out, kernel, variants, functions)
     if not variants:
         raise MmlabError(f"no variant was counted on {kernel}: {out} is left as it was")
+
+
+def shown(path: str) -> str:
+    """A profile's file as the table names it: relative to the project
+    where it lies inside it (the suites do), else as given."""
+    full = Path(path).resolve()
+    return str(full.relative_to(REPO_ROOT)) if full.is_relative_to(REPO_ROOT) else path
 
 
 def _write(out: Path, kernel: str, variants: list[Variant],
