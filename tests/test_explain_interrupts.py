@@ -49,8 +49,10 @@ def test_the_interrupts_inside_a_stay_are_shown_and_the_stay_adds_up():
     assert rest == pytest.approx((STAY - ENTRY - TICK_INSNS) / PAGES)
     assert p.per_unit + p.interrupts[1] + rest == pytest.approx(p.stay_per_unit)
     line = fmt.call_path(p, w.unit)
-    assert (f"interrupts inside it, in none of its functions' counts: {fmt.num(TICKS / PAGES)} "
-            f"taken, {fmt.num(TICK_INSNS / PAGES)} instructions /page") in line
+    assert p.taken_per_call() == pytest.approx(TICKS)     # one munmap, 43 ticks in it
+    assert (f"interrupts inside it, in none of its functions' counts: "
+            f"{fmt.num(p.taken_per_call())}"
+            f" taken per call, {fmt.num(TICK_INSNS / PAGES)} instructions /page") in line
     assert (f"the whole syscall_munmap stay {fmt.num(STAY / PAGES)} /page is __x64_sys_munmap, "
             f"its interrupts and {fmt.num(rest)} more: the kernel entry and exit code") in line
 
@@ -59,7 +61,7 @@ def test_a_stay_without_interrupts_shows_zero_and_a_record_from_before_none():
     quiet = munmap(True).model_copy(update={"interrupts": {"unmap": {}}})
     (p,) = explain.explain_functions("6.12", quiet)[0].paths
     assert p.interrupts == (0.0, 0.0)
-    assert "0 taken, 0 instructions /page" in fmt.call_path(p, "page")
+    assert "0 taken per call, 0 instructions /page" in fmt.call_path(p, "page")
     (old,) = explain.explain_functions("6.12", munmap(False))[0].paths
     assert old.interrupts is None and old.rest() is None
     line = fmt.call_path(old, "page")
@@ -75,7 +77,7 @@ def test_a_pair_shows_both_sides_and_says_a_side_counted_before_has_none():
     assert rests in fmt.call_path(p, w.unit)
     (mixed,) = explain.explain_functions("6.12", munmap(True), "6.1", munmap(False))[0].paths
     line = fmt.call_path(mixed, "page")
-    assert f"{fmt.DASH} -> {fmt.num(TICKS / PAGES)} taken" in line
+    assert f"{fmt.DASH} -> 43 taken per call, {fmt.DASH} -> 16.79 instructions" in line
     assert "counted before interrupts were taken out of the functions" in line
 
 
@@ -95,7 +97,7 @@ def test_explain_and_the_reports_print_the_interrupts_with_the_path(tmp_path):
     explained = mmlab("explain", "1", "--results", str(results))
     told = " ".join(explained.stdout.split())
     assert explained.returncode == 0, explained.stderr
-    assert f"{fmt.DASH} -> {fmt.num(TICKS / PAGES)} taken" in told
+    assert f"{fmt.DASH} -> 43 taken per call" in told
     assert "in none of its functions' counts" in told
     d = data.gather(Store(results), 1)
     assert "in none of its functions' counts" in " ".join(text.render(d).split())

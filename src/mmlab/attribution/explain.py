@@ -98,6 +98,14 @@ class CallPath:
     rows: list[FunctionChange]       # alone: the largest; paired: those that moved most
     interrupts: tuple[float, float] | None = None   # (taken, instructions) per unit in the stay
     interrupts_baseline: tuple[float, float] | None = None
+    calls_per_unit: float | None = None             # the stay's calls per unit, same boot
+    calls_per_unit_baseline: float | None = None
+
+    def taken_per_call(self, baseline: bool = False) -> float | None:
+        """Interrupts taken per call of the stay (None where unknown)."""
+        irq, calls = ((self.interrupts_baseline, self.calls_per_unit_baseline) if baseline
+                      else (self.interrupts, self.calls_per_unit))
+        return irq[0] / calls if irq is not None and calls else None
 
     def rest(self, baseline: bool = False) -> float | None:
         """The stay's instructions per unit in neither its entry function's
@@ -310,7 +318,8 @@ def call_paths(f: FunctionInsns, base: FunctionInsns | None, window: str,
                             fb.get(entry, 0.0) if base is not None else None,
                             sa[1] if sa else None, sb[1] if sb else None, rows,
                             _interrupts(f, window, stay),
-                            _interrupts(base, window, stay) if base is not None else None))
+                            _interrupts(base, window, stay) if base is not None else None,
+                            sa[0] if sa else None, sb[0] if sb else None))
     return sorted(out, key=lambda p: (-max(p.per_unit, p.per_unit_baseline or 0.0), p.stay))
 
 

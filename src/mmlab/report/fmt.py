@@ -345,14 +345,14 @@ def _stay_parts(p: CallPath, unit: str, pair: Callable[[float | None, float | No
     interrupts inside it were counted apart: those interrupts, and the
     rest that neither holds, so the three add up to the stay (a record
     from before, whose functions held them, shows none: `-`)."""
-    def part(i: int) -> str:      # 0: taken, 1: instructions
-        return pair(*(x[i] if x is not None else None
-                      for x in (p.interrupts, p.interrupts_baseline)))
+    insns = pair(*(x[1] if x is not None else None
+                   for x in (p.interrupts, p.interrupts_baseline)))
     old = (" (a record counted before interrupts were taken out of the functions has -: "
            "its functions' counts hold them)" if None in (p.interrupts, p.interrupts_baseline)
            and p.per_unit_baseline is not None else "")
     said = (f"; interrupts inside it, in none of its functions' counts: "
-            f"{part(0)} taken, {part(1)} instructions /{unit}{old}")
+            f"{pair(p.taken_per_call(), p.taken_per_call(True))} taken per call, "
+            f"{insns} instructions /{unit}{old}")
     if p.stay_per_unit is None:
         return said
     return (f"{said}; the whole {p.stay} stay {pair(p.stay_per_unit, p.stay_per_unit_baseline)}"
