@@ -194,7 +194,7 @@ def test_base_options_a_tree_does_not_define_are_left_out(tmp_path, monkeypatch)
         if argv[0].endswith("merge_config.sh"):
             (tree / ".config").write_text("CONFIG_KSM=y\nCONFIG_SWAP=y\n")
         return ""
-    monkeypatch.setattr(kconfig, "_run", fake_run)
+    monkeypatch.setattr(kconfig, "run", fake_run)
     kconfig.configure(tree, [], kconfig.Start("tiny"))
     assert (tree / ".mmlab-fragment").read_text() == "CONFIG_SWAP=y\nCONFIG_KSM=y\n"
     frag = tmp_path / "user.config"

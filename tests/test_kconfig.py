@@ -39,7 +39,7 @@ def tree(tmp_path) -> Path:
     """A stand-in kernel tree whose Kconfig files define every option the
     trimmed config and the guest's fragment name."""
     t = tmp_path / "linux"
-    named = set(kconfig.settings(DEBIAN.read_text()))
+    named = set(images.settings(DEBIAN.read_text()))
     named |= {kconfig._name(line) for line in kconfig.BASE_FRAGMENT.splitlines()}
     for rel, names in FAMILIES.items():
         (t / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -51,17 +51,17 @@ def tree(tmp_path) -> Path:
 
 
 def fake_kconfig(tree: Path, ran: list[str], olddefconfig=lambda c: c):
-    """kconfig's _run: merge_config.sh's -m merge (a fragment's line replaces
+    """kconfig.run: merge_config.sh's -m merge (a fragment's line replaces
     the same option's), `olddefconfig` the rule given, and the log."""
     def run(argv, cwd=None, what=""):
         ran.append(" ".join(argv))
         config = tree / ".config"
         if argv[0].endswith("merge_config.sh"):
-            merged = kconfig.settings(config.read_text())
-            merged.update(kconfig.settings(Path(argv[-1]).read_text()))
+            merged = images.settings(config.read_text())
+            merged.update(images.settings(Path(argv[-1]).read_text()))
             config.write_text(render(merged))
         elif argv[-1] == "olddefconfig":
-            config.write_text(render(olddefconfig(kconfig.settings(config.read_text()))))
+            config.write_text(render(olddefconfig(images.settings(config.read_text()))))
         return ""
     return run
 
@@ -83,11 +83,11 @@ def selects(values: dict[str, str]) -> dict[str, str]:
 def test_debian_config_keeps_its_modules_and_options_and_builds_in_the_guests(tree,
                                                                               monkeypatch):
     ran: list[str] = []
-    monkeypatch.setattr(kconfig, "_run", fake_kconfig(tree, ran, selects))
+    monkeypatch.setattr(kconfig, "run", fake_kconfig(tree, ran, selects))
     begin = kconfig.Start("debian", DEBIAN.read_text(), ORIGIN)
     kconfig.configure(tree, [], begin)
     assert not any("tinyconfig" in r for r in ran)
-    debian, final = kconfig.settings(begin.text), kconfig.settings((tree / ".config").read_text())
+    debian, final = images.settings(begin.text), images.settings((tree / ".config").read_text())
     # A module stays a module (the build makes bzImage only: none is built or
     # loaded), so what Debian builds in because of it stays built in.
     for module in ("CONFIG_KVM", "CONFIG_VIRTIO_NET", "CONFIG_VIRTIO_BALLOON", "CONFIG_HYPERV"):
@@ -122,7 +122,7 @@ def test_an_option_that_is_not_debians_is_named(tree, monkeypatch):
                        "CONFIG_PREEMPT_NONE": "y", "CONFIG_CC_HAS_ASM_GOTO_OUTPUT": "n",
                        "CONFIG_CC_VERSION_TEXT": '"gcc (Debian 12.2.0-14+deb12u1) 12.2.0"'})
         return selects(values)
-    monkeypatch.setattr(kconfig, "_run", fake_kconfig(tree, [], changes))
+    monkeypatch.setattr(kconfig, "run", fake_kconfig(tree, [], changes))
     begin = kconfig.Start("debian", DEBIAN.read_text(), ORIGIN)
     kconfig.configure(tree, [], begin)
     said = kconfig.compare(begin, (tree / ".config").read_text(), tree)
@@ -136,7 +136,7 @@ def test_an_option_that_is_not_debians_is_named(tree, monkeypatch):
                                  "CONFIG_PREEMPT_NONE=n (now y), "
                                  "CONFIG_PREEMPT_VOLUNTARY=y (now n))")
     # a guest need that does not stick is an error, as with tinyconfig
-    monkeypatch.setattr(kconfig, "_run", fake_kconfig(
+    monkeypatch.setattr(kconfig, "run", fake_kconfig(
         tree, [], lambda v: {**v, "CONFIG_VIRTIO_BLK": "m"}))
     with pytest.raises(MmlabError, match="CONFIG_VIRTIO_BLK=y did not stick"):
         kconfig.configure(tree, [], begin)
@@ -144,7 +144,7 @@ def test_an_option_that_is_not_debians_is_named(tree, monkeypatch):
 
 def test_tiny_starts_from_tinyconfig_without_debians_config(tree, monkeypatch):
     ran: list[str] = []
-    monkeypatch.setattr(kconfig, "_run", fake_kconfig(tree, ran, selects))
+    monkeypatch.setattr(kconfig, "run", fake_kconfig(tree, ran, selects))
     (tree / ".config").write_text("")
     kconfig.configure(tree, [], kconfig.Start("tiny"))
     assert ran[0] == "make -s tinyconfig"
@@ -239,7 +239,7 @@ def test_debians_real_612_config_keeps_its_mm_options_on_its_source(tmp_path):
     subprocess.run(["cp", "-al", str(source), str(copy)], check=True)
     kconfig.configure(copy, [], begin)
     final = (copy / ".config").read_text()
-    values = kconfig.settings(final)
+    values = images.settings(final)
     assert values["CONFIG_ZRAM"] == values["CONFIG_VIRTIO_BLK"] == values["CONFIG_EXT4_FS"] == "y"
     assert sum(v == "m" for v in values.values()) > 1000
     said = kconfig.compare(begin, final, copy)
@@ -308,3 +308,31 @@ def test_a_fragment_that_turns_off_what_the_guest_needs_is_named(tmp_path):
         kconfig.check_fragment(frag)
     frag.write_text("CONFIG_ZRAM=y\nCONFIG_ZRAM_DEF_COMP_LZ4=y\n")
     assert kconfig.check_fragment(frag) == ["CONFIG_ZRAM=y", "CONFIG_ZRAM_DEF_COMP_LZ4=y"]
+
+
+def test_a_kernels_options_are_read_as_a_builds_config_is(tmp_path):
+    """One reader of a config (images.settings): a kernel's option and
+    features read a hand-edited config (trailing blanks, CRLF line ends) as
+    kconfig does (the kernel's own regexes gave 'y ' and NUMA 'n')."""
+    (tmp_path / "config").write_text("CONFIG_ZRAM=y\r\nCONFIG_NUMA=y \r\n"
+                                     "# CONFIG_KSM is not set\r\nCONFIG_HZ=250\r\n")
+    k = images.Kernel("local:x", "6.12.0", "local:x", "", str(tmp_path))
+    assert k.option("CONFIG_NUMA") == k.option("CONFIG_ZRAM") == "y"
+    assert k.option("CONFIG_HZ") == "250"
+    assert k.option("CONFIG_KSM") == k.option("CONFIG_SWAP") == "n"
+    assert k.features()["NUMA"] == k.features()["ZRAM"] == "y" and k.features()["KSM"] == "n"
+    assert {o: k.option(o) for o in images.settings((tmp_path / "config").read_text())} == \
+        images.settings((tmp_path / "config").read_text())
+
+
+def test_a_builds_git_and_make_run_through_kconfigs_one_runner(monkeypatch, tmp_path):
+    """kbuild had a copy of kconfig's runner: one runner now, so a build's
+    commands are what kconfig.run runs."""
+    ran = []
+
+    def fake(argv, cwd=None, what=""):
+        ran.append(argv[3] if argv[0] == "git" else argv[0])
+        return {"rev-parse": "a1\n", "rev-list": "b2\nc3\n"}.get(argv[3], "")
+    monkeypatch.setattr(kconfig, "run", fake)
+    assert kbuild.commits(tmp_path, "a1..c3") == ["a1", "b2", "c3"]
+    assert ran == ["rev-parse", "rev-list"]

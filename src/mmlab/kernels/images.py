@@ -33,6 +33,21 @@ FEATURES = {
 }
 
 
+# A config's line that sets an option, or says it is not set.
+SETTING = re.compile(r"^(?:(CONFIG_\w+)=(.*)|# (CONFIG_\w+) is not set)$")
+
+
+def settings(text: str) -> dict[str, str]:
+    """A config's options and values, "n" for those it says are not set:
+    the one reading of a config, a kernel's as a build's (kconfig.py)."""
+    out = {}
+    for line in text.splitlines():
+        m = SETTING.match(line.strip())
+        if m:
+            out[m.group(1) or m.group(3)] = m.group(2) if m.group(1) else "n"
+    return out
+
+
 FORMAT = 2   # kernel.json written by this mmlab: modules stored, catalog fields set
 
 
@@ -73,17 +88,12 @@ class Kernel:
 
     def features(self) -> dict[str, str]:
         """FEATURE -> y, m or n, read from the config."""
-        text = self.config.read_text()
-        out = {}
-        for feat, opt in FEATURES.items():
-            m = re.search(rf"^{opt}=(\w+)$", text, re.M)
-            out[feat] = m.group(1) if m else "n"
-        return out
+        config = settings(self.config.read_text())
+        return {feat: config.get(opt, "n") for feat, opt in FEATURES.items()}
 
     def option(self, name: str) -> str:
         """A config option's value ("y", "m", '"lz4"', ...), or "n"."""
-        m = re.search(rf"^{name}=(.*)$", self.config.read_text(), re.M)
-        return m.group(1) if m else "n"
+        return settings(self.config.read_text()).get(name, "n")
 
     def identity(self) -> str:
         """What it is, in one line: release, package version, suite, flavour."""

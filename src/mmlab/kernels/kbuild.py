@@ -40,10 +40,6 @@ def build_cache() -> Path:
     return paths.cache_root() / "builds"
 
 
-def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
-    return proc.call(argv, cwd=cwd, what=what or argv[0]).stdout
-
-
 @dataclass(frozen=True)
 class Recipe:
     """What every kernel of one build request shares besides its patches:
@@ -119,7 +115,7 @@ def _unpack_source(pkg: str, version: str, tree: Path) -> None:
         apt.call("apt-get", "download", f"{pkg}={version}", cwd=tmp,
                  what=f"apt-get download {pkg}={version}")
         (deb,) = tmp.glob("*.deb")
-        _run(["dpkg-deb", "-x", str(deb), str(tmp / "x")], what=f"dpkg-deb -x {deb.name}")
+        kconfig.run(["dpkg-deb", "-x", str(deb), str(tmp / "x")], what=f"dpkg-deb -x {deb.name}")
         deb.unlink()
         tarballs = list((tmp / "x/usr/src").glob(f"{pkg}.tar.*"))
         if not tarballs:
@@ -161,8 +157,8 @@ def apply_patch(tree: Path, patch: Path) -> None:
                 failed.append(f"{current}: {line.strip()}")
         raise MmlabError(f"patch {patch} does not apply: "
                          f"{'; '.join(failed) or dry.stdout.strip().splitlines()[-1:]}")
-    _run(["patch", "-p1", "--batch", "--quiet", "-d", str(tree), "-i", str(patch.resolve())],
-         what=f"patch {patch}")
+    kconfig.run(["patch", "-p1", "--batch", "--quiet", "-d", str(tree), "-i",
+                 str(patch.resolve())], what=f"patch {patch}")
 
 
 def build(spec: str, patches: list[Path] | None = None, fragments: list[Path] | None = None,
@@ -266,8 +262,8 @@ def kept_base(tree: Path, recipe: Recipe, key: str,
         if not (base / "configured").is_file():
             shutil.rmtree(base, ignore_errors=True)
             base.mkdir(parents=True)
-            _run(["cp", "-al", str(tree), str(base / "tree")],
-                 what="hard-linked copy of the source")
+            kconfig.run(["cp", "-al", str(tree), str(base / "tree")],
+                        what="hard-linked copy of the source")
             kconfig.configure(base / "tree", recipe.fragments, recipe.begin)
             (base / "configured").touch()
         _make(base / "tree", base / "build.log", on_line, resume=True)
@@ -298,7 +294,7 @@ def copy_base(base: Path, dest: Path) -> None:
     is built with absolute ones: its saved commands and dependencies (.cmd
     and .d files) name the copy instead, or its changed command line would
     rebuild it, and every object depends on objtool."""
-    _run(["cp", "-al", str(base / "tree"), str(dest)], what="hard-linked copy of the base")
+    kconfig.run(["cp", "-al", str(base / "tree"), str(dest)], what="hard-linked copy of the base")
     old, new = str(base / "tree").encode(), str(dest).encode()
     for rel in (base / "outputs").read_text().splitlines():
         target = dest / rel
@@ -332,7 +328,7 @@ def _register(tree: Path, kname: str, key: str, recipe: Recipe, patches: list[Pa
               log: Path) -> images.Kernel:
     """Store a built tree's image under `kname`, with its inputs, its
     config's start and how the config stands to it, compiler and log."""
-    release = _run(["make", "-s", "kernelrelease"], cwd=tree).strip()
+    release = kconfig.run(["make", "-s", "kernelrelease"], cwd=tree).strip()
     took = re.findall(r"^mmlab: make took ([\d.]+) s$", log.read_text(), re.M)   # one a run
     config = kconfig.compare(recipe.begin, (tree / ".config").read_text(), tree)
     details = {"build_key": key, "source": recipe.source_id, "compiler": compiler(tree),
@@ -387,10 +383,10 @@ def commits(tree: Path, rev_range: str) -> list[str]:
     if ".." not in rev_range:
         raise MmlabError(f"--commits {rev_range!r}: expected OLD..NEW")
     old = rev_range.split("..", 1)[0]
-    base = _run(["git", "-C", str(tree), "rev-parse", "--verify", f"{old}^{{commit}}"],
-                what=f"git rev-parse {old}").strip()
-    rest = _run(["git", "-C", str(tree), "rev-list", "--reverse", "--first-parent", rev_range],
-                what=f"git rev-list {rev_range}").split()
+    base = kconfig.run(["git", "-C", str(tree), "rev-parse", "--verify", f"{old}^{{commit}}"],
+                       what=f"git rev-parse {old}").strip()
+    rest = kconfig.run(["git", "-C", str(tree), "rev-list", "--reverse", "--first-parent",
+                        rev_range], what=f"git rev-list {rev_range}").split()
     if not rest:
         raise MmlabError(f"--commits {rev_range}: no commits in that range")
     return [base, *rest]
@@ -402,8 +398,8 @@ def checkout(tree: Path, commit: str) -> Path:
     if not (dest / "Makefile").exists():
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(dest, ignore_errors=True)
-        _run(["git", "-C", str(tree), "worktree", "add", "--detach", "--force", str(dest),
-              commit], what=f"git worktree add {commit[:12]}")
+        kconfig.run(["git", "-C", str(tree), "worktree", "add", "--detach", "--force",
+                     str(dest), commit], what=f"git worktree add {commit[:12]}")
     return dest
 
 

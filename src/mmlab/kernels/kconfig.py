@@ -116,7 +116,6 @@ CHECKED = ("MEMCG", "NUMA", "NODES_SHIFT", "NR_CPUS")
 
 FRAGMENT_LINE = re.compile(r'^(CONFIG_[A-Za-z0-9_]+)=(y|m|n|-?\d+|0x[0-9a-fA-F]+|"[^"]*")$'
                            r'|^# (CONFIG_[A-Za-z0-9_]+) is not set$')
-SETTING = re.compile(r"^(?:(CONFIG_\w+)=(.*)|# (CONFIG_\w+) is not set)$")
 # An option a Kconfig file defines, and one a patch's added line defines.
 DEFINED = re.compile(r"^\s*(?:menu)?config\s+(\w+)", re.M)
 ADDED = re.compile(r"^\+\s*(?:menu)?config\s+(\w+)", re.M)
@@ -147,7 +146,9 @@ def check_name(name: str) -> None:
         raise MmlabError(f"--config {name}: unknown config (known: {', '.join(NAMES)})")
 
 
-def _run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
+def run(argv: list[str], cwd: Path | None = None, what: str = "") -> str:
+    """A build tool's output (make, git, patch, dpkg-deb: kbuild's too), its
+    failure an MmlabError naming `what`."""
     return proc.call(argv, cwd=cwd, what=what or argv[0]).stdout
 
 
@@ -278,14 +279,14 @@ def configure(tree: Path, fragments: list[Path], begin: Start) -> None:
         (tree / ".config").write_text(begin.text)
         changes = [line for line in NO_DEBUG_INFO.splitlines() if _name(line) in known] + wanted
     else:
-        _run(["make", "-s", "tinyconfig"], cwd=tree, what="make tinyconfig")
+        run(["make", "-s", "tinyconfig"], cwd=tree, what="make tinyconfig")
         changes = wanted
     merged = tree / ".mmlab-fragment"
     merged.write_text("\n".join(changes) + "\n")
-    _run(["scripts/kconfig/merge_config.sh", "-m", ".config", str(merged)], cwd=tree,
-         what="merge_config.sh")
-    _run(["make", "-s", "olddefconfig"], cwd=tree, what="make olddefconfig")
-    final = settings((tree / ".config").read_text())
+    run(["scripts/kconfig/merge_config.sh", "-m", ".config", str(merged)], cwd=tree,
+        what="merge_config.sh")
+    run(["make", "-s", "olddefconfig"], cwd=tree, what="make olddefconfig")
+    final = images.settings((tree / ".config").read_text())
     for line in wanted:
         m = YES.match(line)
         if m and final.get(m.group(1)) != "y":
@@ -295,18 +296,8 @@ def configure(tree: Path, fragments: list[Path], begin: Start) -> None:
 
 def _name(line: str) -> str:
     """The option a config line sets ("" for any other line)."""
-    m = SETTING.match(line)
+    m = images.SETTING.match(line)
     return (m.group(1) or m.group(3)) if m else ""
-
-
-def settings(text: str) -> dict[str, str]:
-    """A config's options and values, "n" for those it says are not set."""
-    out = {}
-    for line in text.splitlines():
-        m = SETTING.match(line.strip())
-        if m:
-            out[m.group(1) or m.group(3)] = m.group(2) if m.group(1) else "n"
-    return out
 
 
 def compare(begin: Start, final_text: str, tree: Path) -> dict:
@@ -315,7 +306,7 @@ def compare(begin: Start, final_text: str, tree: Path) -> dict:
     preemption, HZ, memcg, NUMA, debug) whose value is not Debian's."""
     if not begin.text:
         return {"name": begin.name, "line": "tiny (tinyconfig and the guest's options)"}
-    debian, final = settings(begin.text), settings(final_text)
+    debian, final = images.settings(begin.text), images.settings(final_text)
     checked = symbols(tree, [tree / f for f in CHECKED_KCONFIGS]) | {f"CONFIG_{o}"
                                                                      for o in CHECKED}
     built_in = sorted(o for o, v in debian.items() if v == "m" and final.get(o) == "y")
