@@ -481,3 +481,23 @@ def test_an_mboxs_patches_are_written_for_the_build_and_apply_in_order(tmp_path)
     alone = requests.read(one, str(ROOT / "tests"), None,
                           [ROOT / "experiments/suites/unmap-young-shmem.toml"])
     assert requests.patch_files(alone, scratch) == one
+
+
+def test_the_commands_config_default_is_the_builds(tmp_path, monkeypatch):
+    """`mmlab check` without --config asks for kconfig.DEFAULT, the builds'
+    default, rather than a copy of it of its own ("debian")."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    from mmlab.kernels import kconfig
+    asked = []
+
+    def read(patches, base, suite, profiles, given=None, config=None):
+        asked.append(config)
+        raise MmlabError("stop here")
+    monkeypatch.setattr(requests, "read", read)
+    monkeypatch.setattr(kconfig, "DEFAULT", "debian-generic")
+    done = CliRunner().invoke(app, ["check", str(tmp_path / "x.patch")])
+    assert done.exit_code != 0 and asked == ["debian-generic"]
+    CliRunner().invoke(app, ["check", str(tmp_path / "x.patch"), "--config", "tiny"])
+    assert asked == ["debian-generic", "tiny"]

@@ -45,10 +45,11 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
           profile: list[Path] = typer.Option([], "--profile", metavar="PROFILE",
                                              help="a profile to check instead of a suite, "
                                                   "repeatable"),
-          config: str = typer.Option("debian", "--config", metavar="NAME",
-                                     help="where the kernels' config starts: debian (Debian's "
-                                          "config of the base's release), debian-generic, or "
-                                          "tiny (tinyconfig, the fastest build)"),
+          config: str = typer.Option(None, "--config", metavar="NAME",
+                                     help="where the kernels' config starts: debian (the "
+                                          "default: Debian's config of the base's release), "
+                                          "debian-generic, or tiny (tinyconfig, the fastest "
+                                          "build)"),
           results: str = RESULTS,
           machines: str = typer.Option(None, "--machines", metavar="NAME,NAME",
                                        help="spread the first looks and confirmations over "
@@ -115,13 +116,16 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
 
 
 def _asked(patches: list[Path], tree: Path | None, commits: str | None, base: str | None,
-           suite: Path | None, profiles: list[Path], config: str,
+           suite: Path | None, profiles: list[Path], config: str | None,
            scratch: Path) -> tuple[Request, str | None]:
     """The request from files and --base, or from a tree's commits (written
     out as format-patch files into `scratch`) with the tree at OLD as the
-    base; and that base's commit (None for files)."""
+    base; and that base's commit (None for files).  Without --config, the
+    builds' default (kconfig.DEFAULT), which this command does not repeat."""
     from mmlab.check import request as requests
     from mmlab.errors import MmlabError
+    from mmlab.kernels import kconfig
+    config = config or kconfig.DEFAULT
     if tree is None and commits is None:
         return requests.read(patches, base, suite, profiles, config=config), None
     if tree is None or commits is None or patches or base:
