@@ -501,3 +501,12 @@ def test_the_commands_config_default_is_the_builds(tmp_path, monkeypatch):
     assert done.exit_code != 0 and asked == ["debian-generic"]
     CliRunner().invoke(app, ["check", str(tmp_path / "x.patch"), "--config", "tiny"])
     assert asked == ["debian-generic", "tiny"]
+
+
+def test_the_broad_suite_is_the_default_from_any_directory(tmp_path, monkeypatch):
+    """Without --suite a check reads the project's broad suite wherever it
+    is run from (it read experiments/suites/mm.toml from the current
+    directory: 'no such suite' anywhere but the project's root)."""
+    monkeypatch.chdir(tmp_path)
+    asked = requests.read([patch_file(tmp_path, 1, 1, "mm: one")], str(ROOT / "tests"), None, [])
+    assert asked.suite == "mm" and len(asked.profiles) >= 20

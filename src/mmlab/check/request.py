@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mmlab.check import variants
 from mmlab.errors import MmlabError
 from mmlab.experiment import plan as experiment_plan
 from mmlab.kernels import catalog, kbuild, kconfig, series, versions
@@ -62,7 +63,7 @@ def read(inputs: list[Path], base: str | None, suite: Path | None,
     if profiles:
         tracked, name = [_profile(p) for p in profiles], "profiles"
     else:
-        found = suites.load(suite or Path("experiments/suites/mm.toml"))
+        found = suites.load(suite or variants.SUITE)
         tracked = [_counted(t, Path(found.path)) for t in found.profiles if countable(t)]
         skipped = [t.name for t in found.profiles if not countable(t)]
         if not tracked:
