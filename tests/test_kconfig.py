@@ -336,3 +336,22 @@ def test_a_builds_git_and_make_run_through_kconfigs_one_runner(monkeypatch, tmp_
     monkeypatch.setattr(kconfig, "run", fake)
     assert kbuild.commits(tmp_path, "a1..c3") == ["a1", "b2", "c3"]
     assert ran == ["rev-parse", "rev-list"]
+
+
+def test_kernels_builds_config_default_is_the_builds(monkeypatch):
+    """`mmlab kernels build`, `ab` and `narrow` without --config ask for
+    kconfig.DEFAULT rather than a copy of it of their own ("debian")."""
+    from typer.testing import CliRunner
+
+    from mmlab.cli import app
+    asked = []
+
+    def build(source, patches, fragments, name, on_line, config):
+        asked.append(config)
+        raise MmlabError("stop here")
+    monkeypatch.setattr(kbuild, "build", build)
+    monkeypatch.setattr(kconfig, "DEFAULT", "debian-generic")
+    done = CliRunner().invoke(app, ["kernels", "build", "debian-source:6.12"])
+    assert done.exit_code != 0 and asked == ["debian-generic"]
+    CliRunner().invoke(app, ["kernels", "build", "debian-source:6.12", "--config", "tiny"])
+    assert asked == ["debian-generic", "tiny"]

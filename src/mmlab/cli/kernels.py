@@ -28,12 +28,20 @@ KERNEL_SPEC = typer.Argument(..., metavar="KERNEL",
 SOURCE = typer.Option("debian-source:6.12", "--source", metavar="SOURCE",
                       help="debian-source:SERIES (Debian's linux-source package) or a kernel "
                            "tree")
-CONFIG = typer.Option("debian", "--config", metavar="NAME",
-                      help="where the config starts: debian (Debian's config of that release, "
-                           "its cloud image's), debian-generic, or tiny (tinyconfig, the fastest "
-                           "build); what the guest needs is built in either way")
+CONFIG = typer.Option(None, "--config", metavar="NAME",
+                      help="where the config starts: debian (the default: Debian's config of "
+                           "that release, its cloud image's), debian-generic, or tiny "
+                           "(tinyconfig, the fastest build); what the guest needs is built in "
+                           "either way")
 FRAGMENT = typer.Option([], "--fragment", metavar="FRAGMENT",
                         help="a config fragment (CONFIG_X=y lines) applied last, repeatable")
+
+
+def _config(name: str | None) -> str:
+    """The config a build starts from: the one asked for, else the builds'
+    own default (kconfig.DEFAULT), which the options do not repeat."""
+    from mmlab.kernels import kconfig
+    return name or kconfig.DEFAULT
 
 
 @app.command("add")
@@ -106,7 +114,7 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
                                        help="debian-source:6.12 or a kernel tree"),
           patch: list[Path] = typer.Option([], "--patch", metavar="PATCH",
                                            help="a patch (-p1), repeatable"),
-          config: str = CONFIG, fragment: list[Path] = FRAGMENT,
+          config: str | None = CONFIG, fragment: list[Path] = FRAGMENT,
           name: str = typer.Option(None, "--name", metavar="NAME",
                                    help="name it build:NAME")) -> None:
     """Build a kernel for guests from source, cached by its inputs.
@@ -114,7 +122,7 @@ def build(source: str = typer.Argument(..., metavar="SOURCE",
     Example: mmlab kernels build debian-source:6.12 --patch fix.patch"""
     from mmlab.kernels import kbuild
     with build_status(source) as on_line:
-        k = kbuild.build(source, patch, fragment, name, on_line, config)
+        k = kbuild.build(source, patch, fragment, name, on_line, _config(config))
     typer.echo(f"{k.name}: {k.version} ({k.source}), config {k.details['config']}, sha256 "
                f"{k.config_sha256[:12]}, build key {k.details['build_key'][:12]}")
 
@@ -138,7 +146,7 @@ def build_status(source: str):
 def ab(profile: Path = PROFILE,
        patch: list[Path] = typer.Option(..., "--patch", metavar="PATCH",
                                         help="the change under test (B), repeatable"),
-       source: str = SOURCE, config: str = CONFIG, fragment: list[Path] = FRAGMENT,
+       source: str = SOURCE, config: str | None = CONFIG, fragment: list[Path] = FRAGMENT,
        results: str = RESULTS,
        allow_host_changes: bool = ALLOW, attribute: bool = ATTRIBUTE) -> None:
     """Patch A/B: build A (unpatched) and B (patched) from the same source and
@@ -152,7 +160,7 @@ def ab(profile: Path = PROFILE,
     from mmlab.kernels import kbuild
     from mmlab.run import driver
     with build_status(source) as on_line:
-        a, b = kbuild.ab_pair(source, patch, fragment, on_line, config)
+        a, b = kbuild.ab_pair(source, patch, fragment, on_line, _config(config))
     sums = ", ".join(f"{p.name} sha256 {hashlib.sha256(p.read_bytes()).hexdigest()[:16]}"
                      for p in patch)
 
@@ -174,7 +182,7 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
                                        help="a kernel git tree (with --commits)"),
            commit_range: str = typer.Option(None, "--commits", metavar="OLD..NEW",
                                             help="build and narrow commit by commit"),
-           config: str = CONFIG, fragment: list[Path] = FRAGMENT,
+           config: str | None = CONFIG, fragment: list[Path] = FRAGMENT,
            metric: str = typer.Option(None, "--metric", metavar="METRIC",
                                       help="default: the profile's first"),
            results: str = RESULTS, allow_host_changes: bool = ALLOW) -> None:
@@ -202,7 +210,8 @@ def narrow(profile: Path = typer.Argument(..., metavar="PROFILE",
         names = narrowing.ordered(given, lambda line: typer.echo(line, err=True))
         ensure = lambda name: None  # noqa: E731  (released kernels: fetched by their target)
     else:
-        names, build_commit = kbuild.commit_kernels(source, commit_range, fragment, config)
+        names, build_commit = kbuild.commit_kernels(source, commit_range, fragment,
+                                                    _config(config))
 
         def ensure(name: str) -> None:
             with build_status(name) as on_line:

@@ -10,14 +10,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from mmlab.attribution.functions import INCLUSIVE, PATH_STAY
+from mmlab.attribution.functions import INCLUSIVE
 from mmlab.experiment.plan import Plan
 from mmlab.judge import verdicts
 from mmlab.judge.comparison import Comparison
 from mmlab.judge.measurements import Measurements
 from mmlab.store import Store
 from mmlab.track.changepoints import by_one_build
-from mmlab.workloads import CALLS, INSNS, Window
+from mmlab.workloads import CALLS, INSNS, PATH_STAY, Window
 from mmlab.workloads.samples import Sample
 
 # A followed path's figures: its calls, and its instructions per call (or a
