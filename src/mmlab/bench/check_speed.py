@@ -41,6 +41,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from mmlab.check.variants import SUITE  # the broad suite, a check's default
 from mmlab.kernels import images, kbuild
 from mmlab.report.terminal import console
 from mmlab.store import Store
@@ -48,7 +49,6 @@ from mmlab.store.backend import is_url
 from mmlab.workloads.build import REPO_ROOT
 
 PATCH = REPO_ROOT / "experiments/patches/seed003-zap-set-referenced-6.12.patch"
-SUITE = REPO_ROOT / "experiments/suites/mm.toml"
 GOAL_S = 20 * 60            # the goal on this 2-core machine (docs/check.md)
 WHY = re.compile(r"^check \S+ (first|confirm|narrow) ")
 LOAD_EVERY_S = 10
