@@ -440,10 +440,10 @@ def test_a_restored_guest_gets_its_script_byte_for_byte(k612):
     backslashes, UTF-8 and a line longer than the tty's buffer arrive intact."""
     guest = boot.Guest(k612, memory_mb=288, timeout_s=60)
     accel, _ = boot.accelerator(k612, boot.initramfs_cache())
-    snap = snapshot.ensure(guest, accel, boot.initramfs_cache(), None, ())
     odd = "it's \"$HOME\" \\n \u00e9\u00df\u4e2d " + "x" * 6000
-    got = snapshot.restore(guest, snap, f"cat <<'EOF'\n{odd}\nEOF\n"
-                           "cat /proc/sys/kernel/softlockup_panic\n", accel, None)
+    with snapshot.held(guest, accel, boot.initramfs_cache(), None, ()) as snap:
+        got = snapshot.restore(guest, snap, f"cat <<'EOF'\n{odd}\nEOF\n"
+                               "cat /proc/sys/kernel/softlockup_panic\n", accel, None)
     assert got.start == "restored" and got.frames["stdout"].decode() == odd + "\n1\n"
 
 
@@ -466,6 +466,8 @@ def test_without_a_snapshot_trials_boot_and_say_why(k612, tmp_path, monkeypatch)
 def test_a_restored_guest_that_died_before_its_trial_is_restored_again(monkeypatch):
     """A restore that panics before the trial began is tried again, and
     the sample says how many starts it took; a failed trial is not."""
+    from contextlib import nullcontext
+
     from mmlab.targets import boot, snapshot
     from mmlab.workloads.mmwork import TrialFailed
     calls = []
@@ -475,7 +477,7 @@ def test_a_restored_guest_that_died_before_its_trial_is_restored_again(monkeypat
         if len(calls) == 1:
             raise boot.BootFailed("kernel panic in the guest: Fatal exception in interrupt")
         return "restored"
-    monkeypatch.setattr(snapshot, "ensure", lambda *a: "snap")
+    monkeypatch.setattr(snapshot, "held", lambda *a: nullcontext("snap"))
     monkeypatch.setattr(snapshot, "restore", restore)
     guest = boot.Guest(None)
     assert qemu.start(guest, "", "tcg", None, None, (), None) == ("restored", 1)
@@ -566,12 +568,13 @@ def test_a_guest_that_could_not_be_saved_is_not_booted_to_be_saved_again(k612, t
     guest = boot.Guest(k612, memory_mb=256, extra_cmdline="rdinit=/no/such/init")
     for _ in range(2):
         with pytest.raises(snapshot.SnapshotUnavailable, match="could not be saved: panic"):
-            snapshot.ensure(guest, "tcg", tmp_path / "initramfs", None, ())
+            with snapshot.held(guest, "tcg", tmp_path / "initramfs", None, ()):
+                pass
     assert len(calls) == 1
 
 
 def test_snapshots_are_kept_most_recently_used_first_within_their_bytes(tmp_path, monkeypatch):
-    from mmlab.targets import snapshot
+    from mmlab.targets import snapcache
     for age, name in enumerate(("new", "mid", "old")):
         d = tmp_path / name
         d.mkdir()
@@ -579,8 +582,8 @@ def test_snapshots_are_kept_most_recently_used_first_within_their_bytes(tmp_path
         (d / "state.zst").write_bytes(b"s" * 900)
         os.utime(d / "state.zst", (1e9 - age, 1e9 - age))
     (tmp_path / "filling").mkdir()                # being saved: no state yet, left alone
-    monkeypatch.setattr(snapshot, "KEEP_BYTES", 2500)
-    snapshot._prune(tmp_path)
+    monkeypatch.setattr(snapcache, "KEEP_BYTES", 2500)
+    snapcache.prune(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filling", "mid", "new"]
 
 

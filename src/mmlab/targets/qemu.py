@@ -56,7 +56,6 @@ from mmlab.targets.boot import (
     kernel_defaults,
     needs_modules,
     qemu_version,
-    retrying,
 )
 from mmlab.targets.host import consented, refuse
 from mmlab.workloads import Workload, insns, mmwork, syscalls
@@ -210,14 +209,13 @@ def start(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
     result's `start` says which; `why_booted` says why)."""
     if guest.start == "snapshot":
         try:
-            snap = snapshot.ensure(guest, accel, cache, swap, archives)
+            return snapshot.restored(guest, script, accel, cache, swap, archives, plugin,
+                                     plugin_extra)
         except snapshot.SnapshotUnavailable as exc:
             boot, retry = boot_retrying(guest, script, accel, cache, swap, archives, plugin,
                                         plugin_extra)
             boot.why_booted = str(exc)
             return boot, retry
-        return retrying(lambda: snapshot.restore(guest, snap, script, accel, swap, plugin,
-                                                 plugin_extra))
     return boot_retrying(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
 
 

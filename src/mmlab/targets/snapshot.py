@@ -37,12 +37,13 @@ import hashlib
 import json
 import os
 import shlex
-import shutil
 import subprocess
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -52,7 +53,7 @@ from qemu.qmp.error import QMPError
 from mmlab.errors import MmlabError
 from mmlab.judge.states import STATE_FUNCTIONS
 from mmlab.machine import paths
-from mmlab.targets import initramfs
+from mmlab.targets import initramfs, snapcache
 from mmlab.targets.boot import (
     BOOT_RETRIES,
     CMDLINE,
@@ -68,6 +69,7 @@ from mmlab.targets.boot import (
     read_text,
     repeated,
     result,
+    retrying,
     start_qemu,
     still_starting,
     swap_disk,
@@ -80,24 +82,23 @@ from mmlab.workloads import insns
 from mmlab.workloads.mmwork import TrialFailed
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Set
+    from collections.abc import Callable, Iterator, Set
 
     from mmlab.attribution.functions import FunctionInsns
     from mmlab.experiment.plan import Arm, Plan
 
 READY = "MMLAB-READY"
 COUNTED_STATES = 3   # saved boots per kernel where a profile counts: the default
-# Snapshots kept: the most recently used, up to this many bytes (about 40 MB
-# each for a 1 GiB guest, so some 1,000): every guest of a suite over every
-# release (the seeds suite's ~190, the broad suite's), three saved boots each
-# where it counts, stays between runs, as its kernels do, and a suite's
-# confirmations find their cells' guests saved.
-KEEP_BYTES = 40 << 30
 SAVE_TIMEOUT_S = 120
 
 
 class SnapshotUnavailable(MmlabError):
     """No snapshot could be made: trials boot instead, and say so."""
+
+
+class Vanished(SnapshotUnavailable):
+    """The snapshot was gone when its restore began (removed by hand, or by
+    a process that does not lock it): made again once, then booted."""
 
 
 # Snapshots this process failed to make (the saves already retried a boot
@@ -192,29 +193,56 @@ def _key(guest: Guest, accel: str, disk: int, parts: list[Path]) -> str:
     ]).encode()).hexdigest()[:20]
 
 
-def ensure(guest: Guest, accel: str, cache: Path, swap: str | None,
-           archives: tuple[Path, ...]) -> Snapshot:
-    """The snapshot for this guest and its state index, made now (one boot
-    and a save, under a lock so that parallel trials make it once) if it is
-    not kept yet; one this process could not make is not tried again
-    (_UNSAVED)."""
+def restored(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
+             archives: tuple[Path, ...], plugin: Path | None,
+             plugin_extra: tuple[str, ...] = ()) -> tuple[BootResult, int]:
+    """A trial restored from its snapshot (made first if need be) and how
+    many starts it retried: the snapshot is held from its lookup to the
+    trial's end, so no prune removes it; one that vanished anyway is made
+    again, once, and that counts as a retry (`boot_retries`)."""
+    try:
+        return _restored_once(guest, script, accel, cache, swap, archives, plugin, plugin_extra)
+    except Vanished:
+        boot, retry = _restored_once(guest, script, accel, cache, swap, archives, plugin,
+                                     plugin_extra)
+        return boot, retry + 1
+
+
+def _restored_once(guest: Guest, script: str, accel: str, cache: Path, swap: str | None,
+                   archives: tuple[Path, ...], plugin: Path | None,
+                   plugin_extra: tuple[str, ...]) -> tuple[BootResult, int]:
+    """restored's trial from the snapshot as it is held now."""
+    with held(guest, accel, cache, swap, archives) as snap:
+        return retrying(partial(restore, guest, snap, script, accel, swap, plugin,
+                                plugin_extra))
+
+
+@contextmanager
+def held(guest: Guest, accel: str, cache: Path, swap: str | None,
+         archives: tuple[Path, ...]) -> Iterator[Snapshot]:
+    """The snapshot for this guest and its state index, in use (snapcache)
+    until the block ends; made now (one boot and a save, under a lock so
+    that parallel trials make it once) if it is not kept yet; one this
+    process could not make is not tried again (_UNSAVED)."""
     parts = [initramfs.base_archive(cache), *trial_parts(guest, swap, archives)]
     snap = Snapshot(snapshot_root(cache) / _key(guest, accel, swap_disk_size(swap), parts))
     if snap.dir in _UNSAVED:
         raise _UNSAVED[snap.dir]
-    snap.dir.mkdir(parents=True, exist_ok=True)
-    with paths.filling(snap.state):
-        if not snap.state.exists():
-            initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
-            try:
-                _save_retrying(guest, accel, snap, swap)
-            except SnapshotUnavailable as exc:
-                _UNSAVED[snap.dir] = exc
-                raise
-            snap.made.write_text(uuid.uuid4().hex[:12] + "\n")
-            _prune(snap.dir.parent)
-    os.utime(snap.state)
-    return snap
+    with snapcache.in_use(snap.dir):
+        made = False
+        with paths.filling(snap.state):
+            if not snap.state.exists():
+                initramfs.trial_initrd(parts[0], None, snap.initrd, parts[1:])
+                try:
+                    _save_retrying(guest, accel, snap, swap)
+                except SnapshotUnavailable as exc:
+                    _UNSAVED[snap.dir] = exc
+                    raise
+                snap.made.write_text(uuid.uuid4().hex[:12] + "\n")
+                made = True
+        if made:
+            snapcache.prune(snap.dir.parent)
+        yield snap
 
 
 def _save_retrying(guest: Guest, accel: str, snap: Snapshot, swap: str | None) -> None:
@@ -297,22 +325,16 @@ async def _migrate(qmp_socket: Path, uri: str) -> None:
                                   f"{info.get('error-desc', 'QEMU gave no reason')}")
 
 
-def _prune(root: Path) -> None:
-    """Keep the most recently used snapshots that fit in KEEP_BYTES."""
-    kept = sorted((d for d in root.iterdir() if (d / "state.zst").exists()),
-                  key=lambda d: (d / "state.zst").stat().st_mtime, reverse=True)
-    used = 0
-    for snap in kept:
-        used += sum(f.stat().st_size for f in snap.iterdir() if f.is_file())
-        if used > KEEP_BYTES:
-            shutil.rmtree(snap, ignore_errors=True)
-
-
 def restore(guest: Guest, snap: Snapshot, script: str, accel: str, swap: str | None,
             plugin: Path | None = None, plugin_extra: tuple[str, ...] = ()) -> BootResult:
     """One trial in a guest restored from `snap`: QEMU loads the state,
     the script goes down ttyS1 once the guest runs, and the results come
-    back on the same socket until QEMU exits."""
+    back on the same socket until QEMU exits.  The restore is the use
+    that keeps a snapshot from the prune (its mtime)."""
+    try:
+        os.utime(snap.state)
+    except FileNotFoundError as exc:
+        raise Vanished(f"{snap.dir}: the saved boot vanished before its restore") from exc
     with tempfile.TemporaryDirectory(prefix="mmlab-guest-") as tmp:
         tmpd = Path(tmp)
         console, sock, qmp, counts = (tmpd / n for n in ("console.log", "results.sock",
