@@ -247,7 +247,7 @@ MM_FAMILY = ("madvise", "mincore-mlock", "fork-cow", "migrate", "uffd", "hugetlb
 
 def test_describe_lists_windows_mm_paths_and_variants():
     described = {w["name"]: w for w in json.loads(run_mmwork("describe").stdout)}
-    variants = {"madvise": ("advice", 9), "mincore-mlock": ("op", 4), "fork-cow": ("child", 2),
+    variants = {"madvise": ("advice", 10), "mincore-mlock": ("op", 4), "fork-cow": ("child", 2),
                 "migrate": ("op", 3), "uffd": ("resolve", 2), "hugetlb-fault": ("sharing", 2)}
     for name in MM_FAMILY:
         w = described[name]
@@ -269,19 +269,20 @@ def test_describe_lists_windows_mm_paths_and_variants():
     ("willneed", "auto"), ("populate-read", "auto"), ("populate-write", "auto"),
     ("process-cold", "auto"), ("process-pageout", "auto"),
     ("dontneed", "shmem"), ("willneed", "shmem"), ("pageout", "file"),
+    ("remove", "auto"), ("remove", "shmem"),
 ])
 def test_madvise_variant(advice, backing, tmp_path):
     s = mm_run_one("madvise", {"advice": advice, "backing": backing, "dir": str(tmp_path),
                             "thp": "nohugepage"})
     mm_check_sample(s, {"advise": PAGES})
     st, kb = s.state, TINY["mapping-kb"]
-    assert st["backing"] == ("file" if advice == "willneed" else "anon") if backing == "auto" \
-        else backing
+    auto = "file" if advice in ("willneed", "remove") else "anon"
+    assert st["backing"] == (auto if backing == "auto" else backing)
     if advice.startswith("populate"):      # from an empty range to every page mapped
         assert st["before_advise_rss_kb"] == 0 and st["after_advise_resident_fraction"] == 1
     else:
         assert st["before_advise_rss_kb"] == kb or advice == "willneed"
-    if advice == "dontneed":
+    if advice in ("dontneed", "remove"):     # remove: a hole punched where it was mapped
         assert st["after_advise_rss_kb"] == 0
     if advice == "free":
         assert s.vmstat_delta["pglazyfree"] >= s.counts["pages"]
@@ -355,6 +356,7 @@ def test_migrate_on_one_node_fails_its_sample_in_one_line():
 
 @pytest.mark.parametrize("args, message", [
     (("madvise", "--advice", "free", "--backing", "file"), "private anonymous memory only"),
+    (("madvise", "--advice", "remove", "--backing", "anon"), "MADV_REMOVE on private memory"),
     (("mincore-mlock", "--op", "msync", "--backing", "anon"), "writes back a shared file"),
     (("fork-cow", "--child", "vfork"), "--child: 'vfork' is not one of"),
 ])

@@ -20,6 +20,10 @@
  *   only (a walk over present pages without swap);
  * - populate-read / populate-write: fault every page in (read: the zero page
  *   for anon; write: allocate), on a mapping left unpopulated;
+ * - remove: MADV_REMOVE punches a hole in the shmem or file behind a shared
+ *   range (vfs_fallocate -> shmem_fallocate or the filesystem's punch hole):
+ *   the truncation path, unmap_mapping_range and the page cache's removal
+ *   (shmem_undo_range; truncate_inode_pages_range on a disk filesystem);
  * - process-cold / process-pageout: the same two through process_madvise()
  *   on a pidfd of this process (vector_madvise), one iovec for the range.
  *
@@ -63,14 +67,15 @@
 
 static const char *const advice_choices[] = {
 	"dontneed", "free", "cold", "pageout", "willneed", "populate-read", "populate-write",
-	"process-cold", "process-pageout", NULL,
+	"process-cold", "process-pageout", "remove", NULL,
 };
 
 static const struct mm_param params[] = {
 	{ "advice", MM_CHOICE, "dontneed", "what is timed: madvise(MADV_DONTNEED, _FREE, _COLD, "
-	  "_PAGEOUT, _WILLNEED, _POPULATE_READ, _POPULATE_WRITE) or process_madvise(MADV_COLD or "
-	  "MADV_PAGEOUT) on a pidfd of this process", 0, 0, advice_choices },
-	MM_PARAM_BACKING("willneed"),
+	  "_PAGEOUT, _WILLNEED, _POPULATE_READ, _POPULATE_WRITE, _REMOVE) or "
+	  "process_madvise(MADV_COLD or MADV_PAGEOUT) on a pidfd of this process", 0, 0,
+	  advice_choices },
+	MM_PARAM_BACKING("willneed and remove"),
 	MM_PARAM_SIZE_KB("mapping-kb", "4096", "size of the range in KiB"),
 	MM_PARAM_THP("default", "range", ", as pageout-refault"),
 	MM_PARAM_ALIGN("range", "it", ""),
@@ -101,7 +106,8 @@ static const char *const mm_paths[] = {
 	"madvise_cold_or_pageout_pte_range", "folio_deactivate", "reclaim_pages",
 	"shrink_folio_list", "vfs_fadvise", "force_page_cache_ra", "page_cache_ra_unbounded",
 	"swapin_walk_pmd_entry", "faultin_page_range", "__get_user_pages", "handle_mm_fault",
-	"vector_madvise", "tlb_finish_mmu", "__split_huge_pmd", NULL,
+	"vector_madvise", "tlb_finish_mmu", "__split_huge_pmd", "vfs_fallocate",
+	"unmap_mapping_range", "shmem_undo_range", "truncate_inode_pages_range", NULL,
 };
 
 static const char *const vmstat[] = {
@@ -125,7 +131,8 @@ struct ma_setup {
 
 static enum mm_backing backing_of(const struct mm_ctx *c)
 {
-	return mm_backing_of(c, !strcmp(mm_arg_str(c, "advice"), "willneed"));
+	const char *a = mm_arg_str(c, "advice");
+	return mm_backing_of(c, !strcmp(a, "willneed") || !strcmp(a, "remove"));
 }
 
 static int ma_validate(struct mm_ctx *c)
@@ -133,6 +140,12 @@ static int ma_validate(struct mm_ctx *c)
 	if (!strcmp(mm_arg_str(c, "advice"), "free") && backing_of(c) != MM_BACKING_ANON) {
 		fprintf(stderr, "mmwork: madvise: --advice free acts on private anonymous memory "
 			"only (the kernel refuses MADV_FREE elsewhere): use --backing anon\n");
+		return -1;
+	}
+	if (!strcmp(mm_arg_str(c, "advice"), "remove") && backing_of(c) == MM_BACKING_ANON) {
+		fprintf(stderr, "mmwork: madvise: --advice remove punches a hole in shmem or a file "
+			"(the kernel refuses MADV_REMOVE on private memory): use --backing shmem or "
+			"file\n");
 		return -1;
 	}
 	return 0;
@@ -150,7 +163,8 @@ static void setup(struct mm_ctx *c, struct ma_setup *s)
 	s->advice = !strcmp(a, "dontneed") ? MADV_DONTNEED : !strcmp(a, "free") ? MADV_FREE :
 		    !strcmp(a, "cold") ? MADV_COLD : !strcmp(a, "pageout") ? MADV_PAGEOUT :
 		    !strcmp(a, "willneed") ? MADV_WILLNEED :
-		    !strcmp(a, "populate-read") ? MADV_POPULATE_READ : MADV_POPULATE_WRITE;
+		    !strcmp(a, "populate-read") ? MADV_POPULATE_READ :
+		    !strcmp(a, "remove") ? MADV_REMOVE : MADV_POPULATE_WRITE;
 	s->populate = s->advice == MADV_POPULATE_READ || s->advice == MADV_POPULATE_WRITE;
 	s->willneed_file = s->advice == MADV_WILLNEED && s->backing == MM_BACKING_FILE;
 }
@@ -313,7 +327,7 @@ const struct mm_workload wl_madvise = {
 	.name = "madvise",
 	.seed = "none: a baseline of madvise() and process_madvise()",
 	.summary = "map a range, populate it, time one madvise() or process_madvise() advice "
-		   "over it (DONTNEED, FREE, COLD, PAGEOUT, WILLNEED, POPULATE_READ/WRITE)",
+		   "over it (DONTNEED, FREE, COLD, PAGEOUT, WILLNEED, POPULATE_READ/WRITE, REMOVE)",
 	MM_WORKLOAD_TABLES,
 	.default_warmups = 1,
 	.validate = ma_validate,
