@@ -352,9 +352,10 @@ def test_the_variants_table_is_made_from_the_suites_profiles_and_their_choices(
     assert not any("align=" in label for label in labels)        # placement, not code
     free = labels.index("mm-madvise-cold with advice=free")
     assert free in table.functions["run_advice_free"]
-    # the suite's own profile first, then the variant; a profile checked as it is left out
-    assert [v.label for v in table.reaching(["run_advice_free"])][:2] == \
-        ["mm-madvise-free", "mm-madvise-cold with advice=free"]
+    # the suite's own profile first (then the profiles as they are, the reach
+    # profiles among them, then the variants); a profile checked as it is left out
+    assert [v.label for v in table.reaching(["run_advice_free"])] == \
+        ["mm-madvise-free", "reach-madvise-free-thp", "mm-madvise-cold with advice=free"]
     assert "mm-madvise-free" not in [v.label for v in table.reaching(["run_advice_free"],
                                                                       {"mm-madvise-free"})]
     assert json.loads(out.read_text())["command"] == \

@@ -12,9 +12,11 @@ every function any variant ran, the variants that ran it.  It is made by
     python -m mmlab.check.variants --kernel build:3ce798c85209
 
 (the kept tiny 6.12 base) and written to variants.json beside this module;
-the file names the kernel and the command.  Suggestions from it are for
-another kernel only as good as the names match: a function renamed since
-is not found.
+the file names the kernel and the command.  Counting them all takes about
+an hour, so `--add PROFILE...` counts only the profiles given, as they are,
+and merges them into the table on its kernel (a profile counted before is
+counted again, the rest kept).  Suggestions from it are for another kernel
+only as good as the names match: a function renamed since is not found.
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ TABLE = Path(__file__).with_name("variants.json")
 # The project's suites, wherever it is run from; the table names their
 # profiles relative to the project (`shown`), as a user's checkout has them.
 SUITE = REPO_ROOT / "experiments/suites/mm.toml"
-EXTRA = (REPO_ROOT / "experiments/suites/ksm-rmap-move.toml",)   # profiles of workloads it lacks
+# Profiles of paths it lacks: the KSM move, seed 001's THP pageout (a THP
+# split), and the reach profiles (each runs functions no profile of the
+# suite runs; its header says which).
+EXTRA = (REPO_ROOT / "experiments/suites/ksm-rmap-move.toml",
+         REPO_ROOT / "experiments/suites/pageout-thp.toml",
+         *sorted((REPO_ROOT / "experiments/suites/reach").glob("*.toml")))
 # Choices that move where the mapping lies, not which mm code runs it.
 LEFT_OUT = frozenset({"align"})
 # The harness's own parameters (every workload has them): they measure, not drive.
@@ -90,9 +97,14 @@ def load(path: Path = TABLE) -> Table | None:
 def profiles() -> tuple[list[Tracked], list[Tracked]]:
     """The broad suite's profiles with a window to count, and EXTRA's."""
     suite = [t for t in suites.load(SUITE).profiles if t.plan.workload.windows]
-    extra = [Tracked(name=x.profile.name, plan=x, metrics=x.profile.metrics,
-                     area=x.workload.name) for x in map(experiment_plan.load, EXTRA)]
-    return suite, extra
+    return suite, [tracked(p) for p in EXTRA]
+
+
+def tracked(path: Path) -> Tracked:
+    """A profile outside the suite, read as the suite's are."""
+    x = experiment_plan.load(path)
+    return Tracked(name=x.profile.name, plan=x, metrics=x.profile.metrics,
+                   area=x.workload.name)
 
 
 def varied(t: Tracked) -> list[tuple[str, list[str]]]:
@@ -145,17 +157,44 @@ def generate(kernel: str, results: str, out: Path) -> None:
     counted).  Every plan is checked, the kernel among them, before the
     store is made; a run that counted nothing is an error, and `out` (by
     default the table mmlab ships) is left as it was."""
+    _count_into(Table(kernel, [], {}), plans(kernel), results, out, [])
+
+
+def add(kernel: str, results: str, out: Path, paths: list[Path]) -> None:
+    """Count the profiles at `paths` as they are on `kernel` and merge them
+    into the table at `out`, which must have been counted on `kernel`: a
+    variant counted before is replaced, every other kept.  Without a
+    table, on another kernel or with a profile that does not load, nothing
+    is counted."""
+    table = load(out)
+    if table is None:
+        raise MmlabError(f"{out}: no table to add to: make one with "
+                         f"python -m mmlab.check.variants --kernel {kernel}")
+    if table.kernel != kernel:
+        raise MmlabError(f"--kernel {kernel}: {out} was counted on {table.kernel}, "
+                         "and a table holds one kernel's counts")
+    todo: list[tuple[Tracked, str | None, Plan]] = [
+        (t, None, with_kernels(quick(t.plan), [kernel], "variants")) for t in map(tracked, paths)]
+    added = json.loads(out.read_text()).get("added", [])
+    _count_into(table, todo, results, out, [*added, *(shown(str(p)) for p in paths)])
+
+
+def _count_into(table: Table, todo: list[tuple[Tracked, str | None, Plan]], results: str,
+                out: Path, added: list[str]) -> None:
+    """Count `todo` by function on the table's kernel, merging each arm's
+    variant into `table` and writing it after each plan that counted some.
+    Every plan is checked before the store is made; counting nothing is an
+    error that leaves `out` as it was."""
     from mmlab.run import driver
     from mmlab.store import Store
     from mmlab.targets import TargetPool
     from mmlab.track.session import only_functions
     here = driver.Here(TargetPool(False, print))
-    todo = plans(kernel)
     for _, _, plan in todo:
         here.check(plan, True)
     store = Store(results)
-    variants: list[Variant] = []
-    functions: dict[str, list[int]] = {}
+    ran = dict(_ran(table))
+    counted_any = False
     for t, name, plan in todo:
         started = time.monotonic()
         exp_id = store.create_experiment(plan)
@@ -166,17 +205,26 @@ def generate(kernel: str, results: str, out: Path) -> None:
             if counted is None:
                 print(f"{t.name} {arm.name}: no counts")
                 continue
-            variants.append(Variant(t.name, shown(t.plan.path), t.plan.workload.name,
-                                    {name: str(arm.values[name]).lower()} if name else {}))
-            for f in {function_of(f) for w in counted["windows"].values()
-                      for f, n in w.items() if n > 0}:
-                functions.setdefault(f, []).append(len(variants) - 1)
+            v = Variant(t.name, shown(t.plan.path), t.plan.workload.name,
+                        {name: str(arm.values[name]).lower()} if name else {})
+            ran[v.label] = (v, {function_of(f) for w in counted["windows"].values()
+                                for f, n in w.items() if n > 0})
+            counted_any = True
         print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
               f"{time.monotonic() - started:.0f} s", flush=True)
-        if variants:
-            _write(out, kernel, variants, functions)
-    if not variants:
-        raise MmlabError(f"no variant was counted on {kernel}: {out} is left as it was")
+        if counted_any:
+            _write(out, table.kernel, list(ran.values()), added)
+    if not counted_any:
+        raise MmlabError(f"no variant was counted on {table.kernel}: {out} is left as it was")
+
+
+def _ran(table: Table) -> list[tuple[str, tuple[Variant, set[str]]]]:
+    """The table's variants by label, each with the functions it ran."""
+    ran: list[set[str]] = [set() for _ in table.variants]
+    for f, ids in table.functions.items():
+        for i in ids:
+            ran[i].add(f)
+    return [(v.label, (v, fs)) for v, fs in zip(table.variants, ran, strict=True)]
 
 
 def shown(path: str) -> str:
@@ -186,13 +234,18 @@ def shown(path: str) -> str:
     return str(full.relative_to(REPO_ROOT)) if full.is_relative_to(REPO_ROOT) else path
 
 
-def _write(out: Path, kernel: str, variants: list[Variant],
-           functions: dict[str, list[int]]) -> None:
+def _write(out: Path, kernel: str, ran: list[tuple[Variant, set[str]]],
+           added: list[str]) -> None:
+    functions: dict[str, list[int]] = {}
+    for i, (_, fs) in enumerate(ran):
+        for f in fs:
+            functions.setdefault(f, []).append(i)
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps({
         "kernel": kernel, "made": time.strftime("%Y-%m-%d"),
         "command": f"python -m mmlab.check.variants --kernel {kernel}",
-        "variants": [vars(v) for v in variants],
+        **({"added": added} if added else {}),
+        "variants": [vars(v) for v, _ in ran],
         "functions": {f: functions[f] for f in sorted(functions)}}, indent=0) + "\n")
     tmp.rename(out)
 
@@ -202,9 +255,14 @@ def main() -> None:
     ap.add_argument("--kernel", required=True, help="the kernel to count on, e.g. a kept base")
     ap.add_argument("--results", default="variants-results", help="the store of the counts")
     ap.add_argument("-o", type=Path, default=TABLE, help="the table to write")
+    ap.add_argument("--add", type=Path, nargs="+", metavar="PROFILE",
+                    help="count only these profiles, as they are, into the table")
     args = ap.parse_args()
     try:
-        generate(args.kernel, args.results, args.o)
+        if args.add:
+            add(args.kernel, args.results, args.o, args.add)
+        else:
+            generate(args.kernel, args.results, args.o)
     except MmlabError as exc:
         raise SystemExit(f"mmlab: {exc}") from exc
 
