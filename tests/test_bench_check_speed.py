@@ -180,3 +180,41 @@ def test_the_coverages_counting_is_its_own_part_not_attribution():
     assert s.rest == pytest.approx(420.0 - 10.0 - 180.0 - 60.0 - 120.0)
     parts = check_speed.table(s, checked, [1.0], "t", False).columns[0]._cells
     assert "coverage (the base counted by function)" in parts
+
+
+def test_local_workers_are_a_fleet_the_check_is_spread_over(monkeypatch, tmp_path):
+    """`--workers 2`: a private store and broker and two real `mmlab
+    worker`s, registered and answering before the check starts, the check
+    given their store and names, and every worker ended after it."""
+    from mmlab.fleet import registry
+    from mmlab.store import Store as RealStore
+    seen = []
+
+    def check(argv):
+        url = argv[argv.index("--results") + 1]
+        seen.append((argv, sorted(registry.machines(RealStore(url)))))
+        return SimpleNamespace(returncode=0, stdout=json.dumps(record())), 0.0, [1.0]
+    monkeypatch.setattr(check_speed, "run_check", check)
+    monkeypatch.setattr(check_speed, "Store", lambda *a, **k: Store({}))
+    monkeypatch.setattr(check_speed, "FIGURES", tmp_path / "figures")
+    check_speed.main(["--workers", "2"])
+    ((argv, machines),) = seen
+    assert argv[argv.index("--machines") + 1] == "local1,local2" and machines == argv[
+        argv.index("--machines") + 1].split(",")
+    assert not [p for p in os.listdir("/proc") if b"--name\x00local1" in cmdline(p)]
+
+
+def cmdline(pid: str) -> bytes:
+    try:
+        return open(f"/proc/{pid}/cmdline", "rb").read() if pid.isdigit() else b""
+    except OSError:              # ended meanwhile
+        return b""
+
+
+@pytest.mark.parametrize("args", [["--workers", "-1"], ["--workers", "2", "--results", "r"],
+                                  ["--workers", "2", "--check-option=--machines",
+                                   "--check-option=a"]])
+def test_local_workers_make_their_own_fleet(args, capsys):
+    with pytest.raises(SystemExit) as stop:
+        check_speed.main(args)
+    assert "--workers" in str(stop.value.code)

@@ -29,6 +29,7 @@ sampled through the run: a figure taken beside other work says so.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,11 +37,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.table import Table
 
+from mmlab.bench import fleet, services
 from mmlab.check.variants import SUITE  # the broad suite, a check's default
 from mmlab.kernels import images, kbuild
 from mmlab.report.terminal import console
@@ -103,6 +106,26 @@ def run_check(argv: list[str]) -> tuple[subprocess.CompletedProcess, float, list
                 loads.append(os.getloadavg()[0])
         out.seek(0)
         return subprocess.CompletedProcess(argv, proc.returncode, out.read()), start, loads
+
+
+@contextlib.contextmanager
+def local_fleet(workers: int) -> Iterator[tuple[str, list[str]]]:
+    """A fleet on this machine for one check: a private PostgreSQL store and
+    Redis broker (services.py) and `workers` real workers (`mmlab worker`,
+    one queue each, concurrency 1), which read this machine's kernel cache
+    and so boot the kernels the check builds; the store's URL and the
+    machines' names, everything stopped and removed at the end."""
+    names = [f"local{i + 1}" for i in range(workers)]
+    with services.PostgresCluster(max_connections=3 * workers + 20) as pg, \
+            services.Redis() as redis, tempfile.TemporaryDirectory() as logs:
+        url = pg.url("check")
+        procs = fleet.start_workers(names, url, redis.url, Path(logs),
+                                    [sys.executable, "-m", "mmlab.cli", "worker", "--name"])
+        try:
+            fleet.wait_for(names, url, redis.url, procs)
+            yield url, names
+        finally:
+            fleet.stop_workers(procs)
 
 
 def spent(store: Store, record: dict, start: float, end: float) -> Spent:
@@ -247,9 +270,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--check-option", action="append", default=[], metavar="OPTION",
                         help="passed on to mmlab check, repeatable (e.g. "
                              "--check-option=--machines --check-option=a,b)")
+    parser.add_argument("--workers", type=int, default=0,
+                        help="spread the check over a fleet of this many workers started "
+                             "here (a private store and broker; 0: no fleet)")
     args = parser.parse_args(argv)
     if not args.patch.is_file():
         sys.exit(f"mmlab bench: --patch {args.patch}: no such file")
+    if args.workers < 0 or (args.workers and (args.results or "--machines" in args.check_option)):
+        sys.exit(f"mmlab bench: --workers {args.workers}: a count of local workers, "
+                 "without --results or --machines (the fleet is made here)")
+    with local_fleet(args.workers) if args.workers else contextlib.nullcontext() as made:
+        if made:
+            args.results = made[0]
+            args.check_option += ["--machines", ",".join(made[1])]
+        measure(args)
+
+
+def measure(args: argparse.Namespace) -> None:
+    """One check, timed, and where its time went."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     results = args.results or str(FIGURES / stamp)
     # A fleet's store is a URL with its password: the figures go to a

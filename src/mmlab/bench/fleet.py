@@ -84,10 +84,14 @@ def sleep_plan(rounds: int, ms: float) -> Plan:
                 order=schedule(["A", "B"], rounds, 1))
 
 
-def start_workers(names: list[str], results: str, broker: str,
-                  logs: Path) -> list[subprocess.Popen]:
-    return [subprocess.Popen([sys.executable, "-m", "mmlab.bench.fleet", "--worker", name,
-                              "--results", results, "--broker", broker],
+SLEEPER = [sys.executable, "-m", "mmlab.bench.fleet", "--worker"]   # this benchmark's worker
+
+
+def start_workers(names: list[str], results: str, broker: str, logs: Path,
+                  command: list[str] = SLEEPER) -> list[subprocess.Popen]:
+    """A worker process per name: `command` then the name, the store and the
+    broker; each in a session of its own, its output in `logs`."""
+    return [subprocess.Popen([*command, name, "--results", results, "--broker", broker],
                              stdin=subprocess.DEVNULL, stdout=open(logs / f"{name}.log", "w"),
                              stderr=subprocess.STDOUT, start_new_session=True)
             for name in names]
