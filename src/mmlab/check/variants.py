@@ -3,8 +3,9 @@ suggests parameters from, where no path of its suite ran a changed function.
 
 A variant is a profile of the broad suite as it is, or the suite's first
 profile of a workload (its template) with one of the workload's choices or
-flags set otherwise (from `mmwork describe`), or a profile of a workload
-the suite lacks (EXTRA) as it is.  Each was counted once by
+flags set otherwise (from `mmwork describe`), or a profile of a path the
+suite lacks (EXTRA: the KSM move, seed 001's THP pageout, the reach
+profiles) as it is.  Each was counted once by
 function in a TCG guest (the plugin's per-block counts inside the timed
 windows, attribution/functions.py) on one kernel, and the table keeps, for
 every function any variant ran, the variants that ran it.  It is made by
