@@ -180,3 +180,25 @@ def test_every_reach_profile_says_what_it_reaches_and_is_in_the_shipped_table():
     for path in variants.EXTRA:
         assert path.read_text().startswith("# "), path
         assert variants.shown(str(path)) in counted, path
+
+
+def test_a_profile_of_several_arms_is_one_variant_of_what_any_arm_ran(tmp_path, monkeypatch):
+    """The arms of a profile counted as it is share its label: the last
+    arm's functions replaced the others'."""
+    import mmlab.targets
+
+    class ByArm(Counting):
+        def attribute(self, arm, plan):
+            return {"functions": {"windows": {"advise": {f"ran_{arm.values['swap'][5:]}": 1.0}}}}
+    target = ByArm({})
+    monkeypatch.setattr(mmlab.targets, "TargetPool", lambda *a, **k: TargetPool(
+        make=lambda arm: target, say=lambda m: None))
+    profile = tmp_path / "two.toml"
+    profile.write_text((REACH / "pageout-refault-swap.toml").read_text().replace(
+        'swap = ["zram:512M"]', 'swap = ["zram:256M", "zram:512M"]'))
+    out = tmp_path / "variants.json"
+    out.write_text(json.dumps(_table()))
+    variants.add("local:base", str(tmp_path / "r"), out, [profile])
+    table = variants.load(out)
+    assert table is not None and len(table.variants) == 3
+    assert table.functions["ran_256M"] == table.functions["ran_512M"] == [2]

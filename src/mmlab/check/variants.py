@@ -183,7 +183,9 @@ def add(kernel: str, results: str, out: Path, paths: list[Path]) -> None:
 def _count_into(table: Table, todo: list[tuple[Tracked, str | None, Plan]], results: str,
                 out: Path, added: list[str]) -> None:
     """Count `todo` by function on the table's kernel, merging each arm's
-    variant into `table` and writing it after each plan that counted some.
+    variant into `table` (a profile's arms, counted as it is, are one
+    variant: what any of them ran) and writing it after each plan that
+    counted some.
     Every plan is checked before the store is made; counting nothing is an
     error that leaves `out` as it was."""
     from mmlab.run import driver
@@ -195,7 +197,7 @@ def _count_into(table: Table, todo: list[tuple[Tracked, str | None, Plan]], resu
         here.check(plan, True)
     store = Store(results)
     ran = dict(_ran(table))
-    counted_any = False
+    fresh: set[str] = set()      # counted by this run: its arms' functions join
     for t, name, plan in todo:
         started = time.monotonic()
         exp_id = store.create_experiment(plan)
@@ -208,14 +210,15 @@ def _count_into(table: Table, todo: list[tuple[Tracked, str | None, Plan]], resu
                 continue
             v = Variant(t.name, shown(t.plan.path), t.plan.workload.name,
                         {name: str(arm.values[name]).lower()} if name else {})
-            ran[v.label] = (v, {function_of(f) for w in counted["windows"].values()
-                                for f, n in w.items() if n > 0})
-            counted_any = True
+            before = ran[v.label][1] if v.label in fresh else set()
+            ran[v.label] = (v, before | {function_of(f) for w in counted["windows"].values()
+                                         for f, n in w.items() if n > 0})
+            fresh.add(v.label)
         print(f"{t.name} {name or ''}: {len(plan.arms)} arm(s) in "
               f"{time.monotonic() - started:.0f} s", flush=True)
-        if counted_any:
+        if fresh:
             _write(out, table.kernel, list(ran.values()), added)
-    if not counted_any:
+    if not fresh:
         raise MmlabError(f"no variant was counted on {table.kernel}: {out} is left as it was")
 
 
