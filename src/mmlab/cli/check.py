@@ -55,8 +55,8 @@ def check(patches: list[Path] = typer.Argument(None, metavar="PATCH",
                                        help="spread the first looks and confirmations over "
                                             "these fleet machines, one experiment per machine "
                                             "at a time; needs a postgresql:// store and "
-                                            "workers on this machine (the built kernels are "
-                                            "in its kernel cache)"),
+                                            "workers on this machine or reading its kernel "
+                                            "cache, shared (the built kernels are there)"),
           output: Path = typer.Option(None, "--output", "-o", metavar="DIR",
                                       help="also write report.txt, report.json and "
                                            "report.html there, and each change's evidence "
@@ -141,23 +141,28 @@ def _fleet(results: str, names: list[str], on_event: OnEvent) -> tuple[Store, Fl
     """The fleet's shared store and the check's experiments spread over
     `names` (the tracker's spread.Fleet), refused before anything is
     built: a lab directory, a machine no worker registered, or one whose
-    worker runs on another host, which cannot boot the kernels the check
-    builds into this machine's kernel cache."""
+    worker runs on another host and reads another kernel cache (or has not
+    said which), so cannot boot the kernels the check builds into this
+    process's cache.  A worker elsewhere that reads this very cache (a
+    shared folder: the identity it registered is this cache's) boots them."""
     from mmlab.errors import MmlabError
     from mmlab.fleet import registry, worker
+    from mmlab.machine import paths
     from mmlab.store import Store, backend
     from mmlab.track import spread
     if not backend.is_url(results):
         raise MmlabError(f"--machines needs the fleet's shared store: --results "
                          f"postgresql://... (not {results})")
+    mine, cache = paths.kernel_cache_id(make=False), paths.kernel_cache()
     store = Store(results)
     run = spread.fleet_runner(store, results, names, False, on_event)
     for machine in registry.lookup(store, names).values():
-        if machine.node != worker.node(machine.name):
+        if machine.node != worker.node(machine.name) and not machine.reads_cache(mine):
             raise MmlabError(f"--machines {machine.name}: its worker ({machine.node}) is not "
-                             "on this machine, and the kernels a check builds are in this "
-                             "machine's kernel cache: only a worker started here (as "
-                             f"{worker.node(machine.name)}) can boot them")
+                             f"on this machine and {machine.which_cache()}, not this "
+                             f"check's ({cache}), where the kernels it builds go: start both "
+                             "with MMLAB_KERNEL_CACHE naming one folder they share (an NFS "
+                             f"mount), or the worker here (as {worker.node(machine.name)})")
     return store, spread.Fleet(store, names, run)
 
 

@@ -1,6 +1,7 @@
 """The machines of a fleet, in the shared store: each worker's probe (the
-machine class its verdicts belong to, and the bare-metal machine it drives,
-if any), its Celery node and broker, and when its current worker started."""
+machine class its verdicts belong to, the bare-metal machine it drives, if
+any, and the kernel cache it reads), its Celery node and broker, and when
+its current worker started."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from mmlab.errors import MmlabError
+from mmlab.machine import paths
 from mmlab.store import Store
 
 SCHEMA = """
@@ -16,7 +18,7 @@ CREATE TABLE IF NOT EXISTS machines (
     name TEXT PRIMARY KEY,
     node TEXT NOT NULL,                 -- the worker's Celery node, name@host
     broker TEXT NOT NULL,               -- where its queue is
-    probe TEXT NOT NULL,                -- probe.machine() and bare_metal() as JSON
+    probe TEXT NOT NULL,                -- probe.machine(), kernel_cache(), bare_metal() as JSON
     registered REAL NOT NULL            -- when its current worker started
 );
 """
@@ -39,6 +41,25 @@ class Registration:
         found = self.probe.get("bare_metal")
         return found["machine"] if found else None
 
+    @property
+    def kernel_cache(self) -> dict:
+        """The kernel cache its worker reads ({"id", "path"}); empty when its
+        worker's mmlab did not yet say (unknown)."""
+        return self.probe.get("kernel_cache") or {}
+
+    def reads_cache(self, identity: str | None) -> bool:
+        """Whether its worker reads the kernel cache of that identity (one
+        folder, shared), so it boots the kernels built into it."""
+        return identity is not None and self.kernel_cache.get("id") == identity
+
+    def which_cache(self) -> str:
+        """The kernel cache its worker reads, in words, for messages."""
+        path = self.kernel_cache.get("path")
+        host = self.node.partition("@")[2]
+        return (f"reads the kernel cache {path} on {host}" if path else
+                "has not said which kernel cache it reads (an older mmlab's worker: start "
+                "it again)")
+
     def describe(self) -> str:
         """Its machine class: the worker's host, and the bare-metal machine
         first when the worker drives one (its trials run there)."""
@@ -53,6 +74,12 @@ class Registration:
 def bare_metal(name: str, accelerator: str) -> dict:
     """What a worker that drives a bare-metal machine adds to its probe."""
     return {"bare_metal": {"machine": name, "accelerator": accelerator}}
+
+
+def kernel_cache() -> dict:
+    """What every worker adds to its probe: the identity and path of the
+    kernel cache it reads, made now if the cache has none yet."""
+    return {"kernel_cache": {"id": paths.kernel_cache_id(), "path": str(paths.kernel_cache())}}
 
 
 def register(store: Store, name: str, node: str, broker: str, probe: dict) -> None:

@@ -1,11 +1,13 @@
 """`mmlab worker --name NAME`: the worker of one lab machine.
 
-It registers the machine's probe in the shared store, then consumes the
-machine's own queue with one pool process, so the machine runs one trial at
-a time.  For each message it takes (claims) the trial in the store, runs it
-with the targets a local run uses (host settings journaled and restored on
-this machine, guests booted here) and commits it as it ends: the trial's
-result never waits in the broker or in a coordinator.
+It registers the machine's probe and the identity of the kernel cache it
+reads (`mmlab check` sends its built kernels only to workers that read its
+own) in the shared store, then consumes the machine's own queue with one
+pool process, so the machine runs one trial at a time.  For each message
+it takes (claims) the trial in the store, runs it with the targets a local
+run uses (host settings journaled and restored on this machine, guests
+booted here) and commits it as it ends: the trial's result never waits in
+the broker or in a coordinator.
 
 A trial this machine's worker finds `running` when it takes the message was
 orphaned by a worker killed mid-trial (only this worker runs this machine's
@@ -156,9 +158,11 @@ def serve(name: str, results: str, broker: str, make_target: MakeTarget | None =
     me = node(name)
     if me in engine.active(celery):
         raise MmlabError(f"a worker named {name} already answers as {me}: one worker per machine")
+    cache = registry.kernel_cache()     # before the store: a bad MMLAB_KERNEL_CACHE stores nothing
     store = Store(results)
     registry.register(store, name, me, broker, {
-        **probe.machine(), **(registry.bare_metal(box.name, box.accelerator) if box else {})})
+        **probe.machine(), **cache,
+        **(registry.bare_metal(box.name, box.accelerator) if box else {})})
     store.close()
     # the queue is asked after a trial only where a bare-metal machine is kept up for it
     worker = Worker(name, results, make_target, BareMetalTarget(box) if box else None,

@@ -13,6 +13,8 @@ from __future__ import annotations
 import fcntl
 import os
 import re
+import secrets
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -23,12 +25,57 @@ from mmlab.errors import MmlabError
 KERNEL_FS = frozenset({"proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "tracefs",
                        "debugfs", "securityfs", "bpf", "configfs", "pstore", "efivarfs",
                        "mqueue", "fusectl", "binfmt_misc"})
+# The file in the kernel cache that holds its identity (a kernel's folder starts with its kind).
+CACHE_ID = ".identity"
 
 
 def kernel_cache() -> Path:
     """Where fetched and built kernels are kept: ~/.cache/mmlab/kernels, or
     MMLAB_KERNEL_CACHE (the tests give every cache a private home that way)."""
     return env_dir("MMLAB_KERNEL_CACHE") or Path.home() / ".cache/mmlab/kernels"
+
+
+def kernel_cache_id(make: bool = True) -> str | None:
+    """The kernel cache's identity: a random token in its folder, made once
+    by the first mmlab that asks (`make`) and read by every other, here or
+    on a host that mounts the same folder.  A fleet's worker registers it,
+    so that `mmlab check` knows which workers can boot the kernels it builds
+    into its cache.  The token is written under a name of its own and
+    hard-linked into place, which only one of two makers at once wins (NFS
+    too), so both read the winner's and no reader sees half a token.  None
+    when the cache has none and `make` is false."""
+    cache = kernel_cache()
+    path = cache / CACHE_ID
+    if make and not path.exists():
+        _link_new_id(cache, path)
+    try:
+        text = path.read_text(errors="replace").strip()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise MmlabError(f"{path}: cannot read the kernel cache's identity: "
+                         f"{exc.strerror}") from None
+    if not re.fullmatch(r"[0-9a-f]{32}", text):
+        raise MmlabError(f"{path}: not a kernel cache's identity (32 hex digits); remove it "
+                         "and mmlab makes another")
+    return text
+
+
+def _link_new_id(cache: Path, path: Path) -> None:
+    """A new token linked in as `path`, unless another's is there first."""
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".new-id-")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(secrets.token_hex(16) + "\n")
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        raise MmlabError(f"{path}: cannot make the kernel cache's identity: "
+                         f"{exc.strerror}") from None
+    finally:
+        os.unlink(tmp)
 
 
 def cache_root() -> Path:
