@@ -41,14 +41,16 @@ def pg():
 
 def test_the_identity_is_made_once_and_read_back_the_same(cache):
     """Asked without making, a cache that has none says None and nothing is
-    made; made, it is a token that every later read returns, alone in
-    the folder beside the kernels (no half-made file left)."""
+    made; made, it is a token that every later read returns, readable by
+    any user (an NFS server may map root to nobody), alone in the folder
+    beside the kernels (no half-made file left)."""
     assert paths.kernel_cache_id(make=False) is None and not cache.exists()
     made = paths.kernel_cache_id()
     assert made is not None and re.fullmatch(r"[0-9a-f]{32}", made)
     assert paths.kernel_cache_id() == paths.kernel_cache_id(make=False) == made
     assert [p.name for p in cache.iterdir()] == [paths.CACHE_ID]
     assert (cache / paths.CACHE_ID).read_text() == made + "\n"
+    assert (cache / paths.CACHE_ID).stat().st_mode & 0o777 == 0o644
 
 
 def test_a_mangled_identity_is_refused_naming_its_file(cache):

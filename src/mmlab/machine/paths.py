@@ -66,6 +66,7 @@ def _link_new_id(cache: Path, path: Path) -> None:
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=".new-id-")
     try:
+        os.fchmod(fd, 0o644)        # no secret: every host's workers read it, as whoever
         with os.fdopen(fd, "w") as out:
             out.write(secrets.token_hex(16) + "\n")
         os.link(tmp, path)
