@@ -63,20 +63,18 @@ def kernel_cache_id(make: bool = True) -> str | None:
 
 def _link_new_id(cache: Path, path: Path) -> None:
     """A new token linked in as `path`, unless another's is there first."""
-    cache.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".new-id-")
     try:
-        os.fchmod(fd, 0o644)        # no secret: every host's workers read it, as whoever
-        with os.fdopen(fd, "w") as out:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=cache, prefix=".new-id-") as out:
+            os.fchmod(out.fileno(), 0o644)  # no secret: every host's workers read it, as whoever
             out.write(secrets.token_hex(16) + "\n")
-        os.link(tmp, path)
+            out.flush()
+            os.link(out.name, path)
     except FileExistsError:
         pass
     except OSError as exc:
         raise MmlabError(f"{path}: cannot make the kernel cache's identity: "
                          f"{exc.strerror}") from None
-    finally:
-        os.unlink(tmp)
 
 
 def cache_root() -> Path:
