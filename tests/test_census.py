@@ -132,9 +132,10 @@ def test_a_program_no_reading_caught_is_seen_at_its_exit(splitter, monkeypatch):
     were, after the command is gone), and the census taken at its exit
     stop finds its 301 VMAs on one anon_vma all the same."""
     monkeypatch.setattr(command.Moments, "read", lambda self: None)
+    monkeypatch.setattr(command, "ksm_sharing", lambda: 42)    # as if ksmd ran: read then too
     ran = command.survey([str(splitter), "301", "guard", "0.001"], interval_s=0.05, top=1)
     assert ran.exit_code == 0 and len(ran.moments) == 1
-    assert ran.peak.processes[0].largest_group == 301
+    assert ran.peak.processes[0].largest_group == 301 and ran.moments[0].ksm_pages_sharing == 42
 
 
 @needs_iterator
@@ -350,6 +351,9 @@ def test_a_guest_writes_the_settings_and_reports_ksm():
                      f"{guest.MARK} words done=1"])
     ran = guest.parse(out, ["p"], 1, 2.0, "debian:6.12")
     assert [s.ksm_pages_sharing for s in ran.moments] == [42, None]
+    # the census at the command's exit reads KSM too, so no moment lacks it
+    last = text[text.rindex(f"{guest.MARK} moment"):]
+    assert last.index("/tmp/held") < last.index(f"{guest.MARK} ksm") < last.index("exit $code")
     assert ran.output == "done=1" and ran.peak.processes[0].largest_group == 1
 
 

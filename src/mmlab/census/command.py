@@ -117,7 +117,8 @@ def survey(argv: list[str], interval_s: float = 0.5, top: int = 5,
             stop(child)
         if code:
             raise MmlabError(f"{' '.join(argv)}: exited with status {code}: {_last_words(log)}")
-        moments.add(time.monotonic() - moments.t0, _at_exit(held), time.perf_counter())
+        moments.add(time.monotonic() - moments.t0, _at_exit(held), time.perf_counter(),
+                    ksm_sharing())
         output = _last_words(log)
     return moments.result(argv, code, time.monotonic() - moments.t0, output)
 

@@ -75,6 +75,8 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
     if settings.damon == "off":
         lines += DamonActors.shell_off()
     start = shlex.join(argv)
+    # each moment's KSM reading, the one at the command's exit too
+    ksm = f'[ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"'
     if root is not None:
         lines += _in_host_root(root)
         start = f"chroot {hostroot.MOUNTED} {start}"
@@ -92,13 +94,14 @@ def script(argv: list[str], mmcensus: Path, interval_s: float,
         "while grep -q '^State:[^Z]*$' /proc/$pid/status 2>/dev/null; do",
         f'  echo "{MARK} moment $(cut -d" " -f1 /proc/uptime)"',
         f"  {mmcensus} || exit 90",
-        f'  [ -r {KSM}/run ] && echo "{MARK} ksm $(cat {KSM}/run) $(cat {KSM}/pages_sharing)"',
+        f"  {ksm}",
         f"  sleep {interval_s:g}",
         "done",
         "wait $holder",
         "code=$?",
         f'echo "{MARK} moment $(cut -d" " -f1 /proc/uptime)"',
         "tail -n +2 /tmp/held",
+        ksm,
         f'echo "{MARK} exit $code"',
         f'echo "{MARK} words $(tail -3 /tmp/cmd.out | tr "\\n" "|" | sed "s/|$//; s/|/ | /g")"',
     ]) + "\n"
