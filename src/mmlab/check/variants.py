@@ -26,7 +26,7 @@ import argparse
 import json
 import time
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from mmlab.attribution.functions import function_of
@@ -76,6 +76,7 @@ class Table:
     kernel: str
     variants: list[Variant]
     functions: dict[str, list[int]]  # function -> the variants that ran it
+    added: list[str] = field(default_factory=list)   # profiles merged in by --add
 
     def reaching(self, names: list[str], but: AbstractSet[str] = frozenset()) -> list[Variant]:
         """The variants that ran any of `names` (functions, without the
@@ -92,7 +93,8 @@ def load(path: Path = TABLE) -> Table | None:
     if not path.is_file():
         return None
     data = json.loads(path.read_text())
-    return Table(data["kernel"], [Variant(**v) for v in data["variants"]], data["functions"])
+    return Table(data["kernel"], [Variant(**v) for v in data["variants"]], data["functions"],
+                 data.get("added", []))
 
 
 def profiles() -> tuple[list[Tracked], list[Tracked]]:
@@ -176,8 +178,7 @@ def add(kernel: str, results: str, out: Path, paths: list[Path]) -> None:
                          "and a table holds one kernel's counts")
     todo: list[tuple[Tracked, str | None, Plan]] = [
         (t, None, with_kernels(quick(t.plan), [kernel], "variants")) for t in map(tracked, paths)]
-    added = json.loads(out.read_text()).get("added", [])
-    _count_into(table, todo, results, out, [*added, *(shown(str(p)) for p in paths)])
+    _count_into(table, todo, results, out, [*table.added, *(shown(str(p)) for p in paths)])
 
 
 def _count_into(table: Table, todo: list[tuple[Tracked, str | None, Plan]], results: str,
